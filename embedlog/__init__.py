@@ -1,0 +1,1 @@
+"""embedlog: an embeddable replicated log (Apache BookKeeper's replication protocol)."""

@@ -1,0 +1,70 @@
+"""Bookie settings. Unknown or out-of-range settings fail loudly, naming the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+from attrs import field, frozen
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"bookie setting {attribute.name} must be > 0, got {value!r}")
+
+
+def _non_negative(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if value < 0:
+        raise ValueError(f"bookie setting {attribute.name} must be >= 0, got {value!r}")
+
+
+@frozen
+class BookieConfig:
+    bookie_id: str
+    data_dir: Path = field(converter=Path)  # this bookie's own directory
+    address: str = ""  # advertised address; "" means "inprocess:<bookie_id>"
+    rack: str = "/default-rack"
+    # Journal: every add (unless journal_write_data is False) and every state change.
+    journal_write_data: bool = True
+    journal_max_group_wait: float = field(default=0.001, validator=_non_negative)  # seconds
+    journal_group_bytes: int = field(default=512 * 1024, validator=_positive)
+    journal_max_file_size: int = field(default=64 * 1024 * 1024, validator=_positive)
+    # Ledger storage: write cache flushed to entry logs and the index.
+    flush_interval: float = field(default=1.0, validator=_positive)  # seconds
+    write_cache_max_bytes: int = field(default=64 * 1024 * 1024, validator=_positive)
+    entry_log_max_size: int = field(default=256 * 1024 * 1024, validator=_positive)
+    long_poll_max: float = field(default=10.0, validator=_positive)  # seconds
+    readonly: bool = False
+    # BP-46.
+    auto_fix_cookies: bool = False
+    # UNSAFE, for tests only: switch off BP-46's protections to show the data loss they prevent.
+    unsafe_skip_fence_on_boot: bool = False
+    unsafe_skip_limbo: bool = False
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.data_dir / "journal"
+
+    @property
+    def ledger_dir(self) -> Path:
+        return self.data_dir / "ledgers"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / "index"
+
+    @property
+    def advertised_address(self) -> str:
+        return self.address or f"inprocess:{self.bookie_id}"
+
+    @classmethod
+    def from_settings(cls, bookie_id: str, data_dir: Path, **settings: Any) -> BookieConfig:
+        """Build from keyword settings (LocalCluster's ``**bookie_config``), naming unknown keys."""
+        known = {a.name for a in attrs.fields(cls)} - {"bookie_id", "data_dir"}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown bookie setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        return cls(bookie_id=bookie_id, data_dir=data_dir, **settings)

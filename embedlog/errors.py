@@ -1,0 +1,152 @@
+"""Exceptions raised to embedlog users. Every one carries a BookKeeper-style ``code``."""
+
+from __future__ import annotations
+
+from embedlog.wire.codes import StatusCode
+
+
+class BKError(Exception):
+    """Base of every embedlog protocol error."""
+
+    code: int = -1
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.__class__.__doc__ or self.__class__.__name__)
+
+
+class LedgerFencedError(BKError):
+    """The ledger was fenced by a recovering client; this writer may no longer add to it."""
+
+    code = -101
+
+
+class LedgerClosedError(BKError):
+    """The ledger is closed."""
+
+    code = -11
+
+
+class NoSuchLedgerError(BKError):
+    """No such ledger."""
+
+    code = -7
+
+
+class NoSuchEntryError(BKError):
+    """No such entry."""
+
+    code = -13
+
+
+class ReadPastLastConfirmedError(NoSuchEntryError):
+    """The entry lies past the last add confirmed (or the last entry of a closed ledger)."""
+
+
+class UnknownError(BKError):
+    """EUNKNOWN: the bookie cannot say whether it holds the entry (limbo ledger)."""
+
+    code = -107
+
+
+class InvalidTermError(BKError):
+    """Another client took over this unbounded ledger with a higher term."""
+
+    code = -108
+
+
+class DigestMismatchError(BKError):
+    """An entry failed its digest check: it was tampered with or corrupted."""
+
+    code = -5
+
+
+class UnauthorizedAccessError(BKError):
+    """Wrong ledger password."""
+
+    code = -102
+
+
+class NotEnoughBookiesError(BKError):
+    """Not enough writable bookies to form the ensemble."""
+
+    code = -6
+
+
+class LedgerRecoveryError(BKError):
+    """Ledger recovery could not decide safely; the ledger is left recoverable."""
+
+    code = -10
+
+
+class MetadataVersionError(BKError):
+    """The metadata changed since it was read (compare-and-swap conflict)."""
+
+    code = -17
+
+
+class CookieError(BKError):
+    """A bookie's cookie is missing or does not match: its disks are not what it had."""
+
+    code = -30
+
+
+class BKTimeoutError(BKError):
+    """No answer in time: the outcome is unknown."""
+
+    code = -23
+
+
+class BookieUnavailableError(BKError):
+    """The bookie could not be reached: the outcome is unknown."""
+
+    code = -8
+
+
+class BookieIOError(BKError):
+    """The bookie failed to read or write its disk."""
+
+    code = -12
+
+
+class BadRequestError(BKError):
+    """The request was malformed."""
+
+    code = -14
+
+
+class ReadOnlyBookieError(BKError):
+    """The bookie is read-only and refuses writes."""
+
+    code = -104
+
+
+class MetadataError(BKError):
+    """The metadata store failed or holds something it cannot decode."""
+
+    code = -9
+
+
+class NoSuchLedgerInMetadataError(NoSuchLedgerError):
+    """The metadata store has no such ledger."""
+
+    code = -25
+
+
+_BY_STATUS: dict[int, type[BKError]] = {
+    StatusCode.ENOLEDGER: NoSuchLedgerError,
+    StatusCode.ENOENTRY: NoSuchEntryError,
+    StatusCode.EFENCED: LedgerFencedError,
+    StatusCode.EUA: UnauthorizedAccessError,
+    StatusCode.EUNKNOWN: UnknownError,
+    StatusCode.EINVALIDTERM: InvalidTermError,
+    StatusCode.EIO: BookieIOError,
+    StatusCode.EBADREQ: BadRequestError,
+    StatusCode.EREADONLY: ReadOnlyBookieError,
+}
+
+
+def error_for_status(status: int, context: str = "") -> BKError:
+    """The user-facing exception for a non-OK bookie status."""
+    cls = _BY_STATUS.get(status, UnknownError)
+    name = StatusCode(status).name if status in StatusCode._value2member_map_ else str(status)
+    return cls(f"{context}: bookie answered {name}" if context else f"bookie answered {name}")

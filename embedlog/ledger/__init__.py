@@ -1,0 +1,1 @@
+"""The client side of the replication protocol: bounded ledgers."""

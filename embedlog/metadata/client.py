@@ -1,0 +1,200 @@
+"""MetadataClient: the cluster's records (ledgers, bookies, cookies) on top of a MetadataStore.
+
+Layout of the tree::
+
+    /ledgers/<20-digit id>        LedgerMetadata (JSON), compare-and-swap by version
+    /idgen                        the next ledger id (a counter, CAS-incremented)
+    /bookies/available/<id>       ephemeral: bookie info (JSON: address, rack)
+    /bookies/readonly/<id>        ephemeral: same, for read-only bookies
+    /cookies/<id>                 the bookie's cookie (bytes of embedlog.bookie.cookie)
+    /underreplicated/<ledger id>  JSON: {"since": unix time, "bookies": [...]}
+    /instance                     the cluster's instance id
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+from embedlog.errors import NoSuchLedgerInMetadataError
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.store import (
+    ANY_VERSION,
+    MetadataStore,
+    MetadataVersionError,
+    NodeExistsError,
+    NoNodeError,
+)
+
+LEDGERS = "/ledgers"
+AVAILABLE = "/bookies/available"
+READONLY = "/bookies/readonly"
+COOKIES = "/cookies"
+UNDERREPLICATED = "/underreplicated"
+
+
+def ledger_path(ledger_id: int) -> str:
+    return f"{LEDGERS}/{ledger_id:020d}"
+
+
+class MetadataClient:
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    # -- cluster ---------------------------------------------------------------------------
+
+    def instance_id(self) -> str:
+        """The cluster's unique id, created on first use; it goes into every cookie."""
+        try:
+            return self.store.get("/instance")[0].decode()
+        except NoNodeError:
+            pass
+        new = uuid.uuid4().hex
+        try:
+            self.store.create("/instance", new.encode())
+            return new
+        except NodeExistsError:
+            return self.store.get("/instance")[0].decode()
+
+    # -- ledgers ---------------------------------------------------------------------------
+
+    def next_ledger_id(self) -> int:
+        while True:
+            try:
+                data, version = self.store.get("/idgen")
+            except NoNodeError:
+                try:
+                    self.store.create("/idgen", b"1")
+                    return 0
+                except NodeExistsError:
+                    continue
+            value = int(data)
+            try:
+                self.store.set("/idgen", str(value + 1).encode(), version)
+                return value
+            except MetadataVersionError:
+                continue
+
+    def create_ledger(self, md: LedgerMetadata) -> LedgerMetadata:
+        """Store new metadata; assigns an id when ``md.ledger_id`` is -1."""
+        while True:
+            candidate = md if md.ledger_id >= 0 else md.evolve(ledger_id=self.next_ledger_id())
+            try:
+                version = self.store.create(ledger_path(candidate.ledger_id), candidate.to_bytes())
+            except NodeExistsError:
+                if md.ledger_id >= 0:
+                    raise
+                continue
+            return candidate.evolve(version=version)
+
+    def read_ledger(self, ledger_id: int) -> LedgerMetadata:
+        try:
+            data, version = self.store.get(ledger_path(ledger_id))
+        except NoNodeError:
+            raise NoSuchLedgerInMetadataError(f"ledger {ledger_id} does not exist") from None
+        return LedgerMetadata.from_bytes(data, version)
+
+    def write_ledger(self, md: LedgerMetadata) -> LedgerMetadata:
+        """Compare-and-swap ``md`` over the version it was read at; returns it with the new version.
+
+        MetadataVersionError if someone else changed the ledger since.
+        """
+        try:
+            version = self.store.set(ledger_path(md.ledger_id), md.to_bytes(), md.version)
+        except NoNodeError:
+            raise NoSuchLedgerInMetadataError(f"ledger {md.ledger_id} does not exist") from None
+        return md.evolve(version=version)
+
+    def delete_ledger(self, ledger_id: int, version: int = ANY_VERSION) -> None:
+        try:
+            self.store.delete(ledger_path(ledger_id), version)
+        except NoNodeError:
+            raise NoSuchLedgerInMetadataError(f"ledger {ledger_id} does not exist") from None
+
+    def list_ledgers(self) -> Iterator[int]:
+        for name in self.store.children(LEDGERS):
+            yield int(name)
+
+    # -- bookies ---------------------------------------------------------------------------
+
+    def register_bookie(
+        self, store: MetadataStore, bookie_id: str, info: dict[str, object], *, readonly: bool
+    ) -> None:
+        """Register through ``store`` (the bookie's own session) as available or read-only."""
+        path = f"{READONLY if readonly else AVAILABLE}/{bookie_id}"
+        other = f"{AVAILABLE if readonly else READONLY}/{bookie_id}"
+        for p in (path, other):
+            try:
+                store.delete(p)
+            except NoNodeError:
+                pass
+        store.create(path, json.dumps(info).encode(), ephemeral=True)
+
+    def unregister_bookie(self, store: MetadataStore, bookie_id: str) -> None:
+        for p in (f"{AVAILABLE}/{bookie_id}", f"{READONLY}/{bookie_id}"):
+            try:
+                store.delete(p)
+            except NoNodeError:
+                pass
+
+    def writable_bookies(self) -> list[str]:
+        return self.store.children(AVAILABLE)
+
+    def readonly_bookies(self) -> list[str]:
+        return self.store.children(READONLY)
+
+    def bookie_info(self, bookie_id: str) -> dict[str, object] | None:
+        for base in (AVAILABLE, READONLY):
+            try:
+                return dict(json.loads(self.store.get(f"{base}/{bookie_id}")[0]))
+            except NoNodeError:
+                continue
+        return None
+
+    # -- cookies ---------------------------------------------------------------------------
+
+    def read_cookie(self, bookie_id: str) -> tuple[bytes, int] | None:
+        try:
+            return self.store.get(f"{COOKIES}/{bookie_id}")
+        except NoNodeError:
+            return None
+
+    def write_cookie(self, bookie_id: str, data: bytes, version: int | None) -> int:
+        """Create (``version`` None) or compare-and-swap the bookie's cookie."""
+        path = f"{COOKIES}/{bookie_id}"
+        if version is None:
+            return self.store.create(path, data)
+        return self.store.set(path, data, version)
+
+    def delete_cookie(self, bookie_id: str) -> None:
+        try:
+            self.store.delete(f"{COOKIES}/{bookie_id}")
+        except NoNodeError:
+            pass
+
+    # -- under-replication (auditor) ---------------------------------------------------------
+
+    def mark_underreplicated(self, ledger_id: int, bookies: list[str]) -> None:
+        path = f"{UNDERREPLICATED}/{ledger_id}"
+        doc = json.dumps({"since": time.time(), "bookies": sorted(bookies)}).encode()
+        try:
+            self.store.create(path, doc)
+        except NodeExistsError:
+            pass
+
+    def underreplicated(self) -> dict[int, dict[str, object]]:
+        out: dict[int, dict[str, object]] = {}
+        for name in self.store.children(UNDERREPLICATED):
+            try:
+                out[int(name)] = json.loads(self.store.get(f"{UNDERREPLICATED}/{name}")[0])
+            except NoNodeError:
+                continue
+        return out
+
+    def clear_underreplicated(self, ledger_id: int) -> None:
+        try:
+            self.store.delete(f"{UNDERREPLICATED}/{ledger_id}")
+        except NoNodeError:
+            pass

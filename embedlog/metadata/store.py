@@ -1,0 +1,130 @@
+"""The metadata store interface: a small, ZooKeeper-shaped key/value tree.
+
+Paths look like ``/ledgers/00000000000000000001``. Every node has a version
+that ``set``/``delete`` compare against (compare-and-swap): this single
+primitive is what makes ledger state changes (ensemble change, recovery,
+close) safe between competing clients. Implementations: in-memory, embedded
+LevelDB (the default for LocalCluster) and ZooKeeper.
+
+The calls are blocking. ``blocking_io`` tells the asyncio client whether a
+call may block long enough that it should run in a thread.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from embedlog.errors import MetadataError, MetadataVersionError
+
+
+class NoNodeError(MetadataError):
+    """The metadata node does not exist."""
+
+
+class NodeExistsError(MetadataError):
+    """The metadata node already exists."""
+
+
+ANY_VERSION = -1
+
+
+class MetadataStore(abc.ABC):
+    blocking_io: bool = False
+
+    @abc.abstractmethod
+    def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
+        """Create ``path`` (parents implied) and return its version (0).
+
+        Raises NodeExistsError if it exists. Ephemeral nodes disappear when the
+        store session that made them ends (``close``/``expire_session``).
+        """
+
+    @abc.abstractmethod
+    def get(self, path: str) -> tuple[bytes, int]:
+        """The data and version of ``path``; NoNodeError if absent."""
+
+    @abc.abstractmethod
+    def set(self, path: str, data: bytes, version: int) -> int:
+        """Replace ``path`` if its version is ``version`` (ANY_VERSION: always).
+
+        Returns the new version; MetadataVersionError on a mismatch, NoNodeError if absent.
+        """
+
+    @abc.abstractmethod
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        """Delete ``path`` (compare-and-swap on version); NoNodeError if absent."""
+
+    @abc.abstractmethod
+    def children(self, path: str) -> list[str]:
+        """Names of the direct children of ``path``, sorted; [] if none."""
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.get(path)
+        except NoNodeError:
+            return False
+        return True
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the store (ends this session: its ephemeral nodes vanish)."""
+
+    def session(self) -> MetadataStore:
+        """A view of this store with a session of its own.
+
+        Ephemeral nodes created through the view vanish when it is closed (or
+        ``expire()``d, which is what a crashed bookie's session does). ZooKeeper
+        implements this with a separate connection; local stores track the paths.
+        """
+        return SessionView(self)
+
+
+class SessionView(MetadataStore):
+    """A session on a shared local store: ephemeral nodes are tracked and removed on close."""
+
+    def __init__(self, inner: MetadataStore) -> None:
+        self._inner = inner
+        self._ephemeral: set[str] = set()
+        self.blocking_io = inner.blocking_io
+
+    def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
+        version = self._inner.create(path, data)
+        if ephemeral:
+            self._ephemeral.add(path)
+        return version
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        return self._inner.get(path)
+
+    def set(self, path: str, data: bytes, version: int) -> int:
+        return self._inner.set(path, data, version)
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        self._inner.delete(path, version)
+        self._ephemeral.discard(path)
+
+    def children(self, path: str) -> list[str]:
+        return self._inner.children(path)
+
+    def session(self) -> MetadataStore:
+        return SessionView(self._inner)
+
+    def expire(self) -> None:
+        """End the session abruptly: its ephemeral nodes vanish, as after a crash."""
+        for path in sorted(self._ephemeral):
+            try:
+                self._inner.delete(path)
+            except NoNodeError:
+                pass
+        self._ephemeral.clear()
+
+    def close(self) -> None:
+        self.expire()
+
+
+__all__ = [
+    "ANY_VERSION",
+    "MetadataStore",
+    "MetadataVersionError",
+    "NoNodeError",
+    "NodeExistsError",
+]

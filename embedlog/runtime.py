@@ -1,0 +1,79 @@
+"""The concurrency model: one asyncio event loop per runtime, in a thread of its own.
+
+Bookies, transports and clients of a LocalCluster all run on its loop; the
+blocking API (the public contract) submits coroutines to it and waits. Disk
+waits (fsync) go to small thread pools so the loop never blocks on a disk, and
+the journal batches a whole group of adds into one write and one fsync. See
+docs/design.md for why this and not threads per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Runtime:
+    def __init__(self, name: str = "embedlog") -> None:
+        self.name = name
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=f"{name}-loop", daemon=True)
+        self._started = threading.Event()
+        self._thread.start()
+        self._started.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        self.loop.run_forever()
+
+    @property
+    def in_loop(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the loop; returns a concurrent.futures.Future."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result (from any other thread)."""
+        if self.in_loop:
+            coro.close()
+            raise RuntimeError("blocking embedlog call made from the runtime's own loop thread")
+        return self.submit(coro).result(timeout)
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a plain function on the loop thread and wait for its result."""
+
+        async def _call() -> T:
+            return fn(*args)
+
+        return self.run(_call())
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+
+        async def _shutdown() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self._thread.is_alive():
+            try:
+                self.submit(_shutdown()).result(10)
+            except Exception:
+                pass
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+        self.loop.close()
+
+
+async def wait_any(aws: list[Awaitable[Any]]) -> None:
+    await asyncio.wait([asyncio.ensure_future(a) for a in aws], return_when=asyncio.FIRST_COMPLETED)

@@ -1,0 +1,104 @@
+"""The entry format: what a writer sends and a bookie stores, byte for byte.
+
+    ledger_id i64 | entry_id i64 | lac i64 | flags u8 | digest | payload
+
+The digest covers the header and the payload, so a bookie can neither move an
+entry to another id nor change its bytes without readers noticing. Bookies
+read the header (to learn the LAC) but never need the password.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import struct
+
+import crc32c as _crc32c
+from attrs import frozen
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hmac as _hmac
+
+from embedlog.errors import DigestMismatchError
+
+HEADER = struct.Struct(">qqqB")
+_CRC = struct.Struct(">I")
+
+FLAG_NOOP = 1  # an unbounded ledger's truncate no-op: readers skip it
+
+
+class DigestType(enum.Enum):
+    CRC32C = "CRC32C"
+    MAC = "MAC"
+    DUMMY = "DUMMY"
+
+
+_DIGEST_LEN = {DigestType.CRC32C: 4, DigestType.MAC: 32, DigestType.DUMMY: 0}
+
+
+def master_key(password: bytes) -> bytes:
+    """What bookies keep per ledger to refuse writers with the wrong password."""
+    return hashlib.sha256(b"embedlog-master-key:" + password).digest()[:20]
+
+
+@frozen
+class EntryHeader:
+    ledger_id: int
+    entry_id: int
+    lac: int
+    flags: int
+
+    @property
+    def is_noop(self) -> bool:
+        return bool(self.flags & FLAG_NOOP)
+
+
+def parse_header(entry: bytes | memoryview) -> EntryHeader:
+    if len(entry) < HEADER.size:
+        raise ValueError(f"entry too short for its header: {len(entry)} bytes")
+    return EntryHeader(*HEADER.unpack_from(entry))
+
+
+@frozen
+class Digester:
+    """Packs and verifies entries of one ledger."""
+
+    digest_type: DigestType
+    password: bytes = b""
+
+    @property
+    def digest_len(self) -> int:
+        return _DIGEST_LEN[self.digest_type]
+
+    def _digest(self, header: bytes, payload: bytes | memoryview) -> bytes:
+        if self.digest_type is DigestType.CRC32C:
+            return _CRC.pack(_crc32c.crc32c(payload, _crc32c.crc32c(header)))
+        if self.digest_type is DigestType.MAC:
+            mac = _hmac.HMAC(self.password, hashes.SHA256())
+            mac.update(header)
+            mac.update(payload)
+            return mac.finalize()
+        return b""
+
+    def pack(self, ledger_id: int, entry_id: int, lac: int, payload: bytes, flags: int = 0) -> bytes:
+        header = HEADER.pack(ledger_id, entry_id, lac, flags)
+        return header + self._digest(header, payload) + payload
+
+    def unpack(
+        self, entry: bytes, ledger_id: int, entry_id: int
+    ) -> tuple[EntryHeader, bytes]:
+        """Verify ``entry`` is entry ``entry_id`` of ``ledger_id``; return header and payload."""
+        n = self.digest_len
+        if len(entry) < HEADER.size + n:
+            raise DigestMismatchError(
+                f"entry {ledger_id}:{entry_id} is truncated ({len(entry)} bytes)"
+            )
+        hdr_bytes = entry[: HEADER.size]
+        header = EntryHeader(*HEADER.unpack(hdr_bytes))
+        if header.ledger_id != ledger_id or header.entry_id != entry_id:
+            raise DigestMismatchError(
+                f"asked for entry {ledger_id}:{entry_id}, got {header.ledger_id}:{header.entry_id}"
+            )
+        payload = entry[HEADER.size + n :]
+        if n and entry[HEADER.size : HEADER.size + n] != self._digest(hdr_bytes, payload):
+            raise DigestMismatchError(f"entry {ledger_id}:{entry_id} failed its digest check")
+        return header, payload

@@ -1,0 +1,171 @@
+"""Requests and responses between clients and bookies, and their binary frames.
+
+One codec serves every transport: the in-process transport hands the encoded
+bytes to the bookie exactly as the TCP transport sends them, so a frame is
+decoded and validated the same way whichever path it took.
+
+Frame layout (big-endian), after the transport's own length prefix:
+
+request : version u8 | op u8 | txn u64 | ledger i64 | entry i64 | flags u8
+          | term i64 | timeout_ms u32 | key_len u16 | master_key | body
+response: version u8 | op u8 | txn u64 | status i16 | ledger i64 | entry i64
+          | lac i64 | last_entry i64 | term i64 | body
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+from attrs import frozen
+
+PROTOCOL_VERSION = 1
+
+_REQ = struct.Struct(">BBQqqBqIH")
+_RESP = struct.Struct(">BBQhqqqqq")
+
+
+class FrameError(ValueError):
+    """A frame that cannot be decoded: truncated, wrong version or unknown op."""
+
+
+class OpCode(enum.IntEnum):
+    ADD = 1
+    READ = 2  # entry_id -1 with FENCE: fence and report LAC (BookKeeper's fencing LAC read)
+    READ_LAC = 3  # non-fencing LAC read; long-poll when timeout_ms > 0
+    WRITE_LAC = 4  # explicit LAC, sent by an idle writer
+    LIST_ENTRIES = 5  # BP-34: the entries of a ledger this bookie holds
+    DELETE_LEDGER = 6
+    TRIM = 7  # unbounded ledgers: drop entries below entry_id
+
+
+class AddFlags(enum.IntFlag):
+    NONE = 0
+    RECOVERY = 1  # accepted on a fenced ledger (ledger recovery writes back)
+    TRUNCATE = 2  # unbounded ledgers: delete every entry above this one
+    NOOP = 4  # the entry is a no-op (informational; readers also see it in the entry header)
+
+
+class ReadFlags(enum.IntFlag):
+    NONE = 0
+    FENCE = 1  # fence the ledger before answering (creates it if unknown)
+    RECOVERY = 2  # a ledger-recovery read
+
+
+NO_TERM = -1
+
+
+@frozen
+class Request:
+    op: OpCode
+    txn: int
+    ledger_id: int
+    entry_id: int = -1
+    flags: int = 0
+    term: int = NO_TERM
+    timeout_ms: int = 0
+    master_key: bytes = b""
+    body: bytes = b""
+
+    @property
+    def kind(self) -> str:
+        """The request kind that fault injection speaks of (API.md ``drop_next``)."""
+        if self.op == OpCode.ADD:
+            return "recovery_add" if self.flags & AddFlags.RECOVERY else "add"
+        if self.op == OpCode.READ:
+            if self.entry_id < 0 and (self.flags & ReadFlags.FENCE or self.term != NO_TERM):
+                return "fence"
+            if self.flags & ReadFlags.RECOVERY:
+                return "recovery_read"
+            return "read"
+        return self.op.name.lower()
+
+    def encode(self) -> bytes:
+        return (
+            _REQ.pack(
+                PROTOCOL_VERSION,
+                self.op,
+                self.txn,
+                self.ledger_id,
+                self.entry_id,
+                self.flags,
+                self.term,
+                self.timeout_ms,
+                len(self.master_key),
+            )
+            + self.master_key
+            + self.body
+        )
+
+    @classmethod
+    def decode(cls, frame: bytes | memoryview) -> Request:
+        if len(frame) < _REQ.size:
+            raise FrameError(f"request frame too short: {len(frame)} bytes < {_REQ.size}")
+        version, op, txn, ledger, entry, flags, term, timeout_ms, klen = _REQ.unpack_from(frame)
+        if version != PROTOCOL_VERSION:
+            raise FrameError(f"unsupported protocol version {version}")
+        try:
+            opcode = OpCode(op)
+        except ValueError:
+            raise FrameError(f"unknown op code {op}") from None
+        end = _REQ.size + klen
+        if len(frame) < end:
+            raise FrameError("request frame truncated inside the master key")
+        return cls(
+            opcode,
+            txn,
+            ledger,
+            entry,
+            flags,
+            term,
+            timeout_ms,
+            bytes(frame[_REQ.size : end]),
+            bytes(frame[end:]),
+        )
+
+
+@frozen
+class Response:
+    op: OpCode
+    txn: int
+    status: int
+    ledger_id: int
+    entry_id: int = -1
+    lac: int = -1
+    last_entry_id: int = -1
+    term: int = NO_TERM
+    body: bytes = b""
+
+    def encode(self) -> bytes:
+        return (
+            _RESP.pack(
+                PROTOCOL_VERSION,
+                self.op,
+                self.txn,
+                self.status,
+                self.ledger_id,
+                self.entry_id,
+                self.lac,
+                self.last_entry_id,
+                self.term,
+            )
+            + self.body
+        )
+
+    @classmethod
+    def decode(cls, frame: bytes | memoryview) -> Response:
+        if len(frame) < _RESP.size:
+            raise FrameError(f"response frame too short: {len(frame)} bytes < {_RESP.size}")
+        version, op, txn, status, ledger, entry, lac, last, term = _RESP.unpack_from(frame)
+        if version != PROTOCOL_VERSION:
+            raise FrameError(f"unsupported protocol version {version}")
+        try:
+            opcode = OpCode(op)
+        except ValueError:
+            raise FrameError(f"unknown op code {op}") from None
+        return cls(opcode, txn, status, ledger, entry, lac, last, term, bytes(frame[_RESP.size :]))
+
+    @classmethod
+    def to(cls, req: Request, status: int, **fields: object) -> Response:
+        """A response answering ``req`` (same op, txn and ledger)."""
+        return cls(req.op, req.txn, status, req.ledger_id, **fields)  # type: ignore[arg-type]

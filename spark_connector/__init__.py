@@ -1,0 +1,1 @@
+"""PySpark 4 data source for embedlog ledgers."""
