@@ -1,0 +1,256 @@
+"""LevelDBMetadataStore: the embedded, durable default metadata store of a LocalCluster.
+
+Semantics are MemoryMetadataStore's (versions, compare-and-swap, implied
+parents, subtree delete, sorted children), kept on disk with plyvel so a
+cluster restarted over the same ``data_dir`` finds its ledgers again.
+
+Layout of the LevelDB keyspace:
+
+    b"n" + path   ->  version (8 bytes, big-endian) + data     every node
+    b"e" + path   ->  b""                                      ephemeral marker
+
+LevelDB admits one process at a time (its LOCK file), so a lock protecting
+read-modify-write cycles inside this process is enough for compare-and-swap.
+Every write is synced: metadata is the record of which ledgers exist and how
+they were closed, and losing an acknowledged close on a power cut would let a
+later reader see a different end of the ledger.
+
+Ephemeral nodes live only as long as the session that made them, but that
+session dies with the process, while the disk survives it. So ephemerals are
+marked, and the markers left over by an earlier process (which no session can
+still own, given the LOCK) are swept when the store is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from pathlib import Path
+
+import plyvel
+
+from embedlog.errors import MetadataError
+from embedlog.metadata.memory import normalize
+from embedlog.metadata.store import (
+    ANY_VERSION,
+    MetadataStore,
+    MetadataVersionError,
+    NodeExistsError,
+    NoNodeError,
+    SessionView,
+)
+
+_NODE = b"n"
+_EPHEMERAL = b"e"
+_VERSION = struct.Struct(">q")
+_SYNC = {"sync": True}
+
+
+class MetadataStoreInUseError(MetadataError):
+    """Another process holds the embedded metadata store open."""
+
+
+def _node_key(path: str) -> bytes:
+    return _NODE + path.encode()
+
+
+def _ephemeral_key(path: str) -> bytes:
+    return _EPHEMERAL + path.encode()
+
+
+def _child_prefix(path: str) -> str:
+    return "/" if path == "/" else path + "/"
+
+
+class LevelDBMetadataStore(MetadataStore):
+    # Synced writes wait for the disk: an asyncio caller should use a thread.
+    blocking_io = True
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        self._last_session = 0  # 0 is the store's own session
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MetadataError(f"cannot create metadata store at {self.path}: {exc}") from exc
+        try:
+            self._db = plyvel.DB(str(self.path), create_if_missing=True)
+        except plyvel.Error as exc:
+            detail = exc.args[0].decode(errors="replace") if exc.args else str(exc)
+            if detail.startswith("IO error: lock ") or "already held by process" in detail:
+                raise MetadataStoreInUseError(
+                    f"metadata store at {self.path} is in use by another process; use a "
+                    f"ZooKeeper metadata_uri to share a cluster between processes ({detail})"
+                ) from exc
+            raise MetadataError(f"cannot open metadata store at {self.path}: {detail}") from exc
+        # No session survives its process: ephemerals on disk now are leftovers of a crash.
+        self._sweep_ephemerals()
+
+    def _sweep_ephemerals(self) -> None:
+        """Delete every ephemeral node, whichever session made it."""
+        stale = [
+            key[len(_EPHEMERAL) :].decode()
+            for key in self._db.iterator(prefix=_EPHEMERAL, include_value=False)
+        ]
+        if not stale:
+            return
+        with self._db.write_batch(**_SYNC) as batch:
+            for path in stale:
+                batch.delete(_ephemeral_key(path))
+                batch.delete(_node_key(path))
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _read(self, path: str) -> tuple[bytes, int] | None:
+        raw = self._db.get(_node_key(path))
+        if raw is None:
+            return None
+        return raw[_VERSION.size :], _VERSION.unpack_from(raw)[0]
+
+    def _check(self, path: str, version: int) -> int:
+        """The current version of ``path``, after checking it against the expected one."""
+        node = self._read(path)
+        if node is None:
+            raise NoNodeError(f"{path} does not exist")
+        current = node[1]
+        if version != ANY_VERSION and version != current:
+            raise MetadataVersionError(f"{path}: version {version} != {current}")
+        return current
+
+    # -- MetadataStore -------------------------------------------------------------------------
+
+    def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
+        # Ephemerals made directly on the store belong to the store's own session (0).
+        return self._create(normalize(path), data, 0 if ephemeral else None)
+
+    def _create(self, path: str, data: bytes, owner: int | None) -> int:
+        with self._lock:
+            if self._db.get(_node_key(path)) is not None:
+                raise NodeExistsError(f"{path} exists")
+            with self._db.write_batch(**_SYNC) as batch:
+                batch.put(_node_key(path), _VERSION.pack(0) + bytes(data))
+                if owner is not None:
+                    batch.put(_ephemeral_key(path), _VERSION.pack(owner))
+        return 0
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        path = normalize(path)
+        node = self._read(path)  # a single LevelDB get is atomic: no lock needed
+        if node is None:
+            raise NoNodeError(f"{path} does not exist")
+        return node
+
+    def set(self, path: str, data: bytes, version: int) -> int:
+        path = normalize(path)
+        with self._lock:
+            new = self._check(path, version) + 1
+            self._db.put(_node_key(path), _VERSION.pack(new) + bytes(data), **_SYNC)
+            return new
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        path = normalize(path)
+        with self._lock:
+            self._check(path, version)
+            doomed = [path]
+            prefix = _node_key(_child_prefix(path))
+            doomed += [
+                key[len(_NODE) :].decode()
+                for key in self._db.iterator(prefix=prefix, include_value=False)
+            ]
+            # One batch: a crash never leaves half a subtree.
+            with self._db.write_batch(**_SYNC) as batch:
+                for p in doomed:
+                    batch.delete(_node_key(p))
+                    batch.delete(_ephemeral_key(p))
+
+    def children(self, path: str) -> list[str]:
+        path = normalize(path)
+        prefix = _node_key(_child_prefix(path))
+        names: list[str] = []
+        # Walk the sorted keys, jumping over each child's own subtree instead of
+        # reading every descendant: /ledgers may hold many nodes.
+        with self._db.iterator(prefix=prefix, include_value=False) as it:
+            for key in it:
+                name, sep, _ = key[len(prefix) :].partition(b"/")
+                names.append(name.decode())
+                if sep:
+                    # b"0" is the byte after b"/": seek past every key under name/.
+                    it.seek(prefix + name + b"0")
+        return sorted(set(names))
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def session(self) -> MetadataStore:
+        with self._lock:
+            self._last_session += 1
+            return _LevelDBSession(self, self._last_session)
+
+    def _end_session(self, owner: int, paths: set[str]) -> None:
+        """Delete the ephemerals that ``owner`` made and still owns.
+
+        The owner is checked on disk, not just remembered: after another session
+        deleted a node and made its own at the same path (a bookie registering
+        again), ending the old session must leave the new node alone.
+        """
+        with self._lock:
+            if self._db.closed:
+                return  # close() already removed every ephemeral
+            mine = _VERSION.pack(owner)
+            with self._db.write_batch(**_SYNC) as batch:
+                for path in paths:
+                    if self._db.get(_ephemeral_key(path)) == mine:
+                        batch.delete(_ephemeral_key(path))
+                        batch.delete(_node_key(path))
+
+    def close(self) -> None:
+        """Release the database. Every session ends with it, so every ephemeral node vanishes."""
+        with self._lock:
+            if self._db.closed:
+                return
+            self._sweep_ephemerals()
+            self._db.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._db.closed)
+
+    def __enter__(self) -> LevelDBMetadataStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _LevelDBSession(SessionView):
+    """A session on a LevelDBMetadataStore: its ephemerals are owned by its id on disk."""
+
+    _inner: LevelDBMetadataStore
+
+    def __init__(self, inner: LevelDBMetadataStore, session_id: int) -> None:
+        super().__init__(inner)
+        self.session_id = session_id
+
+    def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
+        path = normalize(path)
+        version = self._inner._create(path, data, self.session_id if ephemeral else None)
+        if ephemeral:
+            self._ephemeral.add(path)
+        return version
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        path = normalize(path)
+        self._inner.delete(path, version)
+        self._ephemeral.discard(path)
+
+    def session(self) -> MetadataStore:
+        return self._inner.session()
+
+    def expire(self) -> None:
+        """End the session abruptly: its ephemeral nodes vanish, as after a crash."""
+        paths, self._ephemeral = self._ephemeral, set()
+        self._inner._end_session(self.session_id, paths)
+
+
+__all__ = ["LevelDBMetadataStore", "MetadataStoreInUseError"]

@@ -1,0 +1,68 @@
+"""open_store: the MetadataStore a ``metadata_uri`` names.
+
+Accepted forms:
+
+* ``None``: the embedded LevelDB store under ``data_dir / "metadata"`` (one process only);
+* ``"memory://"``: an in-memory store (gone with the process);
+* ``"zk://host:port[,host:port...]/chroot"``: ZooKeeper, the tree kept under
+  ``/chroot`` (``/embedlog`` when the URI has no path). Several processes can
+  share a cluster this way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from embedlog.metadata.store import MetadataStore
+
+ACCEPTED_FORMS = (
+    "None (embedded LevelDB under data_dir/metadata), 'memory://', "
+    "or 'zk://host:port[,host:port...]/chroot'"
+)
+
+
+def _bad(uri: str, why: str) -> ValueError:
+    return ValueError(f"unsupported metadata URI {uri!r}: {why}; accepted forms: {ACCEPTED_FORMS}")
+
+
+def parse_zk_uri(uri: str) -> tuple[str, str]:
+    """``zk://h1:p1,h2:p2/chroot`` -> ("h1:p1,h2:p2", "/chroot"); ValueError if malformed."""
+    rest = uri[len("zk://") :]
+    hosts, slash, path = rest.partition("/")
+    chroot = "/" + path.rstrip("/") if slash else ""
+    if "?" in hosts or "#" in hosts or "?" in path or "#" in path:
+        raise _bad(uri, "query strings and fragments are not supported")
+    if not hosts:
+        raise _bad(uri, "no ZooKeeper host")
+    for host in hosts.split(","):
+        name, colon, port = host.rpartition(":")
+        if not colon or not name or not port.isdigit() or not 0 < int(port) < 65536:
+            raise _bad(uri, f"{host!r} is not host:port")
+    if "//" in chroot:
+        raise _bad(uri, f"empty path component in chroot {chroot!r}")
+    return hosts, chroot
+
+
+def open_store(uri: str | None, data_dir: Path) -> MetadataStore:
+    """Open the metadata store ``uri`` names (see the module docstring for the forms)."""
+    # Imports are local so that a process using one store never needs the others'
+    # dependencies (kazoo is an optional extra).
+    if uri is None:
+        from embedlog.metadata.leveldb_store import LevelDBMetadataStore
+
+        return LevelDBMetadataStore(Path(data_dir) / "metadata")
+    if not isinstance(uri, str):
+        raise TypeError(f"metadata URI must be a str or None, not {type(uri).__name__}")
+    if uri == "memory://":
+        from embedlog.metadata.memory import MemoryMetadataStore
+
+        return MemoryMetadataStore()
+    if uri.startswith("zk://"):
+        hosts, chroot = parse_zk_uri(uri)
+        from embedlog.metadata.zookeeper_store import DEFAULT_CHROOT, ZooKeeperMetadataStore
+
+        return ZooKeeperMetadataStore(hosts, chroot or DEFAULT_CHROOT)
+    raise _bad(uri, "unknown scheme")
+
+
+__all__ = ["ACCEPTED_FORMS", "open_store", "parse_zk_uri"]

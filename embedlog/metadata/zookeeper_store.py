@@ -1,0 +1,245 @@
+"""ZooKeeperMetadataStore: the metadata store for clusters shared between processes.
+
+ZooKeeper already is the tree this interface describes: node versions are the
+``stat.version`` compare-and-swap uses, ephemeral nodes are real ones (they
+belong to the client session), and ``session()`` opens a connection of its own.
+
+Paths are prefixed with ``chroot`` by this class rather than by kazoo's chroot
+support, so that the chroot can be created on first use and ``children("/")``
+can hide ZooKeeper's own ``/zookeeper`` node when the chroot is the root.
+
+Differences from the local stores, inherent to ZooKeeper: parents a ``create``
+implies become real (empty) nodes, so they exist for ``get`` and cannot be
+``create``d afterwards; and ephemeral nodes cannot have children.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NotEmptyError,
+    RolledBackError,
+)
+from kazoo.exceptions import NodeExistsError as KazooNodeExistsError
+from kazoo.exceptions import NoNodeError as KazooNoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from embedlog.errors import MetadataError
+from embedlog.metadata.memory import normalize
+from embedlog.metadata.store import (
+    ANY_VERSION,
+    MetadataStore,
+    MetadataVersionError,
+    NodeExistsError,
+    NoNodeError,
+)
+
+DEFAULT_CHROOT = "/embedlog"
+_RESERVED = "zookeeper"  # ZooKeeper's own subtree under "/"
+
+
+def _normalize_chroot(chroot: str) -> str:
+    chroot = normalize(chroot or "/")
+    return "" if chroot == "/" else chroot
+
+
+@contextlib.contextmanager
+def _mapped(path: str) -> Iterator[None]:
+    """Turn kazoo's exceptions into the MetadataStore ones."""
+    try:
+        yield
+    except KazooNoNodeError:
+        raise NoNodeError(f"{path} does not exist") from None
+    except KazooNodeExistsError:
+        raise NodeExistsError(f"{path} exists") from None
+    except BadVersionError:
+        raise MetadataVersionError(f"{path}: version changed") from None
+    except KazooException as exc:
+        # ConnectionLoss, SessionExpired, ...: a write's outcome is unknown.
+        raise MetadataError(f"ZooKeeper {type(exc).__name__} on {path}: {exc}") from exc
+
+
+class ZooKeeperMetadataStore(MetadataStore):
+    # Every call is a network round trip.
+    blocking_io = True
+
+    def __init__(
+        self,
+        hosts: str,
+        chroot: str = DEFAULT_CHROOT,
+        *,
+        timeout: float = 10.0,
+        connect_timeout: float = 15.0,
+    ) -> None:
+        """Connect to ``hosts`` ("host:port[,host:port...]") and keep the tree under ``chroot``."""
+        self.hosts = hosts
+        self.chroot = _normalize_chroot(chroot)
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._closed = False
+        self._client = self._connect()
+        if self.chroot:
+            with _mapped(self.chroot):
+                self._client.ensure_path(self.chroot)
+
+    def _connect(self, client_id: tuple[int, bytes] | None = None) -> KazooClient:
+        client = KazooClient(hosts=self.hosts, timeout=self._timeout, client_id=client_id)
+        try:
+            client.start(timeout=self._connect_timeout)
+        except KazooTimeoutError:
+            # start() has already stopped the client, so it does not retry forever.
+            raise MetadataError(
+                f"cannot connect to ZooKeeper at {self.hosts} within {self._connect_timeout:g}s"
+            ) from None
+        return client
+
+    def _full(self, path: str) -> str:
+        path = normalize(path)
+        if not self.chroot:
+            return path
+        return self.chroot if path == "/" else self.chroot + path
+
+    # -- MetadataStore -------------------------------------------------------------------------
+
+    def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
+        with _mapped(path):
+            self._client.create(self._full(path), bytes(data), ephemeral=ephemeral, makepath=True)
+        return 0  # ZooKeeper starts every node at version 0
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        with _mapped(path):
+            data, stat = self._client.retry(self._client.get, self._full(path))
+        return bytes(data), int(stat.version)
+
+    def set(self, path: str, data: bytes, version: int) -> int:
+        with _mapped(path):
+            stat = self._client.set(self._full(path), bytes(data), version=version)
+        return int(stat.version)
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        full = self._full(path)
+        while True:
+            with _mapped(path):
+                doomed = self._descendants(full)
+                if not doomed:
+                    self._client.delete(full, version=version)
+                    return
+                # One multi-op, children first: the subtree goes atomically, and the
+                # version check on the node itself decides whether anything goes.
+                txn = self._client.transaction()
+                for p in doomed:
+                    txn.delete(p)
+                txn.delete(full, version=version)
+                results = txn.commit()
+            failures = [
+                r
+                for r in results
+                if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+            ]
+            failure = failures[0] if failures else None
+            if failure is None:
+                return
+            if isinstance(failure, NotEmptyError | KazooNoNodeError) and not (
+                isinstance(failure, KazooNoNodeError) and results[-1] is failure
+            ):
+                # The subtree changed under us (a child came or went): list it again.
+                continue
+            with _mapped(path):
+                raise failure
+
+    def _descendants(self, full: str) -> list[str]:
+        """Every node below ``full``, deepest first (the order a multi-op can delete them)."""
+        out: list[str] = []
+        for name in self._client.retry(self._client.get_children, full):
+            child = f"{full}/{name}" if full != "/" else f"/{name}"
+            if full == "/" and name == _RESERVED:
+                continue
+            out.extend(self._descendants(child))
+            out.append(child)
+        return out
+
+    def children(self, path: str) -> list[str]:
+        full = self._full(path)
+        try:
+            with _mapped(path):
+                names = self._client.retry(self._client.get_children, full)
+        except NoNodeError:
+            return []
+        if full == "/":
+            names = [n for n in names if n != _RESERVED]
+        return sorted(names)
+
+    def session(self) -> ZooKeeperSession:
+        return ZooKeeperSession(
+            self.hosts,
+            self.chroot or "/",
+            timeout=self._timeout,
+            connect_timeout=self._connect_timeout,
+        )
+
+    def close(self) -> None:
+        """Close the connection; ZooKeeper removes this session's ephemeral nodes at once."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._client.stop()
+        self._client.close()
+
+    def __enter__(self) -> ZooKeeperMetadataStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class ZooKeeperSession(ZooKeeperMetadataStore):
+    """A store with a ZooKeeper session (connection) of its own, e.g. a bookie's registration."""
+
+    def expire(self) -> None:
+        """End the session abruptly, as when its process crashes and ZooKeeper times it out.
+
+        Waiting out the session timeout would make every crash test slow, so the
+        session is expired the way ZooKeeper's own tests do it: a second
+        connection attaches to the same session id and closes it. The server
+        removes the ephemerals at once and the original client sees an expired
+        session, not a polite close.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        original = self._client
+        try:
+            session = original.client_id
+            for _ in range(5):
+                if session is None:
+                    break
+                # The original client may reconnect and win the session back before
+                # the thief closes it; retry until attaching finds the session gone.
+                thief = KazooClient(hosts=self.hosts, timeout=self._timeout, client_id=session)
+                try:
+                    thief.start(timeout=self._connect_timeout)
+                    stolen = thief.client_id is not None and thief.client_id[0] == session[0]
+                finally:
+                    thief.stop()  # closes the stolen session: its ephemerals vanish
+                    thief.close()
+                if not stolen:
+                    break
+        except (KazooException, KazooTimeoutError):
+            pass  # the fallback below still ends the session
+        finally:
+            # If stealing failed, this clean close still removes the ephemerals.
+            original.stop()
+            original.close()
+
+
+__all__ = ["DEFAULT_CHROOT", "ZooKeeperMetadataStore", "ZooKeeperSession"]
