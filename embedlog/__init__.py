@@ -1,1 +1,78 @@
-"""embedlog: an embeddable replicated log (Apache BookKeeper's replication protocol)."""
+"""embedlog: an embeddable replicated log (Apache BookKeeper's replication protocol).
+
+Start with ``LocalCluster`` (bookies in this process) and ``cluster.client()``;
+see README.md and docs/.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from embedlog.errors import (
+    BKError,
+    BKTimeoutError,
+    CookieError,
+    DigestMismatchError,
+    InvalidTermError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerRecoveryError,
+    MetadataVersionError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    UnauthorizedAccessError,
+    UnknownError,
+)
+from embedlog.ledger.entries import Entry
+from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.wire.entry import DigestType
+
+if TYPE_CHECKING:
+    from embedlog.client import Client
+    from embedlog.cluster import LocalCluster
+    from embedlog.ledger.handles import ReadHandle, WriteHandle
+
+# The heavier pieces load on first use, so `import embedlog.wire` (or a bookie
+# process) does not pull in the whole client and cluster.
+_LAZY = {
+    "Client": "embedlog.client",
+    "LocalCluster": "embedlog.cluster",
+    "ReadHandle": "embedlog.ledger.handles",
+    "WriteHandle": "embedlog.ledger.handles",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'embedlog' has no attribute {name!r}")
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BKError",
+    "BKTimeoutError",
+    "Client",
+    "CookieError",
+    "DigestMismatchError",
+    "DigestType",
+    "Entry",
+    "InvalidTermError",
+    "LedgerClosedError",
+    "LedgerFencedError",
+    "LedgerMetadata",
+    "LedgerRecoveryError",
+    "LedgerState",
+    "LocalCluster",
+    "MetadataVersionError",
+    "NoSuchEntryError",
+    "NoSuchLedgerError",
+    "NotEnoughBookiesError",
+    "ReadHandle",
+    "UnauthorizedAccessError",
+    "UnknownError",
+    "WriteHandle",
+]

@@ -7,9 +7,12 @@ decoded and validated the same way whichever path it took.
 Frame layout (big-endian), after the transport's own length prefix:
 
 request : version u8 | op u8 | txn u64 | ledger i64 | entry i64 | flags u8
-          | term i64 | timeout_ms u32 | key_len u16 | master_key | body
+          | term i64 | lafr i64 | timeout_ms u32 | key_len u16 | master_key | body
 response: version u8 | op u8 | txn u64 | status i16 | ledger i64 | entry i64
-          | lac i64 | last_entry i64 | term i64 | body
+          | lac i64 | last_entry i64 | term i64 | lafr i64 | body
+
+``lafr`` is the last add fully replicated (every bookie of the write set
+confirmed it): unbounded ledgers recover forward from it.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from attrs import frozen
 
 PROTOCOL_VERSION = 1
 
-_REQ = struct.Struct(">BBQqqBqIH")
-_RESP = struct.Struct(">BBQhqqqqq")
+_REQ = struct.Struct(">BBQqqBqqIH")
+_RESP = struct.Struct(">BBQhqqqqqq")
 
 
 class FrameError(ValueError):
@@ -66,6 +69,7 @@ class Request:
     timeout_ms: int = 0
     master_key: bytes = b""
     body: bytes = b""
+    lafr: int = -1
 
     @property
     def kind(self) -> str:
@@ -90,6 +94,7 @@ class Request:
                 self.entry_id,
                 self.flags,
                 self.term,
+                self.lafr,
                 self.timeout_ms,
                 len(self.master_key),
             )
@@ -101,7 +106,9 @@ class Request:
     def decode(cls, frame: bytes | memoryview) -> Request:
         if len(frame) < _REQ.size:
             raise FrameError(f"request frame too short: {len(frame)} bytes < {_REQ.size}")
-        version, op, txn, ledger, entry, flags, term, timeout_ms, klen = _REQ.unpack_from(frame)
+        version, op, txn, ledger, entry, flags, term, lafr, timeout_ms, klen = _REQ.unpack_from(
+            frame
+        )
         if version != PROTOCOL_VERSION:
             raise FrameError(f"unsupported protocol version {version}")
         try:
@@ -121,6 +128,7 @@ class Request:
             timeout_ms,
             bytes(frame[_REQ.size : end]),
             bytes(frame[end:]),
+            lafr,
         )
 
 
@@ -135,6 +143,7 @@ class Response:
     last_entry_id: int = -1
     term: int = NO_TERM
     body: bytes = b""
+    lafr: int = -1
 
     def encode(self) -> bytes:
         return (
@@ -148,6 +157,7 @@ class Response:
                 self.lac,
                 self.last_entry_id,
                 self.term,
+                self.lafr,
             )
             + self.body
         )
@@ -156,14 +166,16 @@ class Response:
     def decode(cls, frame: bytes | memoryview) -> Response:
         if len(frame) < _RESP.size:
             raise FrameError(f"response frame too short: {len(frame)} bytes < {_RESP.size}")
-        version, op, txn, status, ledger, entry, lac, last, term = _RESP.unpack_from(frame)
+        version, op, txn, status, ledger, entry, lac, last, term, lafr = _RESP.unpack_from(frame)
         if version != PROTOCOL_VERSION:
             raise FrameError(f"unsupported protocol version {version}")
         try:
             opcode = OpCode(op)
         except ValueError:
             raise FrameError(f"unknown op code {op}") from None
-        return cls(opcode, txn, status, ledger, entry, lac, last, term, bytes(frame[_RESP.size :]))
+        return cls(
+            opcode, txn, status, ledger, entry, lac, last, term, bytes(frame[_RESP.size :]), lafr
+        )
 
     @classmethod
     def to(cls, req: Request, status: int, **fields: object) -> Response:

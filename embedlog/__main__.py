@@ -1,0 +1,3 @@
+from embedlog.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,204 @@
+"""Client: creates, opens, recovers and deletes ledgers (the API.md contract)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Mapping
+
+from embedlog.errors import NotEnoughBookiesError
+from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES, BookieClient
+from embedlog.ledger.context import ClientContext
+from embedlog.ledger.handles import ReadHandle, WriteHandle
+from embedlog.ledger.placement import PlacementPolicy, RandomPlacement
+from embedlog.ledger.reader import read_lac
+from embedlog.ledger.recovery import check_password, recover_ledger
+from embedlog.ledger.writer import LedgerWriter
+from embedlog.metadata.client import MetadataClient
+from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.runtime import Runtime
+from embedlog.transport.base import Transport
+from embedlog.wire.entry import DigestType, master_key
+from embedlog.wire.messages import OpCode
+
+
+def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
+    if not ensemble_size >= write_quorum >= ack_quorum >= 1:
+        raise ValueError(
+            "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+            f"E={ensemble_size} WQ={write_quorum} AQ={ack_quorum}"
+        )
+
+
+class Client:
+    def __init__(
+        self,
+        runtime: Runtime,
+        metadata: MetadataClient,
+        transport: Transport,
+        *,
+        name: str = "client",
+        request_timeout: float = 5.0,
+        placement: PlacementPolicy | None = None,
+        add_entry_quorum_timeout: float = 60.0,
+        explicit_lac_interval: float = 0.2,
+        unsafe_recovery_reads_without_fence: bool = False,
+        unsafe_recovery_from_minus_one: bool = False,
+    ) -> None:
+        if request_timeout <= 0:
+            raise ValueError(f"request_timeout must be > 0, got {request_timeout}")
+        self.name = name
+        self._runtime = runtime
+        self.ctx = ClientContext(
+            BookieClient(transport, name, request_timeout),
+            metadata,
+            placement or RandomPlacement(),
+            add_entry_quorum_timeout=add_entry_quorum_timeout,
+            explicit_lac_interval=explicit_lac_interval,
+            unsafe_recovery_reads_without_fence=unsafe_recovery_reads_without_fence,
+            unsafe_recovery_from_minus_one=unsafe_recovery_from_minus_one,
+        )
+        self._writers: list[LedgerWriter] = []
+        self._closed = False
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    # -- bounded ledgers ---------------------------------------------------------------------
+
+    def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        *,
+        digest: DigestType = DigestType.CRC32C,
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> WriteHandle:
+        return self._runtime.run(
+            self.create_ledger_aio(
+                ensemble_size,
+                write_quorum,
+                ack_quorum,
+                digest=digest,
+                password=password,
+                custom_metadata=custom_metadata,
+            )
+        )
+
+    async def create_ledger_aio(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        *,
+        digest: DigestType = DigestType.CRC32C,
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> WriteHandle:
+        md = await self.new_ledger_metadata(
+            ensemble_size,
+            write_quorum,
+            ack_quorum,
+            digest=digest,
+            password=password,
+            custom_metadata=custom_metadata,
+        )
+        writer = LedgerWriter(self.ctx, md, password)
+        self._writers.append(writer)
+        return WriteHandle(self._runtime, self.ctx, writer)
+
+    async def new_ledger_metadata(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        *,
+        digest: DigestType,
+        password: bytes,
+        custom_metadata: Mapping[str, bytes] | None,
+        unbounded: bool = False,
+    ) -> LedgerMetadata:
+        check_quorums(ensemble_size, write_quorum, ack_quorum)
+        if not isinstance(digest, DigestType):
+            raise TypeError(f"digest must be a DigestType, not {digest!r}")
+        available = await self.ctx.writable_bookies()
+        if len(available) < ensemble_size:
+            raise NotEnoughBookiesError(
+                f"need {ensemble_size} writable bookies, {len(available)} available"
+            )
+        ensemble = self.ctx.placement.new_ensemble(ensemble_size, write_quorum, available, set())
+        md = LedgerMetadata(
+            ledger_id=-1,
+            ensemble_size=ensemble_size,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            fragments=[(0, tuple(ensemble))],
+            digest_type=digest,
+            password_hash=master_key(password).hex(),
+            custom_metadata=dict(custom_metadata or {}),
+            term=1 if unbounded else -1,
+            unbounded=unbounded,
+            ctime=time.time(),
+        )
+        return await self.ctx.meta(self.ctx.metadata.create_ledger, md)
+
+    def open_ledger(self, ledger_id: int, *, password: bytes = b"", recover: bool = True) -> ReadHandle:
+        return self._runtime.run(self.open_ledger_aio(ledger_id, password=password, recover=recover))
+
+    async def open_ledger_aio(
+        self, ledger_id: int, *, password: bytes = b"", recover: bool = True
+    ) -> ReadHandle:
+        if recover:
+            md = await recover_ledger(self.ctx, ledger_id, password)
+            return ReadHandle(self._runtime, self.ctx, md, password, md.last_entry_id)
+        md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
+        check_password(md, password)
+        lac = md.last_entry_id
+        if md.state is not LedgerState.CLOSED:
+            try:
+                lac = await read_lac(self.ctx, md)
+            except UNKNOWN_OUTCOMES:
+                lac = -1  # nobody answered yet: start from nothing confirmed
+        return ReadHandle(self._runtime, self.ctx, md, password, lac)
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        self._runtime.run(self.delete_ledger_aio(ledger_id))
+
+    async def delete_ledger_aio(self, ledger_id: int) -> None:
+        md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
+        await self.ctx.meta(self.ctx.metadata.delete_ledger, ledger_id)
+
+        async def drop(b: str) -> None:
+            try:
+                await self.ctx.bookies.call(b, OpCode.DELETE_LEDGER, ledger_id)
+            except UNKNOWN_OUTCOMES:
+                pass  # the auditor's garbage collection finds orphans later
+
+        await asyncio.gather(*(drop(b) for b in md.bookies()))
+
+    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        return self._runtime.run(self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id))
+
+    def list_ledgers(self) -> Iterator[int]:
+        return iter(self._runtime.run(self.ctx.meta(lambda: list(self.ctx.metadata.list_ledgers()))))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        async def stop_all() -> None:
+            for w in self._writers:
+                w.stop()
+
+        if not self._runtime.loop.is_closed():
+            self._runtime.run(stop_all())
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,325 @@
+"""LocalCluster: a whole BookKeeper-style cluster in this process, for applications and tests.
+
+Bookies keep their data under ``data_dir/<bookie-id>/`` (journal/, ledgers/,
+index/); the metadata store is embedded under ``data_dir/metadata`` unless a
+``metadata_uri`` names another. Reopening a LocalCluster on the same
+``data_dir`` brings the same bookies back with their data.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from embedlog.bookie.bookie import Bookie, BookieState
+from embedlog.bookie.config import BookieConfig
+from embedlog.client import Client
+from embedlog.errors import error_for_status
+from embedlog.metadata.client import MetadataClient
+from embedlog.metadata.store import MetadataStore
+from embedlog.metadata.uri import open_store
+from embedlog.runtime import Runtime
+from embedlog.transport.base import Transport, next_txn
+from embedlog.transport.faults import NetworkFaults
+from embedlog.transport.inprocess import InProcessTransport
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import HEADER, Digester
+from embedlog.wire.messages import OpCode, Request
+
+log = logging.getLogger(__name__)
+
+_BOOKIE_DIR = re.compile(r"^bookie-(\d+)$")
+WIPE_TARGETS = ("journal", "ledgers", "index", "all")
+ADMIN = "admin"  # the client name of LocalCluster's own requests (read_from_bookie)
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        num_bookies: int = 3,
+        data_dir: str | Path | None = None,
+        *,
+        transport: str = "inprocess",
+        tls: bool = False,
+        metadata_uri: str | None = None,
+        journal_write_data: bool = True,
+        **bookie_config: Any,
+    ) -> None:
+        if not isinstance(num_bookies, int) or num_bookies < 0:
+            raise ValueError(f"num_bookies must be a whole number >= 0, got {num_bookies!r}")
+        if transport not in ("inprocess", "tcp"):
+            raise ValueError(f"transport must be 'inprocess' or 'tcp', got {transport!r}")
+        if tls and transport != "tcp":
+            raise ValueError("tls=True needs transport='tcp'")
+        self._settings: dict[str, Any] = dict(bookie_config, journal_write_data=journal_write_data)
+        # Validate settings now, not at the first boot: a typo should fail right here.
+        BookieConfig.from_settings("probe", Path("."), **self._settings)
+        self.num_bookies = num_bookies
+        self.transport_kind = transport
+        self.tls = tls
+        self.metadata_uri = metadata_uri
+        self._data_dir_arg = Path(data_dir) if data_dir is not None else None
+        self.data_dir: Path | None = None
+        self._own_dir = False
+        self._lock = threading.RLock()
+        self._bookies: dict[str, Bookie] = {}
+        self._sessions: dict[str, MetadataStore] = {}
+        self._known: list[str] = []
+        self._clients: list[Client] = []
+        self.network = NetworkFaults()
+        self._runtime: Runtime | None = None
+        self._store: MetadataStore | None = None
+        self._meta: MetadataClient | None = None
+        self._transport: Transport | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> LocalCluster:
+        if self._runtime is not None:
+            return self
+        if self._data_dir_arg is None:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="embedlog-"))
+            self._own_dir = True
+        else:
+            self.data_dir = self._data_dir_arg
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._runtime = Runtime("embedlog-cluster")
+        try:
+            self._store = open_store(self.metadata_uri, self.data_dir)
+            self._meta = MetadataClient(self._store)
+            self._transport = self._make_transport()
+            existing = sorted(
+                (p.name for p in self.data_dir.iterdir() if _BOOKIE_DIR.match(p.name)),
+                key=lambda n: int(n.split("-")[1]),
+            )
+            self._known = list(existing)
+            for bid in existing:
+                self.start_bookie(bid)
+            while len(self._known) < self.num_bookies:
+                self.add_bookie()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _make_transport(self) -> Transport:
+        if self.transport_kind == "tcp":
+            from embedlog.transport.tcp import TcpCluster
+
+            return TcpCluster(self, tls=self.tls)
+        return InProcessTransport(self._serving, self.network)
+
+    def _serving(self, bookie_id: str) -> Bookie | None:
+        b = self._bookies.get(bookie_id)
+        return b if b is not None and b.state is BookieState.SERVING else None
+
+    def stop(self) -> None:
+        with self._lock:
+            for c in self._clients:
+                try:
+                    c.close()
+                except Exception:
+                    log.exception("closing client %s", c.name)
+            self._clients.clear()
+            rt = self._runtime
+            if rt is not None:
+                for bid, b in list(self._bookies.items()):
+                    if b.state in (BookieState.SERVING, BookieState.BOOTING):
+                        try:
+                            rt.run(b.stop(), timeout=60)
+                        except Exception:
+                            log.exception("stopping bookie %s", bid)
+                    self._end_session(bid, clean=True)
+                if self._transport is not None:
+                    try:
+                        rt.run(self._transport.close(), timeout=10)
+                    except Exception:
+                        log.exception("closing transport")
+                rt.close()
+            self._bookies.clear()
+            if self._store is not None:
+                self._store.close()
+            self._runtime = self._store = self._meta = self._transport = None
+            if self._own_dir and self.data_dir is not None:
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- accessors -----------------------------------------------------------------------------
+
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            raise RuntimeError("the cluster is not started: use `with LocalCluster(...)` or .start()")
+        return self._runtime
+
+    @property
+    def metadata(self) -> MetadataClient:
+        self.runtime  # noqa: B018 - raises if not started
+        assert self._meta is not None
+        return self._meta
+
+    @property
+    def transport(self) -> Transport:
+        self.runtime  # noqa: B018
+        assert self._transport is not None
+        return self._transport
+
+    @property
+    def bookie_ids(self) -> list[str]:
+        return list(self._known)
+
+    def bookie(self, bookie_id: str) -> Bookie:
+        """The bookie object (the current incarnation) for ``bookie_id``."""
+        try:
+            return self._bookies[bookie_id]
+        except KeyError:
+            raise KeyError(f"unknown bookie {bookie_id!r}; bookies: {self._known}") from None
+
+    def bookie_config(self, bookie_id: str) -> BookieConfig:
+        assert self.data_dir is not None
+        settings = dict(self._settings)
+        if self.transport_kind == "tcp":
+            settings.setdefault("address", "")
+        return BookieConfig.from_settings(bookie_id, self.data_dir / bookie_id, **settings)
+
+    def running_bookies(self) -> list[str]:
+        return [b for b in self._known if self._serving(b) is not None]
+
+    # -- bookie control ------------------------------------------------------------------------
+
+    def add_bookie(self) -> str:
+        with self._lock:
+            taken = {int(b.split("-")[1]) for b in self._known}
+            n = 1
+            while n in taken:
+                n += 1
+            bid = f"bookie-{n}"
+            self._known.append(bid)
+            self.start_bookie(bid)
+            return bid
+
+    def start_bookie(self, bookie_id: str) -> None:
+        """Boot ``bookie_id``: cookie check, unclean-shutdown check, BP-46 phases."""
+        with self._lock:
+            self._require_known(bookie_id)
+            current = self._bookies.get(bookie_id)
+            if current is not None and current.state in (BookieState.SERVING, BookieState.BOOTING):
+                raise RuntimeError(f"bookie {bookie_id} is already running")
+            config = self.bookie_config(bookie_id)
+            assert self._store is not None and self._meta is not None
+            session = self._store.session()
+            bookie = Bookie(config, self._meta, session)
+            self._bookies[bookie_id] = bookie
+            self._sessions[bookie_id] = session
+            try:
+                self.runtime.run(bookie.start())
+            except BaseException:
+                self._end_session(bookie_id, clean=True)
+                raise
+            hook = getattr(self._transport, "bookie_started", None)
+            if hook is not None:
+                hook(bookie_id, bookie)
+
+    def stop_bookie(self, bookie_id: str) -> None:
+        """Clean shutdown: everything is flushed and the unclean-shutdown bit cleared."""
+        with self._lock:
+            bookie = self._running(bookie_id)
+            self._transport_stopped(bookie_id)
+            self.runtime.run(bookie.stop())
+            self._end_session(bookie_id, clean=True)
+
+    def crash_bookie(self, bookie_id: str) -> None:
+        """Abrupt stop: the bookie loses everything its storage had not made durable."""
+        with self._lock:
+            bookie = self._running(bookie_id)
+            self._transport_stopped(bookie_id)
+            self.runtime.call(bookie.crash)
+            self._end_session(bookie_id, clean=False)
+
+    def wipe_bookie(self, bookie_id: str, what: str = "all") -> None:
+        """Replace a stopped bookie's disk(s) with empty ones."""
+        if what not in WIPE_TARGETS:
+            raise ValueError(f"what must be one of {WIPE_TARGETS}, got {what!r}")
+        with self._lock:
+            self._require_known(bookie_id)
+            b = self._bookies.get(bookie_id)
+            if b is not None and b.state in (BookieState.SERVING, BookieState.BOOTING):
+                raise RuntimeError(f"stop or crash bookie {bookie_id} before wiping its disks")
+            config = self.bookie_config(bookie_id)
+            dirs = {
+                "journal": [config.journal_dir],
+                "ledgers": [config.ledger_dir],
+                "index": [config.index_dir],
+                "all": [config.journal_dir, config.ledger_dir, config.index_dir],
+            }[what]
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
+                d.mkdir(parents=True, exist_ok=True)
+
+    def _transport_stopped(self, bookie_id: str) -> None:
+        hook = getattr(self._transport, "bookie_stopped", None)
+        if hook is not None:
+            hook(bookie_id)
+
+    def _end_session(self, bookie_id: str, *, clean: bool) -> None:
+        session = self._sessions.pop(bookie_id, None)
+        if session is None:
+            return
+        expire = getattr(session, "expire", None)
+        if not clean and expire is not None:
+            expire()
+        else:
+            session.close()
+
+    def _require_known(self, bookie_id: str) -> None:
+        if bookie_id not in self._known:
+            raise KeyError(f"unknown bookie {bookie_id!r}; bookies: {self._known}")
+
+    def _running(self, bookie_id: str) -> Bookie:
+        self._require_known(bookie_id)
+        b = self._bookies.get(bookie_id)
+        if b is None or b.state is not BookieState.SERVING:
+            raise RuntimeError(f"bookie {bookie_id} is not running")
+        return b
+
+    # -- clients and inspection ----------------------------------------------------------------
+
+    def client(self, name: str = "c1", request_timeout: float = 5.0, **options: Any) -> Client:
+        c = Client(
+            self.runtime,
+            self.metadata,
+            self.transport,
+            name=name,
+            request_timeout=request_timeout,
+            **options,
+        )
+        self._clients.append(c)
+        return c
+
+    def read_from_bookie(self, bookie_id: str, ledger_id: int, entry_id: int) -> bytes:
+        """A plain read to one bookie: the payload it stores, else its answer as an error."""
+        req = Request(OpCode.READ, next_txn(), ledger_id, entry_id)
+        resp = self.runtime.run(self.transport.request(ADMIN, bookie_id, req, 10.0))
+        if resp.status != StatusCode.EOK:
+            raise error_for_status(resp.status, f"bookie {bookie_id}, entry {ledger_id}:{entry_id}")
+        try:
+            digest = self.metadata.read_ledger(ledger_id).digest_type
+            return resp.body[HEADER.size + Digester(digest).digest_len :]
+        except Exception:
+            return resp.body[HEADER.size :]
+
+    def check_metadata(self) -> Any:
+        """BP-34: check every closed ledger's placement and replication against the bookies."""
+        from embedlog.auditor.checker import MetadataChecker
+
+        return MetadataChecker(self.metadata, self.transport, self.runtime).run()

@@ -1,0 +1,36 @@
+"""The client's view of the bookies: send one request, get one answer or an 'unknown'."""
+
+from __future__ import annotations
+
+from embedlog.errors import BKTimeoutError, BookieUnavailableError
+from embedlog.transport.base import Transport, next_txn
+from embedlog.wire.messages import NO_TERM, OpCode, Request, Response
+
+# Transport failures that say nothing about the bookie's state: the outcome is unknown.
+UNKNOWN_OUTCOMES = (BKTimeoutError, BookieUnavailableError)
+
+
+class BookieClient:
+    def __init__(self, transport: Transport, name: str, request_timeout: float) -> None:
+        self.transport = transport
+        self.name = name
+        self.request_timeout = request_timeout
+
+    async def call(
+        self,
+        bookie_id: str,
+        op: OpCode,
+        ledger_id: int,
+        entry_id: int = -1,
+        *,
+        flags: int = 0,
+        term: int = NO_TERM,
+        master_key: bytes = b"",
+        body: bytes = b"",
+        timeout_ms: int = 0,
+        timeout: float | None = None,
+    ) -> Response:
+        """One request; raises BKTimeoutError/BookieUnavailableError when the outcome is unknown."""
+        req = Request(op, next_txn(), ledger_id, entry_id, flags, term, timeout_ms, master_key, body)
+        wait = self.request_timeout if timeout is None else timeout
+        return await self.transport.request(self.name, bookie_id, req, wait)

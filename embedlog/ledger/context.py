@@ -1,0 +1,48 @@
+"""What every ledger operation of one client shares: bookies, metadata, placement, settings."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from attrs import define
+
+from embedlog.ledger.bookie_client import BookieClient
+from embedlog.ledger.placement import PlacementPolicy
+from embedlog.metadata.client import MetadataClient
+
+T = TypeVar("T")
+
+
+@define
+class ClientContext:
+    bookies: BookieClient
+    metadata: MetadataClient
+    placement: PlacementPolicy
+    # How long a writer keeps retrying an entry that cannot reach its ack quorum
+    # (no replacement bookie) before failing it with NotEnoughBookiesError.
+    add_entry_quorum_timeout: float = 60.0
+    # An idle writer sends its LAC explicitly after this long, so followers see the last
+    # entry without waiting for the next one (0 disables).
+    explicit_lac_interval: float = 0.2
+    recovery_read_window: int = 16
+    # UNSAFE, for tests only: break one recovery rule each, to show the damage the rule prevents.
+    unsafe_recovery_reads_without_fence: bool = False  # the model's "Defect 1"
+    unsafe_recovery_from_minus_one: bool = False  # the model's "Defect 2"
+
+    @property
+    def name(self) -> str:
+        return self.bookies.name
+
+    async def meta(self, fn: Callable[..., T], *args: Any) -> T:
+        """Call the (blocking) metadata client without stalling the loop on slow stores."""
+        if self.metadata.store.blocking_io:
+            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        return fn(*args)
+
+    async def writable_bookies(self) -> dict[str, dict[str, object]]:
+        def _load() -> dict[str, dict[str, object]]:
+            return {b: self.metadata.bookie_info(b) or {} for b in self.metadata.writable_bookies()}
+
+        return await self.meta(_load)

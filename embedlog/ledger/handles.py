@@ -1,0 +1,176 @@
+"""WriteHandle and ReadHandle: the blocking public API over the async ledger core."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any
+
+from embedlog.errors import BKError, ReadPastLastConfirmedError
+from embedlog.ledger.context import ClientContext
+from embedlog.ledger.entries import Entry
+from embedlog.ledger.reader import read_lac, read_range
+from embedlog.ledger.writer import LedgerWriter
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.runtime import Runtime
+from embedlog.wire.entry import Digester
+
+
+def chain(afut: asyncio.Future[Any], cfut: concurrent.futures.Future[Any]) -> None:
+    """Complete a concurrent future from an asyncio one (called on the loop)."""
+
+    def done(f: asyncio.Future[Any]) -> None:
+        if f.cancelled():
+            cfut.cancel()
+        elif f.exception() is not None:
+            cfut.set_exception(f.exception())  # type: ignore[arg-type]
+        else:
+            cfut.set_result(f.result())
+
+    afut.add_done_callback(done)
+
+
+def check_range(first: int, last: int) -> None:
+    if first < 0 or last < first:
+        raise ValueError(f"bad entry range {first}..{last}: need 0 <= first <= last")
+
+
+async def read_entries(
+    ctx: ClientContext, md: LedgerMetadata, digester: Digester, first: int, last: int
+) -> list[Entry]:
+    rows = await read_range(ctx, md, digester, first, last)
+    return [Entry(md.ledger_id, eid, bytes(payload)) for eid, _hdr, payload in rows]
+
+
+class WriteHandle:
+    """A ledger this client created and writes (single writer)."""
+
+    def __init__(self, runtime: Runtime, ctx: ClientContext, writer: LedgerWriter) -> None:
+        self._runtime = runtime
+        self._ctx = ctx
+        self._writer = writer
+        self._loop = runtime.loop
+
+    @property
+    def ledger_id(self) -> int:
+        return self._writer.md.ledger_id
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._writer.md
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._writer.lac
+
+    def add_async(self, data: bytes) -> concurrent.futures.Future[int]:
+        """Queue ``data``; the future gives its entry id once it (and all before it) is acked."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
+        cfut: concurrent.futures.Future[int] = concurrent.futures.Future()
+        payload = bytes(data)
+
+        def enqueue() -> None:
+            chain(self._writer.add(payload), cfut)
+
+        self._loop.call_soon_threadsafe(enqueue)
+        return cfut
+
+    def add(self, data: bytes) -> int:
+        return self.add_async(data).result()
+
+    async def add_aio(self, data: bytes) -> int:
+        """The asyncio flavour (call on the runtime loop)."""
+        return await self._writer.add(bytes(data))
+
+    def close(self) -> None:
+        self._runtime.run(self._writer.close())
+
+    def read(self, first: int, last: int) -> list[Entry]:
+        check_range(first, last)
+        lac = self._writer.lac
+        if last > lac:
+            raise ReadPastLastConfirmedError(
+                f"ledger {self.ledger_id}: entry {last} is past the last add confirmed {lac}"
+            )
+        return self._runtime.run(
+            read_entries(self._ctx, self._writer.md, self._writer.digester, first, last)
+        )
+
+    def __enter__(self) -> WriteHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._writer.error is None:
+            try:
+                self.close()
+            except BKError:
+                if exc[0] is None:
+                    raise
+
+
+class ReadHandle:
+    """An opened ledger: closed (after recovery) or followed up to its LAC."""
+
+    def __init__(
+        self, runtime: Runtime, ctx: ClientContext, md: LedgerMetadata, password: bytes, lac: int
+    ) -> None:
+        self._runtime = runtime
+        self._ctx = ctx
+        self._md = md
+        self._digester = Digester(md.digest_type, password)
+        self._lac = md.last_entry_id if md.is_closed else lac
+
+    @property
+    def ledger_id(self) -> int:
+        return self._md.ledger_id
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._md
+
+    @property
+    def is_closed(self) -> bool:
+        return self._md.is_closed
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    def read_last_add_confirmed(self) -> int:
+        """Ask the bookies (and the metadata, which may have closed meanwhile)."""
+        return self._runtime.run(self._refresh())
+
+    async def _refresh(self, *, timeout_ms: int = 0) -> int:
+        if not self._md.is_closed:
+            md = await self._ctx.meta(self._ctx.metadata.read_ledger, self.ledger_id)
+            self._md = md
+            if md.is_closed:
+                self._lac = md.last_entry_id
+                return self._lac
+            lac = await read_lac(self._ctx, md, timeout_ms=timeout_ms, previous=self._lac)
+            self._lac = max(self._lac, lac)
+        return self._lac
+
+    def read(self, first: int, last: int) -> list[Entry]:
+        return self._runtime.run(self.read_aio(first, last))
+
+    async def read_aio(self, first: int, last: int) -> list[Entry]:
+        check_range(first, last)
+        if last > self._lac and not self._md.is_closed:
+            await self._refresh()
+        if last > self._lac:
+            what = "last entry" if self._md.is_closed else "last add confirmed"
+            raise ReadPastLastConfirmedError(
+                f"ledger {self.ledger_id}: entry {last} is past the {what} {self._lac}"
+            )
+        return await read_entries(self._ctx, self._md, self._digester, first, last)
+
+    def close(self) -> None:
+        """Nothing to release; kept for symmetry with WriteHandle."""
+
+    def __enter__(self) -> ReadHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,121 @@
+"""Reading entries: one bookie of the write set at a time, failing over on any trouble.
+
+A read fails over on errors, timeouts and digest mismatches (a tampered
+replica must not stop a read). It is negative (NoSuchEntryError) only when
+every bookie of the write set answered an explicit negative; otherwise the
+outcome is unknown and the error says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from embedlog.errors import (
+    BKError,
+    BKTimeoutError,
+    DigestMismatchError,
+    NoSuchEntryError,
+    UnauthorizedAccessError,
+    error_for_status,
+)
+from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
+from embedlog.ledger.context import ClientContext
+from embedlog.ledger.quorum import write_set_bookies
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.wire.codes import Outcome, StatusCode, classify
+from embedlog.wire.entry import Digester, EntryHeader
+from embedlog.wire.messages import OpCode
+
+READ_WINDOW = 64  # entries read concurrently by one range read
+
+
+async def read_entry(
+    ctx: ClientContext, md: LedgerMetadata, digester: Digester, entry_id: int
+) -> tuple[EntryHeader, bytes]:
+    lid = md.ledger_id
+    bookies = write_set_bookies(entry_id, md.ensemble_for(entry_id), md.write_quorum)
+    negatives = 0
+    errors: list[BKError] = []
+    for bookie in bookies:
+        try:
+            resp = await ctx.bookies.call(bookie, OpCode.READ, lid, entry_id)
+        except UNKNOWN_OUTCOMES as exc:
+            errors.append(exc)
+            continue
+        outcome = classify(resp.status)
+        if outcome is Outcome.POSITIVE:
+            try:
+                return digester.unpack(resp.body, lid, entry_id)
+            except DigestMismatchError as exc:
+                errors.append(DigestMismatchError(f"{exc} (from {bookie})"))
+                continue
+        if outcome is Outcome.NEGATIVE:
+            negatives += 1
+        elif resp.status == StatusCode.EUA:
+            raise UnauthorizedAccessError(f"ledger {lid}: wrong password")
+        else:
+            errors.append(error_for_status(resp.status, f"read {lid}:{entry_id} from {bookie}"))
+    if negatives == len(bookies):
+        raise NoSuchEntryError(f"entry {lid}:{entry_id}: no bookie of {bookies} has it")
+    first = errors[0]
+    if all(isinstance(e, DigestMismatchError) for e in errors) and not negatives:
+        raise first
+    detail = "; ".join(str(e) for e in errors)
+    err: BKError = first if isinstance(first, BKTimeoutError) else type(first)(detail)
+    if type(first) is BKError:
+        err = BKTimeoutError(detail)
+    raise err
+
+
+async def read_range(
+    ctx: ClientContext,
+    md: LedgerMetadata,
+    digester: Digester,
+    first: int,
+    last: int,
+) -> list[tuple[int, EntryHeader, bytes]]:
+    """Entries first..last in order, READ_WINDOW of them in flight at a time."""
+    out: list[tuple[int, EntryHeader, bytes]] = []
+    for chunk_start in range(first, last + 1, READ_WINDOW):
+        ids = range(chunk_start, min(last, chunk_start + READ_WINDOW - 1) + 1)
+        results = await asyncio.gather(*(read_entry(ctx, md, digester, e) for e in ids))
+        out.extend((e, hdr, payload) for e, (hdr, payload) in zip(ids, results, strict=True))
+    return out
+
+
+async def read_lac(ctx: ClientContext, md: LedgerMetadata, *, timeout_ms: int = 0, previous: int = -1) -> int:
+    """The highest LAC any bookie of the last fragment reports (a lower bound of the truth).
+
+    With ``timeout_ms`` it is a long poll: bookies answer once their LAC passes
+    ``previous`` or the time is up.
+    """
+    lid = md.ledger_id
+    bookies = md.last_fragment[1]
+    wait = ctx.bookies.request_timeout + timeout_ms / 1000.0
+
+    async def one(b: str) -> int | None:
+        try:
+            resp = await ctx.bookies.call(
+                b, OpCode.READ_LAC, lid, previous, timeout_ms=timeout_ms, timeout=wait
+            )
+        except UNKNOWN_OUTCOMES:
+            return None
+        return resp.lac if resp.status == StatusCode.EOK else None
+
+    if timeout_ms:
+        # Long poll: the first bookie that sees progress answers; no need to wait for all.
+        tasks = [asyncio.ensure_future(one(b)) for b in bookies]
+        best = previous
+        try:
+            for fut in asyncio.as_completed(tasks):
+                got = await fut
+                if got is not None and got > best:
+                    return got
+        finally:
+            for t in tasks:
+                t.cancel()
+        return best
+    answers = [a for a in await asyncio.gather(*(one(b) for b in bookies)) if a is not None]
+    if not answers:
+        raise BKTimeoutError(f"ledger {lid}: no bookie of {list(bookies)} answered a LAC read")
+    return max(answers)

@@ -1,0 +1,405 @@
+"""The writing side of a ledger: pipelined adds, in-order acknowledgement, ensemble changes.
+
+One LedgerWriter drives a ledger's writes on the runtime loop. Entries are sent
+as soon as they are added (pipelining); entry e is acknowledged to the caller
+once ack-quorum bookies of its write set hold it AND every earlier entry was
+acknowledged. A bookie that fails (timeout, unreachable, error) is replaced by
+an ensemble change: a new fragment from the first unacknowledged entry, made
+durable by compare-and-swap before anything is resent.
+
+Ledger recovery reuses the writer to write recovered entries back
+(``recovery=True``): adds carry the recovery flag and a fixed LAC, and ensemble
+changes stay in memory until recovery's closing compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from embedlog.errors import (
+    BKError,
+    InvalidTermError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataVersionError,
+    NotEnoughBookiesError,
+    UnauthorizedAccessError,
+)
+from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
+from embedlog.ledger.context import ClientContext
+from embedlog.ledger.quorum import write_set
+from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import Digester, master_key
+from embedlog.wire.messages import NO_TERM, AddFlags, OpCode
+
+log = logging.getLogger(__name__)
+
+
+class PendingAdd:
+    __slots__ = ("acks", "created", "entry_id", "flags", "future", "packed", "sent")
+
+    def __init__(
+        self, entry_id: int, packed: bytes, future: asyncio.Future[int], flags: int
+    ) -> None:
+        self.entry_id = entry_id
+        self.flags = flags
+        self.packed = packed
+        self.future = future
+        self.acks: set[int] = set()  # ensemble indexes that acknowledged
+        self.sent = False
+        self.created = time.monotonic()
+
+
+def error_for_state(md: LedgerMetadata, what: str) -> BKError:
+    """The error a writer raises once the ledger is no longer its to write."""
+    if md.state is LedgerState.CLOSED:
+        return LedgerClosedError(f"{what}: ledger {md.ledger_id} was closed")
+    return LedgerFencedError(f"{what}: ledger {md.ledger_id} is being recovered by another client")
+
+
+class LedgerWriter:
+    def __init__(
+        self,
+        ctx: ClientContext,
+        md: LedgerMetadata,
+        password: bytes,
+        *,
+        lac: int = -1,
+        recovery: bool = False,
+        fixed_lac: int | None = None,
+        term: int = NO_TERM,
+    ) -> None:
+        self.ctx = ctx
+        self.md = md
+        self.digester = Digester(md.digest_type, password)
+        self.key = master_key(password)
+        self.recovery = recovery
+        self.fixed_lac = fixed_lac
+        self.term = term
+        self.lac = lac
+        self.next_entry_id = lac + 1
+        self.pending: deque[PendingAdd] = deque()
+        self.error: BKError | None = None
+        self._add_flags = AddFlags.RECOVERY if recovery else AddFlags.NONE
+        self._failed: set[str] = set()  # bookies awaiting replacement
+        self._retrying: set[str] = set()  # bookies with no replacement, retried after a pause
+        self._changing: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._last_completion = 0.0
+        self._lac_timer: asyncio.TimerHandle | None = None
+        self._explicit_lac_sent = -1
+
+    # -- adding ------------------------------------------------------------------------------
+
+    def add(
+        self, payload: bytes, *, entry_flags: int = 0, add_flags: int = 0
+    ) -> asyncio.Future[int]:
+        """Queue an entry; the future resolves to its id once it is acknowledged in order."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if self.error is not None:
+            future.set_exception(self.error)
+            return future
+        eid = self.next_entry_id
+        self.next_entry_id += 1
+        lac = self.lac if self.fixed_lac is None else self.fixed_lac
+        packed = self.digester.pack(self.md.ledger_id, eid, lac, payload, entry_flags)
+        return self._queue(PendingAdd(eid, packed, future, self._add_flags | add_flags))
+
+    def add_packed(self, entry_id: int, packed: bytes, *, add_flags: int = 0) -> asyncio.Future[int]:
+        """Queue an already packed entry (recovery write-back); ids must come in order."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if self.error is not None:
+            future.set_exception(self.error)
+            return future
+        if entry_id != self.next_entry_id:
+            raise ValueError(f"entry {entry_id} out of order, expected {self.next_entry_id}")
+        self.next_entry_id += 1
+        return self._queue(PendingAdd(entry_id, packed, future, self._add_flags | add_flags))
+
+    def _queue(self, p: PendingAdd) -> asyncio.Future[int]:
+        self.pending.append(p)
+        self._drained.clear()
+        if self._changing is None:
+            self._send_write_set(p)
+        return p.future
+
+    async def drain(self) -> None:
+        """Wait until every queued entry was acknowledged or failed."""
+        while self.pending:
+            await self._drained.wait()
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def _send_write_set(self, p: PendingAdd) -> None:
+        p.sent = True
+        md = self.md
+        ensemble = md.ensemble_for(p.entry_id)
+        for idx in write_set(p.entry_id, md.ensemble_size, md.write_quorum):
+            if idx not in p.acks:
+                self._send(p, idx, ensemble[idx])
+
+    def _send(self, p: PendingAdd, idx: int, bookie: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._send_one(p, idx, bookie))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_one(self, p: PendingAdd, idx: int, bookie: str) -> None:
+        try:
+            resp = await self.ctx.bookies.call(
+                bookie,
+                OpCode.ADD,
+                self.md.ledger_id,
+                p.entry_id,
+                flags=p.flags,
+                term=self.term,
+                master_key=self.key,
+                body=p.packed,
+            )
+        except UNKNOWN_OUTCOMES as exc:
+            log.debug("add %s:%s to %s: %s", self.md.ledger_id, p.entry_id, bookie, exc)
+            self._bookie_failed(bookie)
+            return
+        if p.future.done():
+            return
+        status = resp.status
+        if status == StatusCode.EOK:
+            if self.md.ensemble_for(p.entry_id)[idx] == bookie:
+                p.acks.add(idx)
+                self._complete()
+        elif status == StatusCode.EFENCED:
+            self.fail(LedgerFencedError(f"ledger {self.md.ledger_id} was fenced ({bookie})"))
+        elif status == StatusCode.EUA:
+            self.fail(UnauthorizedAccessError(f"ledger {self.md.ledger_id}: wrong password"))
+        elif status == StatusCode.EINVALIDTERM:
+            self.fail(
+                InvalidTermError(
+                    f"ledger {self.md.ledger_id}: a client with a higher term than {self.term} "
+                    "took over"
+                )
+            )
+        else:
+            log.info("add %s:%s refused by %s: %s", self.md.ledger_id, p.entry_id, bookie, status)
+            self._bookie_failed(bookie)
+
+    def _complete(self) -> None:
+        aq = self.md.ack_quorum
+        pending = self.pending
+        completed = False
+        while pending and len(pending[0].acks) >= aq:
+            p = pending.popleft()
+            self.lac = p.entry_id
+            completed = True
+            if not p.future.done():
+                p.future.set_result(p.entry_id)
+        if not pending:
+            self._drained.set()
+        if completed:
+            self._last_completion = time.monotonic()
+            self._schedule_explicit_lac()
+
+    def fail(self, error: BKError) -> None:
+        """Fail every outstanding and future add with ``error``."""
+        if self.error is None:
+            self.error = error
+        while self.pending:
+            p = self.pending.popleft()
+            if not p.future.done():
+                p.future.set_exception(error)
+        self._drained.set()
+        if self._lac_timer is not None:
+            self._lac_timer.cancel()
+
+    # -- ensemble change ---------------------------------------------------------------------
+
+    def _bookie_failed(self, bookie: str) -> None:
+        if self.error is not None or bookie in self._retrying:
+            return
+        if bookie not in self.md.last_fragment[1]:
+            return  # already replaced; its entries were resent to the replacement
+        self._failed.add(bookie)
+        if self._changing is None:
+            self._changing = asyncio.get_running_loop().create_task(self._change_ensemble())
+
+    async def _change_ensemble(self) -> None:
+        try:
+            while self._failed and self.error is None:
+                await self._replace_failed()
+        except BKError as exc:
+            self.fail(exc)
+        except Exception as exc:  # a bug must not leave adds hanging forever
+            log.exception("ensemble change of ledger %s failed", self.md.ledger_id)
+            self.fail(NotEnoughBookiesError(f"ensemble change failed: {exc}"))
+        finally:
+            self._changing = None
+            if self.error is None:
+                for p in self.pending:
+                    if not p.sent:
+                        self._send_write_set(p)
+
+    async def _replace_failed(self) -> None:
+        md = self.md
+        ensemble = list(md.last_fragment[1])
+        failed = {b for b in self._failed if b in ensemble}
+        self._failed -= failed
+        if not failed:
+            return
+        available = await self.ctx.writable_bookies()
+        replaced: dict[int, str] = {}
+        for idx, b in enumerate(ensemble):
+            if b in failed:
+                try:
+                    nb = self.ctx.placement.replace_bookie(
+                        ensemble, idx, md.write_quorum, available, exclude=failed | self._retrying
+                    )
+                except NotEnoughBookiesError:
+                    continue
+                ensemble[idx] = nb
+                replaced[idx] = nb
+        if replaced:
+            first = self.pending[0].entry_id if self.pending else self.next_entry_id
+            new_md = md.with_ensemble(first, tuple(ensemble))
+            if not self.recovery:
+                try:
+                    new_md = await self.ctx.meta(self.ctx.metadata.write_ledger, new_md)
+                except MetadataVersionError:
+                    fresh = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
+                    if fresh.state is not LedgerState.OPEN:
+                        raise error_for_state(fresh, "ensemble change") from None
+                    if fresh.term != self.term and self.term != NO_TERM:
+                        raise InvalidTermError(
+                            f"ledger {md.ledger_id}: term {fresh.term} took over from {self.term}"
+                        ) from None
+                    self.md = fresh
+                    self._failed |= failed  # try again against the fresh metadata
+                    return
+            log.info(
+                "ledger %s: ensemble change at entry %s: %s -> %s",
+                md.ledger_id,
+                first,
+                list(md.last_fragment[1]),
+                ensemble,
+            )
+            self.md = new_md
+            for p in self.pending:
+                ws = write_set(p.entry_id, new_md.ensemble_size, new_md.write_quorum)
+                for idx, bookie in replaced.items():
+                    if idx in ws and p.sent:
+                        p.acks.discard(idx)
+                        self._send(p, idx, bookie)
+        for b in failed - set(replaced.values()) - {md.last_fragment[1][i] for i in replaced}:
+            self._retry_later(b)
+
+    def _retry_later(self, bookie: str) -> None:
+        """No replacement for ``bookie``: resend its missing entries after a pause."""
+        if bookie in self._retrying:
+            return
+        self._retrying.add(bookie)
+
+        async def retry() -> None:
+            try:
+                await asyncio.sleep(min(self.ctx.bookies.request_timeout, 0.5))
+            finally:
+                self._retrying.discard(bookie)
+            if self.error is not None or not self.pending:
+                return
+            oldest = self.pending[0]
+            if (
+                len(oldest.acks) < self.md.ack_quorum
+                and time.monotonic() - oldest.created > self.ctx.add_entry_quorum_timeout
+            ):
+                self.fail(
+                    NotEnoughBookiesError(
+                        f"entry {self.md.ledger_id}:{oldest.entry_id} could not reach its ack "
+                        f"quorum in {self.ctx.add_entry_quorum_timeout}s and no replacement "
+                        "bookie is available"
+                    )
+                )
+                return
+            ensemble = self.md.last_fragment[1]
+            if bookie not in ensemble:
+                return
+            idx = ensemble.index(bookie)
+            for p in self.pending:
+                ws = write_set(p.entry_id, self.md.ensemble_size, self.md.write_quorum)
+                if p.sent and idx in ws and idx not in p.acks:
+                    self._send(p, idx, bookie)
+
+        task = asyncio.get_running_loop().create_task(retry())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- explicit LAC ------------------------------------------------------------------------
+
+    def _schedule_explicit_lac(self) -> None:
+        interval = self.ctx.explicit_lac_interval
+        if interval <= 0 or self.recovery or self._lac_timer is not None:
+            return
+        self._lac_timer = asyncio.get_running_loop().call_later(interval, self._explicit_lac_due)
+
+    def _explicit_lac_due(self) -> None:
+        self._lac_timer = None
+        if self.error is not None or self.lac <= self._explicit_lac_sent:
+            return
+        idle = time.monotonic() - self._last_completion
+        interval = self.ctx.explicit_lac_interval
+        if idle < interval:
+            self._lac_timer = asyncio.get_running_loop().call_later(
+                interval - idle, self._explicit_lac_due
+            )
+            return
+        lac = self.lac
+        self._explicit_lac_sent = lac
+        for bookie in self.md.last_fragment[1]:
+            task = asyncio.get_running_loop().create_task(self._send_lac(bookie, lac))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send_lac(self, bookie: str, lac: int) -> None:
+        try:
+            await self.ctx.bookies.call(
+                bookie, OpCode.WRITE_LAC, self.md.ledger_id, lac, term=self.term, master_key=self.key
+            )
+        except UNKNOWN_OUTCOMES:
+            pass  # best effort: the LAC also travels with the next entry
+
+    # -- closing -----------------------------------------------------------------------------
+
+    async def close(self) -> LedgerMetadata:
+        """Close as the writer: CLOSED with last entry = LAC, by compare-and-swap."""
+        await self.drain()
+        if self._lac_timer is not None:
+            self._lac_timer.cancel()
+            self._lac_timer = None
+        md = self.md
+        while True:
+            if md.state is LedgerState.CLOSED:
+                if md.last_entry_id == self.lac:
+                    return md
+                raise LedgerClosedError(
+                    f"ledger {md.ledger_id} was closed at entry {md.last_entry_id} by another "
+                    f"client, but this writer confirmed up to {self.lac}"
+                )
+            if md.state is LedgerState.IN_RECOVERY:
+                raise LedgerFencedError(
+                    f"ledger {md.ledger_id} is being recovered by another client; "
+                    "its last entry will be decided by that recovery"
+                )
+            closed = md.evolve(state=LedgerState.CLOSED, last_entry_id=self.lac)
+            try:
+                self.md = await self.ctx.meta(self.ctx.metadata.write_ledger, closed)
+                return self.md
+            except MetadataVersionError:
+                md = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
+
+    def stop(self) -> None:
+        """Forget outstanding work (the client is closing)."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self._lac_timer is not None:
+            self._lac_timer.cancel()

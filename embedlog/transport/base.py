@@ -1,0 +1,28 @@
+"""The transport interface: how a client's request reaches one bookie and its answer comes back.
+
+A transport never turns a lost message into a negative answer: a request
+that gets no reply raises BKTimeoutError, an unreachable bookie raises
+BookieUnavailableError. Both mean "unknown" to the protocol.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+
+from embedlog.wire.messages import Request, Response
+
+_txn_ids = itertools.count(1)
+
+
+def next_txn() -> int:
+    return next(_txn_ids)
+
+
+class Transport(abc.ABC):
+    @abc.abstractmethod
+    async def request(self, src: str, bookie_id: str, req: Request, timeout: float) -> Response:
+        """Send ``req`` from client ``src`` to ``bookie_id``; wait at most ``timeout`` seconds."""
+
+    async def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,194 @@
+"""Fencing and ledger recovery under faults, including the TLA+ model's counterexamples.
+
+Every rule gets a test that breaks it (through a client's unsafe_* switch) and
+shows the damage, next to the test that shows the rule holding.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from embedlog import LedgerFencedError, LedgerRecoveryError, LedgerState
+
+
+def write(wh, n, prefix=b"e"):
+    return [wh.add(prefix + b"%d" % i) for i in range(n)]
+
+
+def test_old_writer_is_fenced_and_its_later_entries_never_become_readable(cluster):
+    c1 = cluster.client("c1")
+    wh = c1.create_ledger(3, 3, 2)
+    write(wh, 10)
+    rh = cluster.client("c2").open_ledger(wh.ledger_id)
+    assert rh.is_closed and rh.last_add_confirmed == 9
+    with pytest.raises(LedgerFencedError):
+        wh.add(b"too late")
+    with pytest.raises(LedgerFencedError):
+        wh.add(b"still too late")
+    md = cluster.client("c3").ledger_metadata(wh.ledger_id)
+    assert md.last_entry_id == 9
+    with pytest.raises(LedgerFencedError):
+        wh.close()
+
+
+def test_recovery_with_one_bookie_down_completes(cluster):
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    write(wh, 20)
+    cluster.crash_bookie(cluster.bookie_ids[2])
+    rh = cluster.client("c2", request_timeout=0.5).open_ledger(wh.ledger_id)
+    assert rh.last_add_confirmed == 19
+    assert rh.read(19, 19)[0].data == b"e19"
+
+
+def test_recovery_aborts_when_a_write_set_is_unreachable_and_succeeds_later(cluster):
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    write(wh, 5)
+    c2 = cluster.client("c2", request_timeout=0.3)
+    for b in cluster.bookie_ids:
+        cluster.network.block("c2", b)
+    with pytest.raises(LedgerRecoveryError):
+        c2.open_ledger(wh.ledger_id)
+    md = c2.ledger_metadata(wh.ledger_id)
+    assert md.state is LedgerState.IN_RECOVERY  # not closed, not truncated
+    cluster.network.heal()
+    rh = c2.open_ledger(wh.ledger_id)
+    assert rh.last_add_confirmed == 4
+
+
+def test_recovery_aborts_instead_of_truncating_when_reads_are_unknown(cluster):
+    """Fencing succeeds, but the reads past the LAC see only unknowns: abort, never close."""
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    write(wh, 5)  # LAC on bookies is 3 (the LAC travels with the next entry)
+    c2 = cluster.client("c2", request_timeout=0.3)
+    for b in cluster.bookie_ids:
+        cluster.network.drop_next("c2", b, "recovery_read", count=100)
+    with pytest.raises(LedgerRecoveryError):
+        c2.open_ledger(wh.ledger_id)
+    assert c2.ledger_metadata(wh.ledger_id).state is LedgerState.IN_RECOVERY
+    cluster.network.heal()
+    assert c2.open_ledger(wh.ledger_id).last_add_confirmed == 4
+
+
+def test_an_entry_lost_on_one_bookie_does_not_truncate(cluster):
+    """closing-ledgers-safely.md: entry lost on b1; b2 answers NoSuchEntry; b3 has it."""
+    c1 = cluster.client("c1", request_timeout=0.5)
+    wh = c1.create_ledger(3, 3, 2)
+    write(wh, 3)
+    b1, b2, b3 = wh.metadata.ensembles[0]
+    # Entry 3 reaches b1 and b3 only (as after an ensemble change); then b1 loses it.
+    cluster.network.drop_next("c1", b2, "add")
+    assert wh.add(b"e3") == 3
+    cluster.stop_bookie(b1)
+    cluster.wipe_bookie(b1, "all")
+    # (b1 stays down: with an empty disk it would refuse to boot anyway.)
+    rh = cluster.client("c2", request_timeout=0.5).open_ledger(wh.ledger_id)
+    assert rh.last_add_confirmed == 3
+    assert rh.read(3, 3)[0].data == b"e3"
+
+
+def test_concurrent_recoveries_converge(cluster):
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    write(wh, 30)
+    import concurrent.futures
+
+    clients = [cluster.client(f"r{i}") for i in range(3)]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        handles = list(pool.map(lambda c: c.open_ledger(wh.ledger_id), clients))
+    assert {h.last_add_confirmed for h in handles} == {29}
+
+
+def test_ensemble_change_under_a_crashed_bookie_keeps_acked_entries(make_cluster):
+    cluster = make_cluster(4)
+    c1 = cluster.client("c1", request_timeout=0.5)
+    wh = c1.create_ledger(3, 3, 2)
+    write(wh, 20)
+    victim = wh.metadata.ensembles[0][1]
+    cluster.crash_bookie(victim)
+    acked = write(wh, 20, prefix=b"after")
+    assert acked == list(range(20, 40))
+    md = wh.metadata
+    assert len(md.ensembles) == 2 and victim not in md.ensembles[max(md.ensembles)]
+    wh.close()
+    rh = cluster.client("c2").open_ledger(wh.ledger_id)
+    data = [e.data for e in rh.read(0, 39)]
+    assert data[:20] == [b"e%d" % i for i in range(20)]
+    assert data[20:] == [b"after%d" % i for i in range(20)]
+
+
+# -- the TLA+ model's counterexamples (github.com/Vanlightly/bookkeeper-tlaplus, README) --------
+
+
+def _defect1(cluster, *, unsafe: bool):
+    """Defect 1: a lost fence plus a late entry let the old writer commit after the close.
+
+    w1's e0 is lost to b1, reaches b2, and reaches b3 late. w2's fence to b3 is
+    lost; w2's recovery read of e0 at b2 is lost too, so w2 sees NoSuchEntry
+    from b1 and b3 and closes the ledger empty. Then w1's e0 lands on b3.
+    """
+    w1 = cluster.client("w1", request_timeout=5.0)
+    wh = w1.create_ledger(3, 3, 2)
+    b1, b2, b3 = wh.metadata.ensembles[0]
+    cluster.network.drop_next("w1", b1, "add")
+    cluster.network.delay("w1", b3, 1.5)
+    fut = wh.add_async(b"e0")
+    time.sleep(0.2)  # e0 is on b2 now
+    cluster.network.drop_next("w2", b3, "fence")
+    cluster.network.drop_next("w2", b2, "recovery_read")
+    w2 = cluster.client(
+        "w2", request_timeout=0.5, unsafe_recovery_reads_without_fence=unsafe
+    )
+    rh = w2.open_ledger(wh.ledger_id)
+    assert rh.is_closed and rh.last_add_confirmed == -1
+    return fut, wh.ledger_id
+
+
+def test_defect1_recovery_reads_fence_so_the_late_entry_is_refused(cluster):
+    fut, _ = _defect1(cluster, unsafe=False)
+    with pytest.raises(LedgerFencedError):
+        fut.result(timeout=30)
+
+
+def test_defect1_without_fencing_recovery_reads_an_acked_entry_is_lost(cluster):
+    fut, ledger_id = _defect1(cluster, unsafe=True)
+    assert fut.result(timeout=30) == 0  # acknowledged to w1's caller ...
+    md = cluster.client("check").ledger_metadata(ledger_id)
+    assert md.last_entry_id == -1  # ... but the closed ledger ends before it: data loss
+
+
+def _defect2(make_cluster, *, unsafe: bool):
+    """Defect 2: the new last fragment's bookies report LAC -1; recovery must not start at -1."""
+    cluster = make_cluster(4)
+    w1 = cluster.client("w1", request_timeout=0.3)
+    wh = w1.create_ledger(2, 2, 2)
+    write(wh, 10)
+    b1, b2 = wh.metadata.ensembles[0]
+    b3, b4 = [b for b in cluster.bookie_ids if b not in (b1, b2)]
+    # Entry 10 fails on b1 and b2, the ensemble changes to {b3, b4}, and w1 dies before
+    # entry 10 reaches the new bookies.
+    for b in (b1, b2):
+        cluster.network.block("w1", b)
+    for b in (b3, b4):
+        cluster.network.block("w1", b)
+    wh.add_async(b"e10")
+    deadline = time.monotonic() + 30
+    while len(w1.ledger_metadata(wh.ledger_id).ensembles) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    md = w1.ledger_metadata(wh.ledger_id)
+    assert md.ensembles[10] and set(md.ensembles[10]) == {b3, b4}
+    w2 = cluster.client("w2", request_timeout=0.5, unsafe_recovery_from_minus_one=unsafe)
+    return cluster, wh, w2
+
+
+def test_defect2_recovery_starts_at_the_last_fragment(make_cluster):
+    cluster, wh, w2 = _defect2(make_cluster, unsafe=False)
+    rh = w2.open_ledger(wh.ledger_id)
+    assert rh.last_add_confirmed == 9
+    assert [e.data for e in rh.read(0, 9)] == [b"e%d" % i for i in range(10)]
+
+
+def test_defect2_starting_at_minus_one_truncates_the_ledger(make_cluster):
+    cluster, wh, w2 = _defect2(make_cluster, unsafe=True)
+    rh = w2.open_ledger(wh.ledger_id)
+    assert rh.last_add_confirmed < 9  # ten acknowledged entries lost

@@ -1,0 +1,82 @@
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from embedlog.errors import DigestMismatchError
+from embedlog.wire.entry import Digester, DigestType, parse_header
+from embedlog.wire.messages import AddFlags, FrameError, OpCode, ReadFlags, Request, Response
+
+i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@given(
+    op=st.sampled_from(list(OpCode)),
+    txn=st.integers(0, 2**64 - 1),
+    ledger=i64,
+    entry=i64,
+    flags=st.integers(0, 255),
+    term=i64,
+    timeout=st.integers(0, 2**32 - 1),
+    key=st.binary(max_size=40),
+    body=st.binary(max_size=200),
+)
+def test_request_round_trip(op, txn, ledger, entry, flags, term, timeout, key, body):
+    req = Request(op, txn, ledger, entry, flags, term, timeout, key, body)
+    assert Request.decode(req.encode()) == req
+
+
+@given(status=st.integers(-(2**15), 2**15 - 1), lac=i64, body=st.binary(max_size=100))
+def test_response_round_trip(status, lac, body):
+    resp = Response(OpCode.READ, 7, status, 1, 2, lac, 5, 9, body)
+    assert Response.decode(resp.encode()) == resp
+
+
+def test_corrupt_frames_are_named_errors():
+    frame = Request(OpCode.ADD, 1, 2, 3, master_key=b"k" * 20, body=b"x").encode()
+    with pytest.raises(FrameError, match="too short"):
+        Request.decode(frame[:10])
+    with pytest.raises(FrameError, match="version"):
+        Request.decode(b"\x09" + frame[1:])
+    with pytest.raises(FrameError, match="op code"):
+        Request.decode(frame[:1] + b"\xee" + frame[2:])
+    with pytest.raises(FrameError, match="master key"):
+        Request.decode(frame[:49])
+
+
+def test_request_kinds_for_fault_injection():
+    assert Request(OpCode.ADD, 1, 1).kind == "add"
+    assert Request(OpCode.ADD, 1, 1, flags=AddFlags.RECOVERY).kind == "recovery_add"
+    assert Request(OpCode.READ, 1, 1, 0).kind == "read"
+    assert Request(OpCode.READ, 1, 1, -1, flags=ReadFlags.FENCE).kind == "fence"
+    assert Request(OpCode.READ, 1, 1, -1, term=3).kind == "fence"
+    assert Request(OpCode.READ, 1, 1, 4, flags=ReadFlags.FENCE | ReadFlags.RECOVERY).kind == (
+        "recovery_read"
+    )
+    assert Request(OpCode.READ_LAC, 1, 1).kind == "read_lac"
+
+
+@pytest.mark.parametrize("digest", list(DigestType))
+def test_entry_pack_unpack(digest):
+    d = Digester(digest, b"secret")
+    packed = d.pack(5, 6, 4, b"payload", flags=1)
+    header, payload = d.unpack(packed, 5, 6)
+    assert payload == b"payload" and header.lac == 4 and header.is_noop
+    assert parse_header(packed).entry_id == 6
+
+
+@pytest.mark.parametrize("digest", [DigestType.CRC32C, DigestType.MAC])
+def test_tampered_entries_are_detected(digest):
+    d = Digester(digest, b"secret")
+    packed = bytearray(d.pack(5, 6, 4, b"payload"))
+    packed[-1] ^= 0xFF
+    with pytest.raises(DigestMismatchError):
+        d.unpack(bytes(packed), 5, 6)
+    # The same bytes presented as another entry are refused too.
+    with pytest.raises(DigestMismatchError):
+        d.unpack(d.pack(5, 6, 4, b"p"), 5, 7)
+
+
+def test_mac_depends_on_password():
+    packed = Digester(DigestType.MAC, b"right").pack(1, 0, -1, b"data")
+    with pytest.raises(DigestMismatchError):
+        Digester(DigestType.MAC, b"wrong").unpack(packed, 1, 0)
