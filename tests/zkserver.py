@@ -57,9 +57,10 @@ def find_classpath() -> str:
             jars = [debian]
             jars += [p for p in [Path("/usr/share/java/slf4j-simple.jar")] if p.exists()]
     if not any("zookeeper" in p.name for p in jars):
+        where = f"ZOOKEEPER_HOME={home}" if home else "/usr/share/java/zookeeper.jar"
         raise ZooKeeperNotInstalled(
-            "ZooKeeper is not installed (no /usr/share/java/zookeeper.jar, ZOOKEEPER_HOME or "
-            f"ZOOKEEPER_CLASSPATH). Install it with: {INSTALL_HINT}"
+            f"ZooKeeper is not installed (no zookeeper jar in {where}; ZOOKEEPER_CLASSPATH "
+            f"is not set). Install it with: {INSTALL_HINT}"
         )
     return os.pathsep.join(str(p) for p in jars)
 
@@ -214,10 +215,16 @@ def running_zookeeper() -> Iterator[ZooKeeperServer]:
 @pytest.fixture(scope="session")
 def zk_server() -> Iterator[ZooKeeperServer]:
     try:
-        with running_zookeeper() as server:
-            yield server
+        find_classpath()
+        find_java()
     except ZooKeeperNotInstalled as exc:
-        pytest.fail(str(exc), pytrace=False)
+        missing = str(exc)
+    else:
+        missing = ""
+    if missing:
+        pytest.fail(missing, pytrace=False)
+    with running_zookeeper() as server:
+        yield server
 
 
 @pytest.fixture
