@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+pytest_plugins = ["zkserver"]
 
 from embedlog import LocalCluster
 

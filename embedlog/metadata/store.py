@@ -13,6 +13,7 @@ call may block long enough that it should run in a thread.
 from __future__ import annotations
 
 import abc
+import weakref
 
 from embedlog.errors import MetadataError, MetadataVersionError
 
@@ -78,18 +79,29 @@ class MetadataStore(abc.ABC):
         return SessionView(self)
 
 
+_OWNERS: weakref.WeakKeyDictionary[MetadataStore, dict[str, SessionView]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 class SessionView(MetadataStore):
-    """A session on a shared local store: ephemeral nodes are tracked and removed on close."""
+    """A session on a shared local store: ephemeral nodes are tracked and removed on close.
+
+    Ownership is recorded per store, so an old session that ends after a new one
+    re-created the same node (a bookie re-registering) leaves the new node alone.
+    """
 
     def __init__(self, inner: MetadataStore) -> None:
         self._inner = inner
         self._ephemeral: set[str] = set()
         self.blocking_io = inner.blocking_io
+        self._owners = _OWNERS.setdefault(inner, {})
 
     def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
         version = self._inner.create(path, data)
         if ephemeral:
             self._ephemeral.add(path)
+            self._owners[path] = self
         return version
 
     def get(self, path: str) -> tuple[bytes, int]:
@@ -111,6 +123,9 @@ class SessionView(MetadataStore):
     def expire(self) -> None:
         """End the session abruptly: its ephemeral nodes vanish, as after a crash."""
         for path in sorted(self._ephemeral):
+            if self._owners.get(path) is not self:
+                continue  # deleted and re-created by another session since
+            del self._owners[path]
             try:
                 self._inner.delete(path)
             except NoNodeError:
