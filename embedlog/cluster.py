@@ -109,9 +109,25 @@ class LocalCluster:
 
     def _make_transport(self) -> Transport:
         if self.transport_kind == "tcp":
+            from embedlog.transport import tls
             from embedlog.transport.tcp import TcpCluster
 
-            return TcpCluster(self, tls=self.tls)
+            assert self.data_dir is not None
+            server_ssl = client_ssl = ca = None
+            if self.tls:
+                # One self-signed certificate for the whole cluster, kept under data_dir so
+                # other processes can trust it (embedlog.connect(..., tls_ca=...)).
+                ca, key = tls.ensure_self_signed(self.data_dir / "tls")
+                server_ssl, client_ssl = tls.server_context(ca, key), tls.client_context(ca)
+            # A server per bookie starts/stops through the bookie_started/bookie_stopped hooks.
+            return TcpCluster(
+                lambda bid: self.bookie_config(bid).address,
+                lambda coro: self.runtime.run(coro),
+                self.network,
+                server_ssl=server_ssl,
+                client_ssl=client_ssl,
+                tls_ca=ca,
+            )
         return InProcessTransport(self._serving, self.network)
 
     def _serving(self, bookie_id: str) -> Bookie | None:
@@ -188,8 +204,11 @@ class LocalCluster:
     def bookie_config(self, bookie_id: str) -> BookieConfig:
         assert self.data_dir is not None
         settings = dict(self._settings)
-        if self.transport_kind == "tcp":
-            settings.setdefault("address", "")
+        if self.transport_kind == "tcp" and not settings.get("address"):
+            from embedlog.transport.tcp import stable_address
+
+            # Chosen once, then kept in data_dir/<bookie-id>/address: the cookie records it.
+            settings["address"] = stable_address(self.data_dir / bookie_id)
         return BookieConfig.from_settings(bookie_id, self.data_dir / bookie_id, **settings)
 
     def running_bookies(self) -> list[str]:

@@ -6,8 +6,13 @@ request, or a lost reply, surfaces to the client as a timeout.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
+
+from embedlog.errors import BKTimeoutError, BookieUnavailableError
+from embedlog.wire.messages import Request, Response
 
 REQUEST_KINDS = ("add", "read", "read_lac", "fence", "recovery_read", "recovery_add")
 
@@ -78,3 +83,95 @@ class NetworkFaults:
                     del self._drops[key]
                 return True
             return False
+
+
+# -- the one implementation of fault semantics that every transport shares ----------------------
+
+# ``send(bookie_id, req)`` puts ``req`` on its way to the bookie and returns a future of the
+# bookie's answer. It raises BookieUnavailableError if the bookie cannot be reached at all.
+# Cancelling the returned future only means "nobody waits for this answer any more": it must
+# never cancel the bookie's work on the request (a bookie never sees a request cut in half).
+Send = Callable[[str, Request], Awaitable["asyncio.Future[Response]"]]
+
+
+class FaultInjector:
+    """Applies ``NetworkFaults`` to requests, whatever carries them (in-process call or socket).
+
+    A blocked or dropped request is never sent; its sender times out. A delayed request is
+    sent late by a task of its own, even after its sender gave up. A reply that comes back
+    while the pair is blocked is lost. Both transports go through here, so a fault means the
+    same over TCP as in-process.
+    """
+
+    def __init__(self, faults: NetworkFaults) -> None:
+        self.faults = faults
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    async def request(
+        self, src: str, bookie_id: str, req: Request, timeout: float, send: Send
+    ) -> Response:
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Response] = loop.create_future()
+        # An answer (or error) that arrives after the caller gave up is nobody's business.
+        reply.add_done_callback(lambda f: f.cancelled() or f.exception())
+        faults = self.faults
+        if faults.is_blocked(src, bookie_id) or faults.take_drop(src, bookie_id, req.kind):
+            pass  # lost on the way: nobody will ever answer
+        else:
+            # Delivery runs as its own task so that a delayed request still goes out after
+            # its sender stopped waiting, and the caller's cancellation never interrupts it.
+            task = loop.create_task(self._deliver(src, bookie_id, req, reply, send))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+        try:
+            return await asyncio.wait_for(asyncio.shield(reply), timeout)
+        except TimeoutError:
+            raise BKTimeoutError(
+                f"{req.kind} {req.ledger_id}:{req.entry_id} to {bookie_id}: no answer in {timeout}s"
+            ) from None
+        finally:
+            if not reply.done():
+                reply.cancel()  # tells the delivery task to stop waiting for the answer
+
+    async def _deliver(
+        self,
+        src: str,
+        bookie_id: str,
+        req: Request,
+        reply: asyncio.Future[Response],
+        send: Send,
+    ) -> None:
+        delay = self.faults.delay_for(src, bookie_id)
+        if delay:
+            await asyncio.sleep(delay)
+        try:
+            answer = await send(bookie_id, req)
+        except BookieUnavailableError as exc:
+            _fail(reply, exc)
+            return
+        except Exception as exc:
+            _fail(reply, BookieUnavailableError(f"bookie {bookie_id}: {exc}"))
+            return
+        try:
+            await asyncio.wait({answer, reply}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not answer.done():
+                answer.cancel()  # the caller gave up (or we are shutting down)
+        if reply.done() or answer.cancelled():
+            return
+        exc = answer.exception()
+        if exc is not None:
+            _fail(reply, exc)
+        elif not self.faults.is_blocked(src, bookie_id):  # else the reply is lost
+            reply.set_result(answer.result())
+
+    async def close(self) -> None:
+        tasks = list(self._inflight)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _fail(reply: asyncio.Future[Response], exc: BaseException) -> None:
+    if not reply.done():
+        reply.set_exception(exc)

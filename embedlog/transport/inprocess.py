@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from embedlog.errors import BKTimeoutError, BookieUnavailableError
+from embedlog.errors import BookieUnavailableError
 from embedlog.transport.base import Transport
-from embedlog.transport.faults import NetworkFaults
+from embedlog.transport.faults import FaultInjector, NetworkFaults
 from embedlog.transport.server import RequestHandler, serve_frame
-from embedlog.wire.messages import Request, Response
+from embedlog.wire.messages import FrameError, Request, Response
 
 
 class InProcessTransport(Transport):
@@ -27,53 +27,42 @@ class InProcessTransport(Transport):
         """``lookup(bookie_id)`` returns the serving bookie, or None if it is down."""
         self._lookup = lookup
         self.faults = faults or NetworkFaults()
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._injector = FaultInjector(self.faults)
+        self._serving: set[asyncio.Task[bytes | None]] = set()
 
     async def request(self, src: str, bookie_id: str, req: Request, timeout: float) -> Response:
-        loop = asyncio.get_running_loop()
-        reply: asyncio.Future[bytes] = loop.create_future()
-        # An answer that arrives after the caller gave up is nobody's business.
-        reply.add_done_callback(lambda f: f.cancelled() or f.exception())
-        frame = req.encode()
-        faults = self.faults
-        if faults.is_blocked(src, bookie_id) or faults.take_drop(src, bookie_id, req.kind):
-            pass  # lost on the way: nobody will ever answer
-        else:
-            task = loop.create_task(self._deliver(src, bookie_id, frame, reply))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
-        try:
-            answer = await asyncio.wait_for(asyncio.shield(reply), timeout)
-        except TimeoutError:
-            raise BKTimeoutError(
-                f"{req.kind} {req.ledger_id}:{req.entry_id} to {bookie_id}: no answer in {timeout}s"
-            ) from None
-        return Response.decode(answer)
+        return await self._injector.request(src, bookie_id, req, timeout, self._send)
 
-    async def _deliver(
-        self, src: str, bookie_id: str, frame: bytes, reply: asyncio.Future[bytes]
-    ) -> None:
-        delay = self.faults.delay_for(src, bookie_id)
-        if delay:
-            await asyncio.sleep(delay)
-        bookie = self._lookup(bookie_id)
+    async def _send(self, bookie_id: str, req: Request) -> asyncio.Future[Response]:
+        bookie = self._lookup(bookie_id)  # looked up at delivery time: after any delay
         if bookie is None:
-            if not reply.done():
-                reply.set_exception(BookieUnavailableError(f"bookie {bookie_id} is not running"))
-            return
-        try:
-            answer = await serve_frame(bookie, frame)
-        except Exception as exc:  # the bookie went away mid-request (crash)
-            if not reply.done():
-                reply.set_exception(
-                    BookieUnavailableError(f"bookie {bookie_id} went away: {exc}")
-                )
-            return
-        if answer is None or self.faults.is_blocked(src, bookie_id):
-            return  # reply lost
-        if not reply.done():
-            reply.set_result(answer)
+            raise BookieUnavailableError(f"bookie {bookie_id} is not running")
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(serve_frame(bookie, req.encode()))
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+        # A separate future: the caller may cancel it (it gave up waiting) without
+        # cancelling the bookie's work on the request.
+        answer: asyncio.Future[Response] = loop.create_future()
+
+        def done(t: asyncio.Task[bytes | None]) -> None:
+            if answer.done():
+                return
+            if t.cancelled():
+                answer.set_exception(BookieUnavailableError(f"bookie {bookie_id} went away"))
+            elif (exc := t.exception()) is not None:  # the bookie went away mid-request (crash)
+                answer.set_exception(BookieUnavailableError(f"bookie {bookie_id} went away: {exc}"))
+            elif (frame := t.result()) is not None:
+                try:
+                    answer.set_result(Response.decode(frame))
+                except FrameError as exc:  # a bookie bug; say so rather than time out
+                    answer.set_exception(BookieUnavailableError(f"bookie {bookie_id}: {exc}"))
+            # else: an undecodable request gets no answer; the caller times out
+
+        task.add_done_callback(done)
+        return answer
 
     async def close(self) -> None:
-        for task in list(self._inflight):
+        await self._injector.close()
+        for task in list(self._serving):
             task.cancel()

@@ -1,0 +1,466 @@
+"""The TCP transport: bookies behind real sockets, optionally TLS.
+
+Frames are a u32 big-endian length followed by one frame of the shared codec
+(embedlog.wire.messages). A client keeps one connection per bookie and
+pipelines requests on it; the bookie handles each request as its own task, so
+answers may come back in any order and the client matches them by txn.
+
+Faults (``cluster.network``) go through the same FaultInjector as the
+in-process transport, so a block, drop or delay means the same here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import random
+import socket
+import ssl
+import struct
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from embedlog.errors import BookieUnavailableError
+from embedlog.transport.base import Transport
+from embedlog.transport.faults import FaultInjector, NetworkFaults
+from embedlog.transport.server import RequestHandler, serve_frame
+from embedlog.wire.messages import FrameError, Request, Response
+
+log = logging.getLogger(__name__)
+
+LENGTH = struct.Struct(">I")
+# Far above any entry a client sends (the write cache itself defaults to 64 MiB) and far
+# below what would let one bad length prefix make a peer allocate gigabytes.
+MAX_FRAME = 64 * 1024 * 1024
+ADDRESS_FILE = "address"
+
+# bookie id -> "host:port" (None if unknown); may be a coroutine function, e.g. a metadata read.
+Resolver = Callable[[str], "str | Awaitable[str | None] | None"]
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` (``"[v6]:port"`` too) -> (host, port); ValueError naming the address."""
+    host, colon, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bookie address {address!r} is not host:port")
+    return host, int(port)
+
+
+async def _read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
+    (n,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
+    if n > limit:
+        raise FrameError(f"frame of {n} bytes exceeds the {limit} byte limit")
+    return await reader.readexactly(n)
+
+
+def _frame(payload: bytes) -> bytes:
+    return LENGTH.pack(len(payload)) + payload
+
+
+# -- server --------------------------------------------------------------------------------------
+
+
+class BookieServer:
+    """Serves one bookie (any ``handle(Request) -> Response``) on a TCP port."""
+
+    def __init__(
+        self,
+        handler: RequestHandler,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        max_frame: int = MAX_FRAME,
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.max_frame = max_frame
+        self._server: asyncio.Server | None = None
+        self._readers: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}
+        self._handling: set[asyncio.Task[None]] = set()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        try:
+            self._server = await asyncio.start_server(
+                self._on_connection, self.host, self.port, ssl=self.ssl_context
+            )
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot listen on {self.address}: {exc.strerror}") from exc
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        """Stop listening and drop every connection: clients' in-flight requests fail as
+        BookieUnavailableError at once rather than waiting for their timeouts."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        readers = list(self._readers.items())
+        for writer, task in readers:
+            writer.transport.abort()
+            task.cancel()
+        await asyncio.gather(*(t for _, t in readers), return_exceptions=True)
+        if server is not None:
+            await server.wait_closed()
+        # Requests already handed to the bookie run to completion (a bookie never sees a
+        # request cut in half); their answers have nowhere to go and are dropped.
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if self._server is None:  # accepted just as we closed
+            writer.transport.abort()
+            return
+        self._readers[writer] = task
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                frame = await _read_frame(reader, self.max_frame)
+                # Its own task: a slow request (a long-poll LAC read, an fsync) must not
+                # hold up the ones behind it. Answers leave in completion order.
+                t = asyncio.get_running_loop().create_task(self._serve(frame, writer, peer))
+                self._handling.add(t)
+                t.add_done_callback(self._handling.discard)
+        except asyncio.IncompleteReadError:
+            pass  # the client hung up
+        except FrameError as exc:
+            log.warning("closing connection from %s: %s", peer, exc)
+        except (ConnectionError, ssl.SSLError, OSError) as exc:
+            log.debug("connection from %s failed: %s", peer, exc)
+        finally:
+            self._readers.pop(writer, None)
+            writer.transport.abort()
+
+    async def _serve(self, frame: bytes, writer: asyncio.StreamWriter, peer: object) -> None:
+        answer = await serve_frame(self.handler, frame)
+        if answer is None:
+            # Garbage: the stream can no longer be trusted to be in step with its frames.
+            log.warning("closing connection from %s: undecodable request frame", peer)
+            writer.transport.abort()
+            return
+        if writer.is_closing():
+            return  # the client went away or we are closing; the answer is lost
+        writer.write(_frame(answer))  # one write per frame: frames never interleave
+        try:
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass  # the reader loop sees the broken connection and cleans up
+
+
+# -- client --------------------------------------------------------------------------------------
+
+
+class _Connection:
+    """One client connection to one bookie: pipelined requests, answers matched by txn."""
+
+    def __init__(
+        self,
+        bookie_id: str,
+        address: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        max_frame: int,
+    ) -> None:
+        self.bookie_id = bookie_id
+        self.address = address
+        self._reader = reader
+        self._writer = writer
+        self._max_frame = max_frame
+        self._pending: dict[int, asyncio.Future[Response]] = {}
+        self.closed = False
+        self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    def send(self, req: Request) -> asyncio.Future[Response]:
+        if self.closed:
+            raise BookieUnavailableError(f"connection to bookie {self.bookie_id} is closed")
+        if req.txn in self._pending:
+            # Never happens with next_txn(); two requests with one txn could not be told apart.
+            raise ValueError(f"txn {req.txn} is already in flight to {self.bookie_id}")
+        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[req.txn] = answer
+        # Whoever gives up on the answer (cancel) or gets it also forgets the txn.
+        answer.add_done_callback(lambda f, txn=req.txn: self._forget(txn, f))
+        self._writer.write(_frame(req.encode()))
+        return answer
+
+    async def drain(self) -> None:
+        try:
+            await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self._shutdown(f"write failed: {exc}")
+            raise BookieUnavailableError(self._reason(f"write failed: {exc}")) from None
+
+    def _forget(self, txn: int, fut: asyncio.Future[Response]) -> None:
+        if self._pending.get(txn) is fut:
+            del self._pending[txn]
+
+    def _reason(self, why: str) -> str:
+        return f"bookie {self.bookie_id} at {self.address}: {why}"
+
+    async def _read_loop(self) -> None:
+        why = "connection closed"
+        try:
+            while True:
+                resp = Response.decode(await _read_frame(self._reader, self._max_frame))
+                fut = self._pending.pop(resp.txn, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(resp)
+                # else: the answer to a request whose sender gave up
+        except asyncio.IncompleteReadError:
+            why = "the bookie closed the connection"
+        except FrameError as exc:
+            why = f"protocol error: {exc}"
+            log.warning("closing connection to %s", self._reason(why))
+        except (ConnectionError, ssl.SSLError, OSError) as exc:
+            why = f"connection lost: {exc}"
+        except asyncio.CancelledError:
+            why = "the client closed the connection"
+            raise
+        finally:
+            self._shutdown(why)
+
+    def _shutdown(self, why: str) -> None:
+        if not self.closed:
+            self.closed = True
+            self._writer.transport.abort()
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(BookieUnavailableError(self._reason(why)))
+
+    async def close(self) -> None:
+        self._shutdown("the client closed the connection")
+        self._reader_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader_task
+
+
+class TcpTransport(Transport):
+    """Client side: one lazily opened connection per bookie, reopened after a failure."""
+
+    def __init__(
+        self,
+        resolve: Resolver,
+        faults: NetworkFaults | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        connect_timeout: float = 10.0,
+        max_frame: int = MAX_FRAME,
+    ) -> None:
+        self._resolve = resolve
+        self.faults = faults or NetworkFaults()
+        self.ssl_context = ssl_context
+        self.connect_timeout = connect_timeout
+        self.max_frame = max_frame
+        self._injector = FaultInjector(self.faults)
+        self._conns: dict[str, _Connection] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
+        self._closed = False
+
+    async def request(self, src: str, bookie_id: str, req: Request, timeout: float) -> Response:
+        return await self._injector.request(src, bookie_id, req, timeout, self._send)
+
+    async def _send(self, bookie_id: str, req: Request) -> asyncio.Future[Response]:
+        conn = await self._connection(bookie_id)
+        answer = conn.send(req)
+        try:
+            await conn.drain()
+        except BookieUnavailableError:
+            answer.cancel()
+            raise
+        return answer
+
+    async def _connection(self, bookie_id: str) -> _Connection:
+        conn = self._conns.get(bookie_id)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._connecting.setdefault(bookie_id, asyncio.Lock())
+        async with lock:  # one connect at a time per bookie; the others share its result
+            conn = self._conns.get(bookie_id)
+            if conn is not None and not conn.closed:
+                return conn
+            if self._closed:
+                raise BookieUnavailableError("the transport is closed")
+            conn = await self._open(bookie_id)
+            self._conns[bookie_id] = conn
+            return conn
+
+    async def _open(self, bookie_id: str) -> _Connection:
+        found = self._resolve(bookie_id)
+        address = await found if inspect.isawaitable(found) else found
+        if not address:
+            raise BookieUnavailableError(f"no address known for bookie {bookie_id}")
+        try:
+            host, port = parse_address(str(address))
+        except ValueError as exc:
+            raise BookieUnavailableError(f"bookie {bookie_id}: {exc}") from None
+        ctx = self.ssl_context
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    host, port, ssl=ctx, server_hostname=host if ctx is not None else None
+                ),
+                self.connect_timeout,
+            )
+        except ssl.SSLCertVerificationError as exc:
+            raise BookieUnavailableError(
+                f"TLS certificate verification failed for bookie {bookie_id} at {address}: "
+                f"{exc.verify_message or exc} (does the client trust the CA that signed the "
+                "bookie's certificate?)"
+            ) from None
+        except (OSError, TimeoutError) as exc:
+            why = str(exc) or type(exc).__name__
+            raise BookieUnavailableError(
+                f"cannot connect to bookie {bookie_id} at {address}: {why}"
+            ) from None
+        sock = writer.get_extra_info("socket")
+        if sock is not None:  # small frames (acks, LAC reads) must not wait for Nagle
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _Connection(bookie_id, str(address), reader, writer, self.max_frame)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._injector.close()
+        conns, self._conns = list(self._conns.values()), {}
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+
+# -- LocalCluster over TCP -----------------------------------------------------------------------
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def pick_port(host: str = "127.0.0.1", avoid: set[int] | frozenset[int] = frozenset()) -> int:
+    """A port free now, chosen below the kernel's ephemeral range when possible.
+
+    A bookie keeps its port for life, also while it is down; a port from the ephemeral
+    range could meanwhile become the local end of some outgoing connection and stop the
+    bookie from listening again.
+    """
+    low, _high = _ephemeral_range()
+    if low > 11000:
+        for _ in range(100):
+            port = random.randrange(10000, low)
+            if port not in avoid and _can_bind(host, port):
+                return port
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in avoid:
+            return port
+    raise OSError(f"no free port found on {host}")
+
+
+def _can_bind(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def stable_address(bookie_dir: Path, host: str = "127.0.0.1") -> str:
+    """The bookie's address, chosen once and kept in ``bookie_dir/address``.
+
+    It must not change across restarts: the bookie's cookie records it. The file lives
+    beside journal/, ledgers/ and index/, so wiping those disks keeps it.
+    """
+    path = bookie_dir / ADDRESS_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        text = ""
+    if text:
+        return text
+    # Siblings that are down do not hold their ports: do not hand one out twice.
+    avoid = set()
+    for other in bookie_dir.parent.glob(f"*/{ADDRESS_FILE}"):
+        with contextlib.suppress(OSError, ValueError):
+            avoid.add(parse_address(other.read_text().strip())[1])
+    address = f"{host}:{pick_port(host, avoid)}"
+    bookie_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(ADDRESS_FILE + ".tmp")
+    tmp.write_text(address + "\n")
+    os.replace(tmp, path)
+    return address
+
+
+class TcpCluster(Transport):
+    """LocalCluster's transport for ``transport="tcp"``: a BookieServer per running bookie,
+    and a TcpTransport for the cluster's own clients.
+
+    LocalCluster calls ``bookie_started``/``bookie_stopped`` from its (non-loop) thread.
+    """
+
+    def __init__(
+        self,
+        address_of: Callable[[str], str],
+        run: Callable[[Coroutine[Any, Any, None]], None],
+        faults: NetworkFaults | None = None,
+        *,
+        server_ssl: ssl.SSLContext | None = None,
+        client_ssl: ssl.SSLContext | None = None,
+        tls_ca: Path | None = None,
+    ) -> None:
+        self._address_of = address_of
+        self._run = run
+        self._server_ssl = server_ssl
+        self.tls_ca = tls_ca  # the certificate other processes must trust (tls=True)
+        # Addresses of every bookie started in this run; a stopped bookie's stays, so a
+        # request to it is refused (BookieUnavailableError) like any dead bookie's.
+        self._addresses: dict[str, str] = {}
+        self.client = TcpTransport(self._addresses.get, faults, client_ssl)
+        self.faults = self.client.faults
+        self.servers: dict[str, BookieServer] = {}
+
+    def address(self, bookie_id: str) -> str | None:
+        return self._addresses.get(bookie_id)
+
+    def bookie_started(self, bookie_id: str, bookie: RequestHandler) -> None:
+        address = self._address_of(bookie_id)
+        host, port = parse_address(address)
+        server = BookieServer(bookie, host, port, self._server_ssl)
+        try:
+            self._run(server.start())
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"bookie {bookie_id} cannot listen on its address {address} (kept in its "
+                f"data directory, as its cookie records it): {exc.strerror}",
+            ) from exc
+        self.servers[bookie_id] = server
+        self._addresses[bookie_id] = address
+
+    def bookie_stopped(self, bookie_id: str) -> None:
+        server = self.servers.pop(bookie_id, None)
+        if server is not None:
+            self._run(server.close())
+
+    async def request(self, src: str, bookie_id: str, req: Request, timeout: float) -> Response:
+        return await self.client.request(src, bookie_id, req, timeout)
+
+    async def close(self) -> None:
+        servers, self.servers = list(self.servers.values()), {}
+        await self.client.close()
+        await asyncio.gather(*(s.close() for s in servers), return_exceptions=True)
