@@ -6,6 +6,7 @@ see README.md and docs/.
 
 from typing import TYPE_CHECKING, Any
 
+from embedlog.connect import connect
 from embedlog.errors import (
     BKError,
     BKTimeoutError,
@@ -75,4 +76,5 @@ __all__ = [
     "UnauthorizedAccessError",
     "UnknownError",
     "WriteHandle",
+    "connect",
 ]

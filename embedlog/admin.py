@@ -68,7 +68,108 @@ def add_commands(sub: Any) -> None:
     _common(p)
     p.set_defaults(func=_bookie_list)
 
+    add_sandbox_command(sub)
+
 
 def fail(message: str) -> int:
     print(message, file=sys.stderr)
     return 2
+
+
+# -- embedlog sandbox ----------------------------------------------------------------------------
+
+SANDBOX_CHROOT = "/embedlog"
+
+
+def add_sandbox_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "sandbox",
+        help="bookies over TCP plus ZooKeeper metadata, for other processes",
+        description=(
+            "Start a ZooKeeper server and bookies listening on 127.0.0.1, print the metadata "
+            "URI other processes pass to embedlog.connect(), and run until Ctrl-C."
+        ),
+    )
+    p.add_argument("--bookies", type=int, default=3, help="number of bookies (default 3)")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="keep bookies and metadata here, reused on the next run (default: a "
+        "temporary directory, removed on exit)",
+    )
+    p.add_argument("--tls", action="store_true", help="bookies speak TLS (self-signed cert)")
+    p.add_argument(
+        "--metadata-uri",
+        default=None,
+        help="use this ZooKeeper (zk://host:port/path) instead of starting one",
+    )
+    p.set_defaults(func=_sandbox)
+
+
+def _sandbox(args: argparse.Namespace) -> int:
+    import shutil
+    import signal
+    import tempfile
+    import threading
+
+    from embedlog.cluster import LocalCluster
+    from embedlog.metadata import zkserver
+    from embedlog.transport.tcp import stable_address
+
+    if args.bookies < 1:
+        return fail("embedlog sandbox: --bookies must be at least 1")
+    own_dir = args.data_dir is None
+    data_dir = Path(tempfile.mkdtemp(prefix="embedlog-sandbox-") if own_dir else args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    zk: zkserver.ZooKeeperServer | None = None
+    cluster: LocalCluster | None = None
+    # SIGTERM (a supervisor, `kill`) stops as cleanly as Ctrl-C.
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        uri = args.metadata_uri
+        if uri is None:
+            try:
+                zkserver.find_classpath()
+                zkserver.find_java()
+            except zkserver.ZooKeeperNotInstalled as exc:
+                return fail(
+                    f"embedlog sandbox: {exc}\n(the sandbox shares metadata with other "
+                    "processes through ZooKeeper; or pass --metadata-uri zk://host:port/path "
+                    "to use a running one)"
+                )
+            # A fixed port under data_dir: the metadata (and the bookies' cookies in it)
+            # is the same on the next run with this --data-dir.
+            zk_dir = data_dir / "zookeeper"
+            port = int(stable_address(zk_dir).rpartition(":")[2])
+            zk = zkserver.ZooKeeperServer(zk_dir, port=port)
+            print(f"starting ZooKeeper on 127.0.0.1:{port} ...", flush=True)
+            zk.start()
+            uri = zk.uri(SANDBOX_CHROOT)
+        cluster = LocalCluster(
+            args.bookies, data_dir, transport="tcp", tls=args.tls, metadata_uri=uri
+        ).start()
+        print(f"metadata URI: {uri}")
+        for bid in cluster.bookie_ids:
+            print(f"bookie {bid}: {cluster.bookie_config(bid).address}")
+        ca = getattr(cluster.transport, "tls_ca", None)
+        if ca is not None:
+            print(f"TLS CA certificate: {ca}")
+        print(f"data directory: {data_dir}{' (temporary)' if own_dir else ''}")
+        tls_arg = f", tls_ca={str(ca)!r}" if ca is not None else ""
+        print(f"connect with: embedlog.connect({uri!r}{tls_arg})")
+        print("sandbox running; Ctrl-C to stop", flush=True)
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if cluster is not None:
+            cluster.stop()
+        if zk is not None:
+            zk.stop()
+        if own_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    print("sandbox stopped", flush=True)
+    return 0

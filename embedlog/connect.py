@@ -1,0 +1,134 @@
+"""connect(): a client in another process, reaching a cluster's bookies over TCP.
+
+The cluster (``embedlog sandbox``, or a LocalCluster(transport="tcp") sharing
+its metadata through ZooKeeper) registers each bookie's address in the
+metadata store; the client looks addresses up there, so it needs nothing but
+the metadata URI (and the CA certificate when the bookies use TLS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from embedlog.errors import BookieUnavailableError
+
+if TYPE_CHECKING:
+    from embedlog.client import Client
+    from embedlog.metadata.client import MetadataClient
+    from embedlog.metadata.store import MetadataStore
+
+
+@functools.cache
+def _connected_client_class() -> type[Client]:
+    # Built on first use: `embedlog` exports connect() eagerly (a lazy export would be
+    # shadowed by this very module once imported), and must not pull in the whole client.
+    from embedlog.client import Client
+    from embedlog.metadata.client import MetadataClient
+    from embedlog.runtime import Runtime
+    from embedlog.transport.tcp import TcpTransport
+
+    class ConnectedClient(Client):
+        """A Client that owns its runtime, metadata store and transport, and closes them."""
+
+        def __init__(
+            self,
+            runtime: Runtime,
+            store: MetadataStore,
+            transport: TcpTransport,
+            **options: Any,
+        ) -> None:
+            super().__init__(runtime, MetadataClient(store), transport, **options)
+            self._store = store
+            self.transport = transport
+            self._released = False
+
+        def close(self) -> None:
+            if self._released:
+                return
+            self._released = True
+            try:
+                super().close()
+            finally:
+                try:
+                    self.runtime.run(self.transport.close(), timeout=10)
+                finally:
+                    self._store.close()
+                    self.runtime.close()
+
+    return ConnectedClient
+
+
+def connect(
+    metadata_uri: str | None,
+    *,
+    name: str = "client",
+    request_timeout: float = 5.0,
+    tls_ca: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    **options: Any,
+) -> Client:
+    """A Client of the cluster whose metadata ``metadata_uri`` names ("zk://host:port/path").
+
+    ``tls_ca``: the CA certificate the bookies' certificates must verify against
+    (a TLS sandbox prints it; LocalCluster keeps it as data_dir/tls/cert.pem); None
+    connects without TLS. ``data_dir`` is only for ``metadata_uri=None`` (the embedded
+    store, which one process at a time can open). ``options`` go to Client.
+    Closing the client closes its connections, metadata session and event loop.
+    """
+    if metadata_uri is None and data_dir is None:
+        raise ValueError(
+            "metadata_uri=None means the embedded store of one process; give the "
+            "cluster's zk:// URI (or data_dir for an embedded store no one else holds)"
+        )
+    from embedlog.metadata.client import MetadataClient
+    from embedlog.metadata.uri import open_store
+    from embedlog.runtime import Runtime
+    from embedlog.transport.tcp import TcpTransport
+    from embedlog.transport.tls import client_context
+
+    ssl_context = client_context(tls_ca) if tls_ca is not None else None
+    runtime = Runtime(f"embedlog-{name}")
+    store: MetadataStore | None = None
+    try:
+        store = open_store(metadata_uri, Path(data_dir or tempfile.gettempdir()))
+        meta = MetadataClient(store)
+        transport = TcpTransport(_metadata_resolver(meta), ssl_context=ssl_context)
+        return _connected_client_class()(
+            runtime, store, transport, name=name, request_timeout=request_timeout, **options
+        )
+    except BaseException:
+        if store is not None:
+            store.close()
+        runtime.close()
+        raise
+
+
+def _metadata_resolver(meta: MetadataClient) -> Any:
+    """bookie id -> the address it registered, read when a connection is (re)opened."""
+
+    def lookup(bookie_id: str) -> str | None:
+        info = meta.bookie_info(bookie_id)
+        address = info.get("address") if info else None
+        if not address:
+            return None
+        address = str(address)
+        if address.startswith("inprocess:"):
+            raise BookieUnavailableError(
+                f"bookie {bookie_id} serves in-process only ({address}); start its cluster "
+                'with transport="tcp" to reach it from another process'
+            )
+        return address
+
+    async def resolve(bookie_id: str) -> str | None:
+        if meta.store.blocking_io:  # e.g. ZooKeeper: a network round trip
+            return await asyncio.get_running_loop().run_in_executor(None, lookup, bookie_id)
+        return lookup(bookie_id)
+
+    return resolve
+
+
+__all__ = ["connect"]
