@@ -380,6 +380,8 @@ class LedgerWriter:
         while True:
             if md.state is LedgerState.CLOSED:
                 if md.last_entry_id == self.lac:
+                    self.md = md
+                    self._closed()
                     return md
                 raise LedgerClosedError(
                     f"ledger {md.ledger_id} was closed at entry {md.last_entry_id} by another "
@@ -393,9 +395,14 @@ class LedgerWriter:
             closed = md.evolve(state=LedgerState.CLOSED, last_entry_id=self.lac)
             try:
                 self.md = await self.ctx.meta(self.ctx.metadata.write_ledger, closed)
+                self._closed()
                 return self.md
             except MetadataVersionError:
                 md = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
+
+    def _closed(self) -> None:
+        if self.error is None:
+            self.error = LedgerClosedError(f"ledger {self.md.ledger_id} is closed")
 
     def stop(self) -> None:
         """Forget outstanding work (the client is closing)."""

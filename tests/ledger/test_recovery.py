@@ -29,7 +29,33 @@ def test_old_writer_is_fenced_and_its_later_entries_never_become_readable(cluste
         wh.add(b"still too late")
     md = cluster.client("c3").ledger_metadata(wh.ledger_id)
     assert md.last_entry_id == 9
-    with pytest.raises(LedgerFencedError):
+    # Recovery closed it exactly where this writer's acknowledgements end: closing
+    # as the writer then succeeds (replication-protocol.md, "Closing a ledger as a writer").
+    wh.close()
+
+
+def test_writer_close_fails_when_recovery_closed_elsewhere(cluster):
+    """The writer confirmed more than the closed ledger holds: its close must fail."""
+    from embedlog import LedgerClosedError
+
+    c1 = cluster.client("c1")
+    wh = c1.create_ledger(3, 3, 2)
+    write(wh, 3)
+    # Another client closes the ledger at entry 1 by a metadata CAS (as a buggy or
+    # malicious recoverer might); the writer confirmed up to 2.
+    md = c1.ledger_metadata(wh.ledger_id)
+    cluster.metadata.write_ledger(md.evolve(state=LedgerState.CLOSED, last_entry_id=1))
+    with pytest.raises(LedgerClosedError, match="confirmed up to 2"):
+        wh.close()
+
+
+def test_writer_close_fails_while_another_client_recovers(cluster):
+    c1 = cluster.client("c1")
+    wh = c1.create_ledger(3, 3, 2)
+    write(wh, 3)
+    md = c1.ledger_metadata(wh.ledger_id)
+    cluster.metadata.write_ledger(md.evolve(state=LedgerState.IN_RECOVERY))
+    with pytest.raises(LedgerFencedError, match="being recovered"):
         wh.close()
 
 
