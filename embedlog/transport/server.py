@@ -11,6 +11,10 @@ from embedlog.wire.messages import FrameError, Request, Response
 log = logging.getLogger(__name__)
 
 
+class BookieGoneError(Exception):
+    """Raised by a bookie that crashed or stopped mid-request: it gives no answer at all."""
+
+
 class RequestHandler(Protocol):
     async def handle(self, req: Request) -> Response: ...
 
@@ -25,6 +29,8 @@ async def serve_frame(handler: RequestHandler, frame: bytes) -> bytes | None:
         return None
     try:
         resp = await handler.handle(req)
+    except BookieGoneError:
+        raise  # no answer: the transport reports the bookie unavailable
     except Exception:  # a bookie must answer, not crash, on a request it chokes on
         log.exception("bookie failed handling %s", req.op.name)
         resp = Response.to(req, StatusCode.EIO)

@@ -1,0 +1,514 @@
+"""The bookie: boot sequence, request handler, flushing, clean stop and crash.
+
+Boot: cookie check -> open storage -> unclean-shutdown check -> journal replay
+-> (BP-46 protection when a check failed) -> register -> serve.
+
+The request handler answers with BookKeeper's status codes. The rule it never
+breaks: an entry the index says it holds is returned or the read fails with
+EIO; it is never reported as missing. A limbo ledger (BP-46) answers EUNKNOWN
+where it would otherwise say NoSuchEntry/NoSuchLedger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import struct
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from embedlog.bookie import cookie as cookies
+from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.journal import Journal, replay
+from embedlog.bookie.storage import LedgerStorage
+from embedlog.errors import BookieIOError
+from embedlog.metadata.client import MetadataClient
+from embedlog.metadata.store import MetadataStore
+from embedlog.transport.server import BookieGoneError
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import parse_header
+from embedlog.wire.messages import NO_TERM, AddFlags, OpCode, ReadFlags, Request, Response
+
+log = logging.getLogger(__name__)
+
+_ADD = struct.Struct(">cqq")
+_STATE = struct.Struct(">cq")
+
+
+class BookieState(enum.Enum):
+    NEW = "new"
+    BOOTING = "booting"
+    SERVING = "serving"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+
+
+class Bookie:
+    def __init__(self, config: BookieConfig, metadata: MetadataClient, session: MetadataStore) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.session = session
+        self._state = BookieState.NEW
+        self.unclean_shutdown_detected = False
+        self.cookie_problem: str | None = None
+        self.readonly = config.readonly
+        self.storage: LedgerStorage | None = None
+        self.journal: Journal | None = None
+        self._journal_exec = ThreadPoolExecutor(1, thread_name_prefix=f"{config.bookie_id}-journal")
+        self._flush_exec = ThreadPoolExecutor(1, thread_name_prefix=f"{config.bookie_id}-flush")
+        self._flusher: asyncio.Task[None] | None = None
+        self._background_flush: asyncio.Task[None] | None = None
+        self._lac_changed: dict[int, asyncio.Event] = {}
+        self.boot_seconds = 0.0
+
+    @property
+    def state(self) -> BookieState:
+        return self._state
+
+    @property
+    def bookie_id(self) -> str:
+        return self.config.bookie_id
+
+    # -- boot --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._state is not BookieState.NEW:
+            raise RuntimeError(f"bookie {self.bookie_id} objects boot once; make a new one")
+        self._state = BookieState.BOOTING
+        started = time.monotonic()
+        try:
+            await self._boot()
+        except BaseException:
+            self._abandon()
+            raise
+        self.boot_seconds = time.monotonic() - started
+        self._state = BookieState.SERVING
+        log.info("bookie %s serving (boot %.3fs)", self.bookie_id, self.boot_seconds)
+
+    async def _boot(self) -> None:
+        cfg = self.config
+        try:
+            cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BookieIOError(
+                f"cannot create the bookie directory {cfg.data_dir}: {exc}; check the path and "
+                "its permissions"
+            ) from exc
+        first_boot, problems = cookies.cookie_problems(cfg, self.metadata)
+        if problems:
+            self.cookie_problem = "; ".join(problems)
+        for d in cookies.cookie_dirs(cfg):
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise BookieIOError(f"cannot create {d}: {exc}") from exc
+        if first_boot:
+            cookies.write_cookies(cfg, self.metadata)
+        self.storage = LedgerStorage(cfg, self._flush_exec)
+        index = self.storage.index
+        self.unclean_shutdown_detected = index.unclean_bit() and not first_boot
+        index.set_unclean_bit(True)
+        end = self._replay(index.checkpoint())
+        self.journal = Journal(cfg, self._journal_exec, end)
+        self.journal.start()
+        await self.storage.flush(self.journal.lsn)
+        self.journal.remove_before(self.journal.lsn)
+        await self.on_suspicious_boot()
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        self.metadata.register_bookie(
+            self.session,
+            self.bookie_id,
+            {"address": cfg.advertised_address, "rack": cfg.rack},
+            readonly=self.readonly,
+        )
+
+    def _replay(self, checkpoint: int) -> int:
+        """Apply the journal from ``checkpoint``; returns the LSN after the last intact record."""
+        assert self.storage is not None
+        end = checkpoint
+        count = 0
+        for lsn, payload in replay(self.config.journal_dir, checkpoint):
+            kind = payload[:1]
+            if kind == b"A":
+                _, lid, eid = _ADD.unpack_from(payload)
+                self.storage.put(lid, eid, payload[_ADD.size :])
+            elif kind == b"S":
+                _, lid = _STATE.unpack_from(payload)
+                self.storage.set_info(lid, LedgerInfo.from_json(payload[_STATE.size :]))
+            end = lsn + 8 + len(payload)
+            count += 1
+        if count:
+            log.info("bookie %s replayed %d journal records", self.bookie_id, count)
+        return max(end, checkpoint)
+
+    async def on_suspicious_boot(self) -> None:
+        """What to do when the cookie check failed (the BP-46 protection goes here)."""
+        if self.cookie_problem is not None:
+            raise cookies.cookie_error(self.config, [self.cookie_problem])
+
+    # -- stop and crash ----------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        if self._state is not BookieState.SERVING:
+            return
+        self._state = BookieState.STOPPED
+        self.metadata.unregister_bookie(self.session, self.bookie_id)
+        if self._flusher is not None:
+            self._flusher.cancel()
+        assert self.journal is not None and self.storage is not None
+        await self.journal.sync()
+        await self.storage.flush(self.journal.lsn)
+        self.journal.remove_before(self.journal.lsn)
+        await self.journal.close()
+        self.storage.index.set_unclean_bit(False)
+        self.storage.close()
+        self._wake_all()
+        self._shutdown_executors()
+
+    def crash(self) -> None:
+        """Abrupt stop: everything not yet durable is lost."""
+        if self._state not in (BookieState.SERVING, BookieState.BOOTING):
+            return
+        self._state = BookieState.CRASHED
+        for task in (self._flusher, self._background_flush):
+            if task is not None:
+                task.cancel()
+        if self.journal is not None:
+            self.journal.crash()
+        if self.storage is not None:
+            self.storage.crash()
+        self._wake_all()
+        self._shutdown_executors()
+
+    def _abandon(self) -> None:
+        self._state = BookieState.STOPPED
+        if self._flusher is not None:
+            self._flusher.cancel()
+        if self.journal is not None:
+            self.journal.crash()
+        if self.storage is not None:
+            try:
+                self.storage.close()
+            except Exception:
+                pass
+        self._shutdown_executors()
+
+    def _shutdown_executors(self) -> None:
+        self._journal_exec.shutdown(wait=False)
+        self._flush_exec.shutdown(wait=False)
+
+    def _wake_all(self) -> None:
+        for ev in self._lac_changed.values():
+            ev.set()
+
+    # -- background flushing -----------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_interval)
+            try:
+                await self.flush()
+            except OSError as exc:
+                log.error("bookie %s: flush failed (%s); going read-only", self.bookie_id, exc)
+                self._go_readonly()
+
+    async def flush(self) -> None:
+        assert self.journal is not None and self.storage is not None
+        checkpoint = self.journal.lsn
+        await self.storage.flush(checkpoint)
+        self.journal.remove_before(checkpoint)
+
+    def _maybe_flush_early(self) -> None:
+        assert self.storage is not None
+        if self.storage.cache_bytes > self.config.write_cache_max_bytes and (
+            self._background_flush is None or self._background_flush.done()
+        ):
+            self._background_flush = asyncio.get_running_loop().create_task(self.flush())
+
+    def _go_readonly(self) -> None:
+        if not self.readonly:
+            self.readonly = True
+            try:
+                self.metadata.register_bookie(
+                    self.session,
+                    self.bookie_id,
+                    {"address": self.config.advertised_address, "rack": self.config.rack},
+                    readonly=True,
+                )
+            except Exception:
+                log.exception("bookie %s: could not register as read-only", self.bookie_id)
+
+    # -- ledger state changes (journaled) ------------------------------------------------------
+
+    def _journal_state(self, lid: int, info: LedgerInfo, *, wait: bool) -> asyncio.Future[None] | None:
+        assert self.journal is not None and self.storage is not None
+        self.storage.set_info(lid, info)
+        return self.journal.append(_STATE.pack(b"S", lid) + info.to_json(), wait=wait)
+
+    async def set_ledger_state(
+        self,
+        ledger_id: int,
+        *,
+        fenced: bool | None = None,
+        limbo: bool | None = None,
+        master_key: bytes | None = None,
+    ) -> None:
+        """Durably change a ledger's flags (used by the BP-46 boot phases and repair)."""
+        assert self.storage is not None
+        info = self.storage.info(ledger_id) or LedgerInfo()
+        if fenced is not None:
+            info.fenced = fenced
+        if limbo is not None:
+            info.limbo = limbo
+        if master_key is not None and not info.master_key:
+            info.master_key = master_key.hex()
+        fut = self._journal_state(ledger_id, info, wait=True)
+        assert fut is not None
+        await fut
+
+    # -- request handling --------------------------------------------------------------------
+
+    async def handle(self, req: Request) -> Response:
+        if self._state is not BookieState.SERVING:
+            raise BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}")
+        try:
+            if req.op == OpCode.ADD:
+                return await self._add(req)
+            if req.op == OpCode.READ:
+                return await self._read(req)
+            if req.op == OpCode.READ_LAC:
+                return await self._read_lac(req)
+            if req.op == OpCode.WRITE_LAC:
+                return self._write_lac(req)
+            if req.op == OpCode.LIST_ENTRIES:
+                return self._list_entries(req)
+            if req.op in (OpCode.DELETE_LEDGER, OpCode.TRIM):
+                return await self._cut(req)
+            return Response.to(req, StatusCode.EBADREQ)
+        except BookieIOError as exc:
+            log.error("bookie %s: %s", self.bookie_id, exc)
+            return Response.to(req, StatusCode.EIO, entry_id=req.entry_id)
+        except OSError as exc:
+            if self._state is not BookieState.SERVING:
+                raise BookieGoneError(str(exc)) from exc
+            log.error("bookie %s: disk error: %s; going read-only", self.bookie_id, exc)
+            self._go_readonly()
+            return Response.to(req, StatusCode.EIO, entry_id=req.entry_id)
+
+    def _missing(self, req: Request, info: LedgerInfo | None, status: StatusCode) -> Response:
+        """An explicit negative, unless the ledger is in limbo: then we cannot know."""
+        if info is not None and info.limbo and not self.config.unsafe_skip_limbo:
+            status = StatusCode.EUNKNOWN
+        lac = info.known_lac if info is not None else -1
+        return Response.to(req, status, entry_id=req.entry_id, lac=lac)
+
+    def _check_term(self, req: Request, info: LedgerInfo) -> tuple[bool, bool]:
+        """(refused, changed) for a request that carries a term."""
+        if req.term == NO_TERM:
+            return False, False
+        if info.term > req.term:
+            return True, False
+        if req.term > info.term:
+            info.term = req.term
+            return False, True
+        return False, False
+
+    async def _add(self, req: Request) -> Response:
+        storage, journal = self.storage, self.journal
+        assert storage is not None and journal is not None
+        lid, eid = req.ledger_id, req.entry_id
+        if self.readonly:
+            return Response.to(req, StatusCode.EREADONLY, entry_id=eid)
+        try:
+            header = parse_header(req.body)
+        except ValueError:
+            return Response.to(req, StatusCode.EBADREQ, entry_id=eid)
+        if header.ledger_id != lid or header.entry_id != eid:
+            return Response.to(req, StatusCode.EBADREQ, entry_id=eid)
+        info = storage.info(lid)
+        changed = info is None
+        if info is None:
+            info = LedgerInfo(master_key=req.master_key.hex())
+        elif info.master_key and info.master_key != req.master_key.hex():
+            return Response.to(req, StatusCode.EUA, entry_id=eid)
+        elif not info.master_key:
+            info.master_key = req.master_key.hex()
+            changed = True
+        if info.fenced and not req.flags & AddFlags.RECOVERY:
+            return Response.to(req, StatusCode.EFENCED, entry_id=eid)
+        refused, term_changed = self._check_term(req, info)
+        if refused:
+            return Response.to(req, StatusCode.EINVALIDTERM, entry_id=eid, term=info.term)
+        if req.lafr > info.lafr:
+            info.lafr = req.lafr
+            changed = True
+        if req.flags & AddFlags.TRUNCATE:
+            await storage.cut(lid, "above", eid, journal.lsn)
+        state_fut = None
+        if changed or term_changed:
+            state_fut = self._journal_state(lid, info, wait=term_changed)
+        old_lac = info.known_lac
+        storage.put(lid, eid, req.body)
+        if self.config.journal_write_data:
+            fut = journal.append(_ADD.pack(b"A", lid, eid) + req.body)
+            assert fut is not None
+            await fut
+        elif state_fut is not None:
+            await state_fut
+        if info.known_lac > old_lac:
+            self._notify_lac(lid)
+        self._maybe_flush_early()
+        return Response.to(req, StatusCode.EOK, entry_id=eid, term=info.term)
+
+    async def _read(self, req: Request) -> Response:
+        storage = self.storage
+        assert storage is not None
+        lid, eid = req.ledger_id, req.entry_id
+        info = storage.info(lid)
+        fencing = bool(req.flags & ReadFlags.FENCE)
+        if fencing or req.term != NO_TERM:
+            new = info is None
+            if info is None:
+                info = LedgerInfo(master_key=req.master_key.hex())
+            elif req.master_key and info.master_key and info.master_key != req.master_key.hex():
+                return Response.to(req, StatusCode.EUA, entry_id=eid)
+            refused, changed = self._check_term(req, info)
+            if refused:
+                return Response.to(req, StatusCode.EINVALIDTERM, entry_id=eid, term=info.term)
+            if fencing and not info.fenced:
+                info.fenced = changed = True
+            if new or changed:
+                # Durable before we answer: a fence that a crash forgets lets the old writer
+                # reach its ack quorum after recovery closed the ledger (BP-46 scenario 1).
+                fut = self._journal_state(lid, info, wait=True)
+                assert fut is not None
+                await fut
+        if info is None:
+            return self._missing(req, None, StatusCode.ENOLEDGER)
+        term = req.term if req.term != NO_TERM else info.term
+        if eid < 0:
+            return Response.to(
+                req,
+                StatusCode.EOK,
+                entry_id=eid,
+                lac=info.known_lac,
+                last_entry_id=storage.last_entry(lid),
+                term=term,
+                lafr=info.lafr,
+            )
+        data = storage.get(lid, eid)
+        if data is None:
+            return self._missing(req, info, StatusCode.ENOENTRY)
+        return Response.to(
+            req, StatusCode.EOK, entry_id=eid, lac=info.known_lac, term=term, body=data
+        )
+
+    async def _read_lac(self, req: Request) -> Response:
+        assert self.storage is not None
+        lid = req.ledger_id
+        info = self.storage.info(lid)
+        if info is None:
+            return self._missing(req, None, StatusCode.ENOLEDGER)
+        if req.timeout_ms > 0 and info.known_lac <= req.entry_id:
+            wait = min(req.timeout_ms / 1000.0, self.config.long_poll_max)
+            deadline = asyncio.get_running_loop().time() + wait
+            while info.known_lac <= req.entry_id and self._state is BookieState.SERVING:
+                ev = self._lac_changed.setdefault(lid, asyncio.Event())
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(ev.wait(), remaining)
+                except TimeoutError:
+                    break
+                info = self.storage.info(lid) or info
+        if self._state is not BookieState.SERVING:
+            raise BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}")
+        return Response.to(
+            req,
+            StatusCode.EOK,
+            lac=info.known_lac,
+            last_entry_id=self.storage.last_entry(lid),
+            term=info.term,
+            lafr=info.lafr,
+        )
+
+    def _notify_lac(self, ledger_id: int) -> None:
+        ev = self._lac_changed.pop(ledger_id, None)
+        if ev is not None:
+            ev.set()
+
+    def _write_lac(self, req: Request) -> Response:
+        assert self.storage is not None
+        info = self.storage.info(req.ledger_id)
+        if info is None:
+            return self._missing(req, None, StatusCode.ENOLEDGER)
+        if info.master_key and req.master_key and info.master_key != req.master_key.hex():
+            return Response.to(req, StatusCode.EUA)
+        if req.entry_id > info.explicit_lac:
+            # Not journaled: a LAC forgotten in a crash only makes readers wait for the next.
+            info.explicit_lac = req.entry_id
+            self.storage.set_info(req.ledger_id, info)
+            self._notify_lac(req.ledger_id)
+        return Response.to(req, StatusCode.EOK, lac=info.known_lac)
+
+    def _list_entries(self, req: Request) -> Response:
+        from embedlog.auditor.availability import AvailabilityOfEntries
+
+        assert self.storage is not None
+        info = self.storage.info(req.ledger_id)
+        if info is None:
+            return self._missing(req, None, StatusCode.ENOLEDGER)
+        body = AvailabilityOfEntries.encode(self.storage.entry_ids(req.ledger_id))
+        return Response.to(req, StatusCode.EOK, body=body)
+
+    async def _cut(self, req: Request) -> Response:
+        assert self.storage is not None and self.journal is not None
+        lid = req.ledger_id
+        if self.storage.info(lid) is None:
+            return self._missing(req, None, StatusCode.ENOLEDGER)
+        if req.op == OpCode.DELETE_LEDGER:
+            await self.storage.cut(lid, "all", 0, self.journal.lsn)
+        else:
+            await self.storage.cut(lid, "below", req.entry_id, self.journal.lsn)
+        return Response.to(req, StatusCode.EOK)
+
+    # -- inspection --------------------------------------------------------------------------
+
+    def ledger_entries(self, ledger_id: int) -> list[int]:
+        """The entry ids this bookie holds for ``ledger_id`` (cache and index)."""
+        assert self.storage is not None
+        return self.storage.entry_ids(ledger_id)
+
+    def ledger_info(self, ledger_id: int) -> LedgerInfo | None:
+        assert self.storage is not None
+        return self.storage.info(ledger_id)
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "bookie_id": self.bookie_id,
+            "state": self._state.value,
+            "readonly": self.readonly,
+            "unclean_shutdown_detected": self.unclean_shutdown_detected,
+            "cookie_problem": self.cookie_problem,
+            "boot_seconds": round(self.boot_seconds, 3),
+        }
+        if self.storage is not None and self._state is BookieState.SERVING:
+            ids = self.storage.ledger_ids()
+            out.update(
+                ledgers=len(ids),
+                limbo_ledgers=sum(1 for i in ids if (inf := self.storage.info(i)) and inf.limbo),
+                write_cache_bytes=self.storage.cache_bytes,
+                entry_log_bytes=self.storage.logs.size_on_disk(),
+                flushes=self.storage.flushes,
+            )
+        if self.journal is not None and self._state is BookieState.SERVING:
+            out.update(
+                journal_bytes=self.journal.size_on_disk(),
+                journal_batches=self.journal.batches,
+                journal_records=self.journal.records,
+            )
+        return out

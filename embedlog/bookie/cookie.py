@@ -1,0 +1,141 @@
+"""Cookies: a bookie's identity, written to each of its disks and to the metadata store.
+
+A disk without the cookie the metadata store expects was replaced or wiped;
+a disk with another bookie's cookie was swapped. Either way the bookie may
+have lost entries it acknowledged, so it must not boot as if nothing happened
+(see closing-ledgers-safely.md, "Bringing back a dead bookie").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from attrs import frozen
+
+from embedlog.bookie.config import BookieConfig
+from embedlog.errors import CookieError
+from embedlog.metadata.client import MetadataClient
+
+COOKIE_FILE = "COOKIE"
+
+
+@frozen
+class Cookie:
+    bookie_id: str
+    address: str
+    directories: tuple[str, ...]
+    instance_id: str
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {
+                "bookie_id": self.bookie_id,
+                "address": self.address,
+                "directories": list(self.directories),
+                "instance_id": self.instance_id,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Cookie:
+        try:
+            d = json.loads(data)
+            return cls(d["bookie_id"], d["address"], tuple(d["directories"]), d["instance_id"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CookieError(f"unreadable cookie: {exc}") from exc
+
+
+def cookie_dirs(config: BookieConfig) -> list[Path]:
+    return [config.journal_dir, config.ledger_dir, config.index_dir]
+
+
+def expected_cookie(config: BookieConfig, metadata: MetadataClient) -> Cookie:
+    return Cookie(
+        config.bookie_id,
+        config.advertised_address,
+        tuple(str(d.resolve()) for d in cookie_dirs(config)),
+        metadata.instance_id(),
+    )
+
+
+def _read_dir_cookie(directory: Path) -> Cookie | str | None:
+    path = directory / COOKIE_FILE
+    if not directory.exists():
+        return "missing"
+    if not path.exists():
+        return None
+    try:
+        return Cookie.from_bytes(path.read_bytes())
+    except CookieError:
+        return "corrupt"
+
+
+def _is_empty(directory: Path) -> bool:
+    return not directory.exists() or not any(directory.iterdir())
+
+
+def cookie_problems(config: BookieConfig, metadata: MetadataClient) -> tuple[bool, list[str]]:
+    """(first_boot, problems). First boot: no cookie anywhere and every directory empty."""
+    expected = expected_cookie(config, metadata)
+    stored = metadata.read_cookie(config.bookie_id)
+    dirs = cookie_dirs(config)
+    found = {d: _read_dir_cookie(d) for d in dirs}
+    if stored is None and all(c is None or c == "missing" for c in found.values()):
+        if all(_is_empty(d) for d in dirs):
+            return True, []
+    problems = []
+    if stored is None:
+        problems.append(
+            f"the metadata store has no cookie for {config.bookie_id}, but its disks have data"
+        )
+    else:
+        meta_cookie = Cookie.from_bytes(stored[0])
+        if meta_cookie != expected:
+            problems.append(
+                f"the metadata store's cookie for {config.bookie_id} does not match this "
+                f"bookie's configuration ({meta_cookie} != {expected})"
+            )
+    for d, c in found.items():
+        if c == "missing":
+            problems.append(f"directory {d} is missing")
+        elif c is None:
+            problems.append(f"directory {d} has no cookie: the disk is new or was wiped")
+        elif c == "corrupt":
+            problems.append(f"the cookie in {d} is unreadable")
+        elif c != expected:
+            assert isinstance(c, Cookie)
+            problems.append(
+                f"the cookie in {d} belongs to bookie {c.bookie_id} (instance {c.instance_id}): "
+                "was the disk swapped?"
+            )
+    return False, problems
+
+
+def write_cookies(config: BookieConfig, metadata: MetadataClient) -> Cookie:
+    """Write this bookie's cookie to every directory and to the metadata store."""
+    cookie = expected_cookie(config, metadata)
+    data = cookie.to_bytes()
+    for d in cookie_dirs(config):
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / (COOKIE_FILE + ".tmp")
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(d / COOKIE_FILE)
+    stored = metadata.read_cookie(config.bookie_id)
+    metadata.write_cookie(config.bookie_id, data, None if stored is None else stored[1])
+    return cookie
+
+
+def cookie_error(config: BookieConfig, problems: list[str]) -> CookieError:
+    return CookieError(
+        f"bookie {config.bookie_id} refuses to boot: "
+        + "; ".join(problems)
+        + ". It may have lost entries it acknowledged. Run `embedlog bookie fixcookie "
+        f"--data-dir ... {config.bookie_id}` to accept the disks as they are (the bookie then "
+        "fences its ledgers and repairs itself from its peers), or set auto_fix_cookies=True."
+    )

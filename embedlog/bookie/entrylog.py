@@ -1,0 +1,76 @@
+"""Entry log files: where flushed entries live, appended in flush order.
+
+Record: data_len u32 | crc32c(data) u32 | ledger i64 | entry i64 | data. The
+index points at the record; a read checks the header and CRC, so a corrupt or
+truncated record is an I/O error (never "no such entry": the index says we have it).
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import crc32c
+
+from embedlog.bookie.files import AppendFile
+from embedlog.errors import BookieIOError
+
+RECORD = struct.Struct(">IIqq")
+SUFFIX = ".log"
+
+
+class EntryLogs:
+    def __init__(self, directory: Path, max_size: int) -> None:
+        self.dir = directory
+        self.max_size = max_size
+        ids = sorted(int(p.stem) for p in directory.glob(f"*{SUFFIX}") if p.stem.isdigit())
+        self._files: dict[int, AppendFile] = {i: AppendFile(self._path(i)) for i in ids}
+        self.current_id = ids[-1] + 1 if ids else 0
+        # Always start a new log at boot: nothing is ever appended after a possibly torn tail.
+        self._files[self.current_id] = AppendFile(self._path(self.current_id))
+
+    def _path(self, log_id: int) -> Path:
+        return self.dir / f"{log_id:08d}{SUFFIX}"
+
+    def append(self, ledger_id: int, entry_id: int, data: bytes) -> tuple[int, int, int]:
+        current = self._files[self.current_id]
+        if current.size and current.size + len(data) > self.max_size:
+            current.sync()
+            self.current_id += 1
+            current = self._files[self.current_id] = AppendFile(self._path(self.current_id))
+        offset = current.append(
+            RECORD.pack(len(data), crc32c.crc32c(data), ledger_id, entry_id) + data
+        )
+        return self.current_id, offset, len(data)
+
+    def sync(self) -> None:
+        self._files[self.current_id].sync()
+
+    def read(self, ledger_id: int, entry_id: int, location: tuple[int, int, int]) -> bytes:
+        log_id, offset, length = location
+        f = self._files.get(log_id)
+        where = f"entry {ledger_id}:{entry_id} in {self._path(log_id)} at {offset}"
+        if f is None:
+            raise BookieIOError(f"{where}: the entry log file is missing")
+        try:
+            raw = f.pread(offset, RECORD.size + length)
+        except OSError as exc:
+            raise BookieIOError(f"{where}: read failed: {exc}") from exc
+        if len(raw) != RECORD.size + length:
+            raise BookieIOError(f"{where}: short read ({len(raw)} bytes)")
+        n, crc, lid, eid = RECORD.unpack_from(raw)
+        data = raw[RECORD.size :]
+        if (n, lid, eid) != (length, ledger_id, entry_id) or crc32c.crc32c(data) != crc:
+            raise BookieIOError(f"{where}: the record is corrupt")
+        return data
+
+    def size_on_disk(self) -> int:
+        return sum(f.size for f in self._files.values())
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+
+    def crash(self) -> None:
+        for f in self._files.values():
+            f.crash()

@@ -1,0 +1,155 @@
+"""The bookie's LevelDB index (plyvel): entry locations, per-ledger state, boot markers.
+
+Keys:
+    b"E" ledger i64 entry i64  -> log id u32 | offset u64 | length u32
+    b"L" ledger i64            -> LedgerInfo (JSON)
+    b"Munclean"                -> present while the bookie runs (unclean-shutdown bit)
+    b"Mcheckpoint"             -> journal LSN u64 covered by ledger storage
+
+Only synced writes are ever made: LevelDB would otherwise keep writes that our
+crash model says are lost, and the BP-46 tests would stop meaning anything.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import plyvel
+from attrs import define
+
+from embedlog.errors import BookieIOError
+
+ENTRY = struct.Struct(">qq")
+LOCATION = struct.Struct(">IQI")
+LEDGER = struct.Struct(">q")
+UNCLEAN = b"Munclean"
+CHECKPOINT = b"Mcheckpoint"
+
+
+@define
+class LedgerInfo:
+    """Per-ledger state a bookie keeps (mutable; changes are journaled, then flushed)."""
+
+    master_key: str = ""  # hex
+    fenced: bool = False
+    limbo: bool = False
+    term: int = -1
+    explicit_lac: int = -1
+    lac: int = -1  # highest LAC seen in the entries stored
+    lafr: int = -1
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "k": self.master_key,
+                "f": self.fenced,
+                "l": self.limbo,
+                "t": self.term,
+                "x": self.explicit_lac,
+                "c": self.lac,
+                "r": self.lafr,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> LedgerInfo:
+        d: dict[str, Any] = json.loads(data)
+        return cls(d["k"], d["f"], d["l"], d["t"], d["x"], d["c"], d.get("r", -1))
+
+    @property
+    def known_lac(self) -> int:
+        return max(self.lac, self.explicit_lac)
+
+
+def entry_key(ledger_id: int, entry_id: int) -> bytes:
+    return b"E" + ENTRY.pack(ledger_id, entry_id)
+
+
+def ledger_key(ledger_id: int) -> bytes:
+    return b"L" + LEDGER.pack(ledger_id)
+
+
+class LedgerIndex:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.db = plyvel.DB(str(path), create_if_missing=True)
+        except plyvel.CorruptionError as exc:
+            raise BookieIOError(
+                f"the index at {path} is corrupt ({exc}); the bookie cannot tell which entries "
+                "it holds. Replace the bookie's disks (wipe it) and let the cluster re-replicate."
+            ) from exc
+        except (plyvel.IOError, plyvel.Error) as exc:
+            raise BookieIOError(
+                f"cannot open the index at {path}: {exc}. Check that the directory exists, "
+                "is writable and is not used by another bookie process."
+            ) from exc
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- markers -----------------------------------------------------------------------------
+
+    def unclean_bit(self) -> bool:
+        return self.db.get(UNCLEAN) is not None
+
+    def set_unclean_bit(self, value: bool) -> None:
+        if value:
+            self.db.put(UNCLEAN, b"1", sync=True)
+        else:
+            self.db.delete(UNCLEAN, sync=True)
+
+    def checkpoint(self) -> int:
+        raw = self.db.get(CHECKPOINT)
+        return struct.unpack(">Q", raw)[0] if raw else 0
+
+    # -- ledgers -----------------------------------------------------------------------------
+
+    def ledger(self, ledger_id: int) -> LedgerInfo | None:
+        raw = self.db.get(ledger_key(ledger_id))
+        return LedgerInfo.from_json(raw) if raw is not None else None
+
+    def ledgers(self) -> Iterator[tuple[int, LedgerInfo]]:
+        for key, value in self.db.iterator(prefix=b"L"):
+            yield LEDGER.unpack(key[1:])[0], LedgerInfo.from_json(value)
+
+    def location(self, ledger_id: int, entry_id: int) -> tuple[int, int, int] | None:
+        raw = self.db.get(entry_key(ledger_id, entry_id))
+        return LOCATION.unpack(raw) if raw is not None else None
+
+    def entry_ids(self, ledger_id: int) -> Iterator[int]:
+        for key in self.db.iterator(prefix=b"E" + LEDGER.pack(ledger_id), include_value=False):
+            yield ENTRY.unpack(key[1:])[1]
+
+    def last_entry(self, ledger_id: int) -> int:
+        prefix = b"E" + LEDGER.pack(ledger_id)
+        with self.db.iterator(prefix=prefix, reverse=True, include_value=False) as it:
+            for key in it:
+                return ENTRY.unpack(key[1:])[1]
+        return -1
+
+    def commit(
+        self,
+        locations: Iterable[tuple[int, int, tuple[int, int, int]]],
+        infos: Iterable[tuple[int, LedgerInfo | None]],
+        deletes: Iterable[tuple[int, int]] = (),
+        checkpoint: int | None = None,
+    ) -> None:
+        """One synced batch: entry locations, ledger states (None deletes), entry deletions."""
+        with self.db.write_batch(sync=True) as batch:
+            for lid, eid in deletes:
+                batch.delete(entry_key(lid, eid))
+            for lid, eid, loc in locations:
+                batch.put(entry_key(lid, eid), LOCATION.pack(*loc))
+            for lid, info in infos:
+                if info is None:
+                    batch.delete(ledger_key(lid))
+                else:
+                    batch.put(ledger_key(lid), info.to_json())
+            if checkpoint is not None:
+                batch.put(CHECKPOINT, struct.pack(">Q", checkpoint))

@@ -1,0 +1,177 @@
+"""Ledger storage: a write cache in front of entry logs and the LevelDB index.
+
+Adds land in the write cache (readable at once). A flush, every
+``flush_interval`` or when the cache is full, appends the cached entries to
+the entry log, fsyncs it, and only then writes their locations, the ledger
+states and the journal checkpoint to the index in one synced batch. Until a
+flush, the journal (if it has the data) is what makes an entry durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import Executor
+from typing import Literal
+
+from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.entrylog import EntryLogs
+from embedlog.bookie.index import LedgerIndex, LedgerInfo
+from embedlog.wire.entry import parse_header
+
+log = logging.getLogger(__name__)
+
+Cut = Literal["all", "below", "above"]
+
+
+class LedgerStorage:
+    def __init__(self, config: BookieConfig, executor: Executor) -> None:
+        self.config = config
+        self._executor = executor
+        self.index = LedgerIndex(config.index_dir)
+        self.logs = EntryLogs(config.ledger_dir, config.entry_log_max_size)
+        self.cache: dict[int, dict[int, bytes]] = {}
+        self.cache_bytes = 0
+        self._infos: dict[int, LedgerInfo] = {}
+        self._dirty: set[int] = set()
+        self._deleted: set[int] = set()  # ledgers deleted since the last flush
+        self._flush_lock = asyncio.Lock()
+        self.flushes = 0
+
+    # -- ledger state ------------------------------------------------------------------------
+
+    def info(self, ledger_id: int) -> LedgerInfo | None:
+        info = self._infos.get(ledger_id)
+        if info is None and ledger_id not in self._deleted:
+            info = self.index.ledger(ledger_id)
+            if info is not None:
+                self._infos[ledger_id] = info
+        return info
+
+    def set_info(self, ledger_id: int, info: LedgerInfo) -> None:
+        self._infos[ledger_id] = info
+        self._deleted.discard(ledger_id)
+        self._dirty.add(ledger_id)
+
+    def ledger_ids(self) -> list[int]:
+        ids = {lid for lid, _ in self.index.ledgers()} | set(self._infos)
+        return sorted(ids - self._deleted)
+
+    # -- entries -----------------------------------------------------------------------------
+
+    def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
+        entries = self.cache.setdefault(ledger_id, {})
+        old = entries.get(entry_id)
+        entries[entry_id] = data
+        self.cache_bytes += len(data) - (len(old) if old is not None else 0)
+        info = self._infos.get(ledger_id) or self.info(ledger_id)
+        if info is not None:
+            lac = parse_header(data).lac
+            if lac > info.lac:
+                info.lac = lac
+                self._dirty.add(ledger_id)
+
+    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+        """The entry, or None if this bookie does not hold it. Disk trouble raises BookieIOError."""
+        cached = self.cache.get(ledger_id)
+        if cached is not None and entry_id in cached:
+            return cached[entry_id]
+        if ledger_id in self._deleted:
+            return None
+        loc = self.index.location(ledger_id, entry_id)
+        if loc is None:
+            return None
+        return self.logs.read(ledger_id, entry_id, loc)
+
+    def entry_ids(self, ledger_id: int) -> list[int]:
+        ids = set(self.cache.get(ledger_id, ()))
+        if ledger_id not in self._deleted:
+            ids.update(self.index.entry_ids(ledger_id))
+        return sorted(ids)
+
+    def last_entry(self, ledger_id: int) -> int:
+        cached = self.cache.get(ledger_id)
+        best = max(cached) if cached else -1
+        if ledger_id not in self._deleted:
+            best = max(best, self.index.last_entry(ledger_id))
+        return best
+
+    # -- flushing ----------------------------------------------------------------------------
+
+    async def flush(self, checkpoint: int | None) -> None:
+        """Make everything cached durable in entry logs + index; record ``checkpoint``."""
+        async with self._flush_lock:
+            snapshot = {lid: dict(entries) for lid, entries in self.cache.items() if entries}
+            infos = [(lid, self._infos.get(lid)) for lid in self._dirty]
+            infos += [(lid, None) for lid in self._deleted]
+            self._dirty.clear()
+            deleted = set(self._deleted)
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._flush_sync, snapshot, infos, checkpoint
+            )
+            self._deleted -= deleted
+            for lid, entries in snapshot.items():
+                cached = self.cache.get(lid)
+                if cached is None:
+                    continue
+                for eid, data in entries.items():
+                    if cached.get(eid) is data:  # not overwritten meanwhile
+                        del cached[eid]
+                        self.cache_bytes -= len(data)
+                if not cached:
+                    del self.cache[lid]
+            self.flushes += 1
+
+    def _flush_sync(
+        self,
+        snapshot: dict[int, dict[int, bytes]],
+        infos: list[tuple[int, LedgerInfo | None]],
+        checkpoint: int | None,
+    ) -> None:
+        locations = [
+            (lid, eid, self.logs.append(lid, eid, data))
+            for lid, entries in snapshot.items()
+            for eid, data in sorted(entries.items())
+        ]
+        if locations:
+            self.logs.sync()
+        deletes = [
+            (lid, eid) for lid, info in infos if info is None for eid in self.index.entry_ids(lid)
+        ]
+        self.index.commit(locations, infos, deletes, checkpoint)
+
+    async def cut(self, ledger_id: int, how: Cut, at: int, checkpoint: int) -> None:
+        """Durably drop a ledger's entries: all of them, those below ``at``, or those above it.
+
+        Rare (ledger deletion, trimming, an unbounded ledger's truncate no-op), so it
+        flushes first, with a checkpoint so that journal replay can never bring the
+        dropped entries back, and then deletes from the index in one synced batch.
+        """
+        await self.flush(checkpoint)
+
+        def keep(eid: int) -> bool:
+            return (how == "below" and eid >= at) or (how == "above" and eid <= at)
+
+        cached = self.cache.get(ledger_id, {})
+        for eid in [e for e in cached if not keep(e)]:
+            self.cache_bytes -= len(cached.pop(eid))
+        doomed = [(ledger_id, e) for e in self.index.entry_ids(ledger_id) if not keep(e)]
+        infos: list[tuple[int, LedgerInfo | None]] = []
+        if how == "all":
+            self._infos.pop(ledger_id, None)
+            self._dirty.discard(ledger_id)
+            self.cache.pop(ledger_id, None)
+            infos = [(ledger_id, None)]
+        await asyncio.get_running_loop().run_in_executor(
+            self._executor, self.index.commit, [], infos, doomed, None
+        )
+
+    def close(self) -> None:
+        self.logs.close()
+        self.index.close()
+
+    def crash(self) -> None:
+        self.logs.crash()
+        self.index.close()
+        self.cache.clear()
+        self._infos.clear()
