@@ -32,16 +32,30 @@ class EntryLogs:
     def _path(self, log_id: int) -> Path:
         return self.dir / f"{log_id:08d}{SUFFIX}"
 
-    def append(self, ledger_id: int, entry_id: int, data: bytes) -> tuple[int, int, int]:
+    def append_many(
+        self, entries: list[tuple[int, int, bytes]]
+    ) -> list[tuple[int, int, int]]:
+        """Append (ledger, entry, data) records with one write per log file; their locations."""
+        locations: list[tuple[int, int, int]] = []
+        chunk: list[bytes] = []
         current = self._files[self.current_id]
-        if current.size and current.size + len(data) > self.max_size:
-            current.sync()
-            self.current_id += 1
-            current = self._files[self.current_id] = AppendFile(self._path(self.current_id))
-        offset = current.append(
-            RECORD.pack(len(data), crc32c.crc32c(data), ledger_id, entry_id) + data
-        )
-        return self.current_id, offset, len(data)
+        pos = current.size
+        for ledger_id, entry_id, data in entries:
+            if pos > 0 and pos + len(data) > self.max_size:
+                if chunk:
+                    current.append(b"".join(chunk))
+                    chunk = []
+                current.sync()
+                self.current_id += 1
+                current = self._files[self.current_id] = AppendFile(self._path(self.current_id))
+                pos = 0
+            chunk.append(RECORD.pack(len(data), crc32c.crc32c(data), ledger_id, entry_id))
+            chunk.append(data)
+            locations.append((self.current_id, pos, len(data)))
+            pos += RECORD.size + len(data)
+        if chunk:
+            current.append(b"".join(chunk))
+        return locations
 
     def sync(self) -> None:
         self._files[self.current_id].sync()

@@ -128,11 +128,13 @@ class LedgerStorage:
         infos: list[tuple[int, LedgerInfo | None]],
         checkpoint: int | None,
     ) -> None:
-        locations = [
-            (lid, eid, self.logs.append(lid, eid, data))
+        records = [
+            (lid, eid, data)
             for lid, entries in snapshot.items()
             for eid, data in sorted(entries.items())
         ]
+        where = self.logs.append_many(records)
+        locations = [(lid, eid, loc) for (lid, eid, _), loc in zip(records, where, strict=True)]
         if locations:
             self.logs.sync()
         deletes = [

@@ -27,6 +27,9 @@ class ClientContext:
     # entry without waiting for the next one (0 disables).
     explicit_lac_interval: float = 0.2
     recovery_read_window: int = 16
+    # Entries a writer has on the wire at once; more wait in its queue. Bounds the work
+    # in flight so a burst of adds cannot push every request past its timeout.
+    max_outstanding_adds: int = 1000
     # UNSAFE, for tests only: break one recovery rule each, to show the damage the rule prevents.
     unsafe_recovery_reads_without_fence: bool = False  # the model's "Defect 1"
     unsafe_recovery_from_minus_one: bool = False  # the model's "Defect 2"

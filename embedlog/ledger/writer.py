@@ -94,6 +94,7 @@ class LedgerWriter:
         self._last_completion = 0.0
         self._lac_timer: asyncio.TimerHandle | None = None
         self._explicit_lac_sent = -1
+        self._in_flight = 0  # entries sent and not yet acknowledged
 
     # -- adding ------------------------------------------------------------------------------
 
@@ -125,9 +126,23 @@ class LedgerWriter:
     def _queue(self, p: PendingAdd) -> asyncio.Future[int]:
         self.pending.append(p)
         self._drained.clear()
-        if self._changing is None:
+        if self._changing is None and self._in_flight < self.ctx.max_outstanding_adds:
             self._send_write_set(p)
         return p.future
+
+    def _send_queued(self) -> None:
+        """Send entries that waited for an ensemble change or for room in the window."""
+        if self._changing is not None or self.error is not None:
+            return
+        room = self.ctx.max_outstanding_adds - self._in_flight
+        if room <= 0:
+            return
+        for p in self.pending:
+            if not p.sent:
+                self._send_write_set(p)
+                room -= 1
+                if room <= 0:
+                    break
 
     async def drain(self) -> None:
         """Wait until every queued entry was acknowledged or failed."""
@@ -138,6 +153,7 @@ class LedgerWriter:
 
     def _send_write_set(self, p: PendingAdd) -> None:
         p.sent = True
+        self._in_flight += 1
         md = self.md
         ensemble = md.ensemble_for(p.entry_id)
         for idx in write_set(p.entry_id, md.ensemble_size, md.write_quorum):
@@ -193,6 +209,7 @@ class LedgerWriter:
         completed = False
         while pending and len(pending[0].acks) >= aq:
             p = pending.popleft()
+            self._in_flight -= 1
             self.lac = p.entry_id
             completed = True
             if not p.future.done():
@@ -202,6 +219,8 @@ class LedgerWriter:
         if completed:
             self._last_completion = time.monotonic()
             self._schedule_explicit_lac()
+            if len(pending) > self._in_flight:
+                self._send_queued()
 
     def fail(self, error: BKError) -> None:
         """Fail every outstanding and future add with ``error``."""
@@ -211,6 +230,7 @@ class LedgerWriter:
             p = self.pending.popleft()
             if not p.future.done():
                 p.future.set_exception(error)
+        self._in_flight = 0
         self._drained.set()
         if self._lac_timer is not None:
             self._lac_timer.cancel()
@@ -237,10 +257,7 @@ class LedgerWriter:
             self.fail(NotEnoughBookiesError(f"ensemble change failed: {exc}"))
         finally:
             self._changing = None
-            if self.error is None:
-                for p in self.pending:
-                    if not p.sent:
-                        self._send_write_set(p)
+            self._send_queued()
 
     async def _replace_failed(self) -> None:
         md = self.md

@@ -23,11 +23,15 @@ class NetworkFaults:
         self._blocked: set[tuple[str, str]] = set()
         self._delays: dict[tuple[str, str], float] = {}
         self._drops: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+        # True while any fault is configured. Read without the lock on the hot path: a
+        # stale read only delays noticing a fault by one request, as a real network would.
+        self.active = False
 
     def block(self, src: str, dst: str) -> None:
         """Lose every request from ``src`` to ``dst`` and every reply back, until unblocked."""
         with self._lock:
             self._blocked.add((src, dst))
+            self.active = True
 
     def unblock(self, src: str, dst: str) -> None:
         with self._lock:
@@ -44,6 +48,7 @@ class NetworkFaults:
         with self._lock:
             if seconds:
                 self._delays[(src, dst)] = seconds
+                self.active = True
             else:
                 self._delays.pop((src, dst), None)
 
@@ -55,6 +60,7 @@ class NetworkFaults:
             raise ValueError(f"count must be >= 1, got {count}")
         with self._lock:
             self._drops[(src, dst, op)] += count
+            self.active = True
 
     def heal(self) -> None:
         """Remove every fault."""
@@ -62,6 +68,7 @@ class NetworkFaults:
             self._blocked.clear()
             self._delays.clear()
             self._drops.clear()
+            self.active = False
 
     # -- queried by transports -----------------------------------------------------------------
 
@@ -110,6 +117,8 @@ class FaultInjector:
     async def request(
         self, src: str, bookie_id: str, req: Request, timeout: float, send: Send
     ) -> Response:
+        if not self.faults.active:
+            return await self._direct(src, bookie_id, req, timeout, send)
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Response] = loop.create_future()
         # An answer (or error) that arrives after the caller gave up is nobody's business.
@@ -132,6 +141,23 @@ class FaultInjector:
         finally:
             if not reply.done():
                 reply.cancel()  # tells the delivery task to stop waiting for the answer
+
+    async def _direct(
+        self, src: str, bookie_id: str, req: Request, timeout: float, send: Send
+    ) -> Response:
+        """The path with no fault configured: no delivery task, a timer instead of wait_for."""
+        loop = asyncio.get_running_loop()
+        answer = await send(bookie_id, req)
+        # Expiring sets an error on our own future; the bookie's work goes on untouched.
+        timer = loop.call_later(timeout, _expire, answer, req, bookie_id, timeout)
+        try:
+            resp = await answer
+        finally:
+            timer.cancel()
+        if self.faults.active and self.faults.is_blocked(src, bookie_id):
+            await asyncio.sleep(timeout)  # blocked while the reply travelled: it is lost
+            raise _timeout_error(req, bookie_id, timeout)
+        return resp
 
     async def _deliver(
         self,
@@ -170,6 +196,16 @@ class FaultInjector:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _timeout_error(req: Request, bookie_id: str, timeout: float) -> BKTimeoutError:
+    return BKTimeoutError(
+        f"{req.kind} {req.ledger_id}:{req.entry_id} to {bookie_id}: no answer in {timeout}s"
+    )
+
+
+def _expire(answer: asyncio.Future[Response], req: Request, bookie_id: str, timeout: float) -> None:
+    _fail(answer, _timeout_error(req, bookie_id, timeout))
 
 
 def _fail(reply: asyncio.Future[Response], exc: BaseException) -> None:
