@@ -1,0 +1,86 @@
+"""One bookie's add throughput (1 KiB entries, journal on) vs raw fsync'd appends.
+
+Many adds are in flight at once, so the journal's group commit batches them;
+the baseline appends the same bytes to a file on the same disk, fsync'ing once
+per group of the size the journal actually achieved. Run:
+python -m pytest benchmarks/bench_bookie.py -s  or  python benchmarks/bench_bookie.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from baseline import raw_fsync_appends  # noqa: E402
+
+from embedlog.bookie.bookie import Bookie  # noqa: E402
+from embedlog.bookie.config import BookieConfig  # noqa: E402
+from embedlog.metadata.client import MetadataClient  # noqa: E402
+from embedlog.metadata.memory import MemoryMetadataStore  # noqa: E402
+from embedlog.wire.entry import Digester, DigestType, master_key  # noqa: E402
+from embedlog.wire.messages import OpCode, Request  # noqa: E402
+
+ENTRIES = 30000
+SIZE = 1024
+IN_FLIGHT = 1000
+
+
+async def bookie_adds(directory: Path, entries: int, size: int) -> tuple[float, float]:
+    store = MemoryMetadataStore()
+    bookie = Bookie(
+        BookieConfig.from_settings("bench", directory / "bench"),
+        MetadataClient(store),
+        store.session(),
+    )
+    await bookie.start()
+    key = master_key(b"")
+    digester = Digester(DigestType.CRC32C)
+    payload = os.urandom(size)
+    bodies = [digester.pack(1, i, i - 1, payload) for i in range(entries)]
+    sem = asyncio.Semaphore(IN_FLIGHT)
+
+    async def add(i: int) -> None:
+        async with sem:
+            resp = await bookie.handle(Request(OpCode.ADD, i, 1, i, master_key=key, body=bodies[i]))
+            assert resp.status == 0
+
+    start = time.perf_counter()
+    await asyncio.gather(*(add(i) for i in range(entries)))
+    elapsed = time.perf_counter() - start
+    assert bookie.journal is not None
+    group = bookie.journal.records / max(1, bookie.journal.batches)
+    await bookie.stop()
+    return entries / elapsed, group
+
+
+def run(directory: Path) -> dict[str, float]:
+    rate, group = asyncio.run(bookie_adds(directory, ENTRIES, SIZE))
+    entry_bytes = SIZE + 25 + 4 + 8 + 17  # payload, entry header, digest, frame, record type
+    baseline = raw_fsync_appends(directory, ENTRIES, entry_bytes, group=max(1, round(group)))
+    return {
+        "bookie_adds_per_s": rate,
+        "journal_group_size": group,
+        "raw_fsync_appends_per_s": baseline,
+        "ratio": rate / baseline,
+    }
+
+
+def test_bookie_adds_vs_raw_disk(benchmark, tmp_path):
+    result = benchmark.pedantic(lambda: run(tmp_path), rounds=1, iterations=1)
+    benchmark.extra_info.update(result)
+    print(
+        f"\nbookie adds {result['bookie_adds_per_s']:,.0f}/s (journal groups of "
+        f"{result['journal_group_size']:.0f}), raw fsync'd appends in the same groups "
+        f"{result['raw_fsync_appends_per_s']:,.0f}/s, ratio {result['ratio']:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as d:
+        print(run(Path(d)))

@@ -1,0 +1,156 @@
+"""The request handler's answers, code by code."""
+
+from __future__ import annotations
+
+import asyncio
+
+from embedlog.auditor.availability import AvailabilityOfEntries
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import master_key
+from embedlog.wire.messages import AddFlags, OpCode, ReadFlags, Request
+
+
+def test_codes(harness):
+    h = harness()
+    h.boot()
+    assert h.read(9, 0).status == StatusCode.ENOLEDGER
+    assert h.add(9, 0).status == StatusCode.EOK
+    assert h.read(9, 1).status == StatusCode.ENOENTRY
+    assert h.add(9, 1, master_key=master_key(b"wrong")).status == StatusCode.EUA
+    assert h.read(9, -1, flags=ReadFlags.FENCE, master_key=master_key(b"bad")).status == (
+        StatusCode.EUA
+    )
+
+
+def test_add_with_mismatched_header_is_a_bad_request(harness):
+    h = harness()
+    h.boot()
+    from harness import entry
+
+    resp = h.request(OpCode.ADD, 1, 5, body=entry(1, 6))
+    assert resp.status == StatusCode.EBADREQ
+
+
+def test_fence_creates_unknown_ledger_and_blocks_writers(harness):
+    h = harness()
+    h.boot()
+    resp = h.read(3, -1, flags=ReadFlags.FENCE)
+    assert resp.status == StatusCode.EOK and resp.lac == -1 and resp.last_entry_id == -1
+    assert h.add(3, 0).status == StatusCode.EFENCED
+
+
+def test_recovery_read_fences(harness):
+    h = harness()
+    h.boot()
+    h.add(3, 0)
+    assert h.read(3, 1, flags=ReadFlags.FENCE | ReadFlags.RECOVERY).status == StatusCode.ENOENTRY
+    assert h.add(3, 1).status == StatusCode.EFENCED
+
+
+def test_fencing_lac_read_reports_lac_and_last_entry(harness):
+    h = harness()
+    h.boot()
+    from harness import DIGEST, KEY
+
+    for eid, lac in [(0, -1), (1, 0), (2, 1)]:
+        h.request(OpCode.ADD, 4, eid, body=DIGEST.pack(4, eid, lac, b"d"), master_key=KEY)
+    resp = h.read(4, -1, flags=ReadFlags.FENCE)
+    assert (resp.lac, resp.last_entry_id) == (1, 2)
+
+
+def test_terms(harness):
+    h = harness()
+    h.boot()
+    assert h.add(5, 0, term=2).status == StatusCode.EOK
+    assert h.add(5, 1, term=1).status == StatusCode.EINVALIDTERM
+    assert h.read(5, -1, term=3).status == StatusCode.EOK  # raises the term
+    assert h.add(5, 1, term=2).status == StatusCode.EINVALIDTERM
+    assert h.add(5, 1, term=3).status == StatusCode.EOK
+    assert h.read(5, 0).status == StatusCode.EOK  # plain reads carry no term
+
+
+def test_truncate_flag_deletes_entries_above(harness):
+    h = harness()
+    h.boot()
+    for i in range(5):
+        h.add(6, i)
+    h.run(h.bookie.flush())
+    h.add(6, 5)
+    assert h.add(6, 2, flags=AddFlags.TRUNCATE).status == StatusCode.EOK
+    assert h.bookie.ledger_entries(6) == [0, 1, 2]
+    h.crash()
+    h.boot()
+    assert h.bookie.ledger_entries(6) == [0, 1, 2]  # the journal does not bring them back
+
+
+def test_limbo_answers_unknown_instead_of_negatives(harness):
+    h = harness()
+    h.boot()
+    h.add(7, 0)
+    h.run(h.bookie.set_ledger_state(7, limbo=True))
+    assert h.read(7, 1).status == StatusCode.EUNKNOWN
+    assert h.read(7, 0).status == StatusCode.EOK
+    h.run(h.bookie.set_ledger_state(7, limbo=False))
+    assert h.read(7, 1).status == StatusCode.ENOENTRY
+
+
+def test_long_poll_lac_returns_when_the_lac_advances(harness):
+    h = harness()
+    h.boot()
+    from harness import DIGEST, KEY
+
+    h.request(OpCode.ADD, 8, 0, body=DIGEST.pack(8, 0, -1, b"a"))
+
+    async def poll_then_write():
+        poll = asyncio.ensure_future(
+            h.bookie.handle(Request(OpCode.READ_LAC, 1, 8, -1, timeout_ms=60_000))
+        )
+        await asyncio.sleep(0.05)
+        assert not poll.done()  # nothing new yet: it waits
+        await h.bookie.handle(
+            Request(OpCode.WRITE_LAC, 2, 8, 0, master_key=KEY)
+        )
+        return await poll
+
+    resp = h.run(poll_then_write())
+    assert resp.status == StatusCode.EOK and resp.lac == 0
+
+
+def test_list_entries_uses_the_bp34_encoding(harness):
+    h = harness()
+    h.boot()
+    for i in (0, 1, 3, 4, 6):
+        h.add(2, i)
+    body = h.request(OpCode.LIST_ENTRIES, 2).body
+    assert AvailabilityOfEntries.decode(body).entry_ids() == [0, 1, 3, 4, 6]
+
+
+def test_delete_and_trim(harness):
+    h = harness()
+    h.boot()
+    for i in range(6):
+        h.add(3, i)
+    assert h.request(OpCode.TRIM, 3, 4).status == StatusCode.EOK
+    assert h.bookie.ledger_entries(3) == [4, 5]
+    assert h.request(OpCode.DELETE_LEDGER, 3).status == StatusCode.EOK
+    assert h.read(3, 4).status == StatusCode.ENOLEDGER
+    h.crash()
+    h.boot()
+    assert h.read(3, 4).status == StatusCode.ENOLEDGER
+
+
+def test_readonly_bookie_refuses_adds(harness):
+    h = harness(readonly=True)
+    h.boot()
+    assert h.add(1, 0).status == StatusCode.EREADONLY
+
+
+def test_unknown_settings_are_named():
+    import pytest
+
+    from embedlog.bookie.config import BookieConfig
+
+    with pytest.raises(ValueError, match="unknown bookie setting.*flush_intervall"):
+        BookieConfig.from_settings("b", ".", flush_intervall=1)
+    with pytest.raises(ValueError, match="flush_interval must be > 0"):
+        BookieConfig.from_settings("b", ".", flush_interval=0)

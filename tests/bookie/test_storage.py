@@ -1,0 +1,189 @@
+"""The bookie's storage: durability, the crash model, bad disks and cookies."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from harness import entry
+
+from embedlog.errors import BookieIOError, CookieError
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.messages import AddFlags, OpCode, ReadFlags, Request
+
+LONG = 3600.0  # a flush interval that never fires during a test
+
+
+def test_acked_adds_survive_a_crash_via_journal_replay(harness):
+    h = harness(flush_interval=LONG)
+    h.boot()
+    for i in range(50):
+        assert h.add(1, i, b"p%d" % i).status == StatusCode.EOK
+    assert h.bookie.storage.flushes == 1  # only the boot flush: everything is in the cache
+    h.crash()
+    h.boot()
+    assert h.bookie.unclean_shutdown_detected
+    for i in range(50):
+        resp = h.read(1, i)
+        assert resp.status == StatusCode.EOK and resp.body == entry(1, i, b"p%d" % i)
+
+
+def test_unsynced_journal_records_are_lost_in_a_crash(harness):
+    # A group wait long enough that the adds are still buffered when we crash.
+    h = harness(flush_interval=LONG, journal_max_group_wait=5.0)
+    h.boot()
+
+    async def add_and_crash():
+        tasks = [
+            asyncio.ensure_future(
+                h.bookie.handle(Request(OpCode.ADD, 100 + i, 7, i, master_key=b"k", body=entry(7, i)))
+            )
+            for i in range(5)
+        ]
+        await asyncio.sleep(0.05)
+        assert not any(t.done() for t in tasks)  # nothing acknowledged: nothing fsync'd
+        h.bookie.crash()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    results = h.run(add_and_crash())
+    assert all(isinstance(r, Exception) for r in results)  # no answers from a crashed bookie
+    h.boot()
+    assert h.read(7, 0).status == StatusCode.ENOLEDGER  # the ledger itself was never durable
+
+
+def test_without_journal_data_unflushed_adds_are_lost_but_flushed_ones_kept(harness):
+    h = harness(flush_interval=LONG, journal_write_data=False)
+    h.boot()
+    h.add(1, 0)
+    h.run(h.bookie.flush())
+    h.add(1, 1)
+    assert h.read(1, 1).status == StatusCode.EOK  # readable from the write cache
+    h.crash()
+    h.boot()
+    assert h.read(1, 0).status == StatusCode.EOK
+    assert h.read(1, 1).status == StatusCode.ENOENTRY
+
+
+def test_fence_is_durable_before_it_is_answered(harness):
+    h = harness(flush_interval=LONG, journal_write_data=False)
+    h.boot()
+    h.add(1, 0)
+    assert h.read(1, -1, flags=ReadFlags.FENCE).status == StatusCode.EOK
+    h.crash()
+    h.boot()
+    assert h.add(1, 1).status == StatusCode.EFENCED
+    assert h.add(1, 1, flags=AddFlags.RECOVERY).status == StatusCode.EOK
+
+
+def test_torn_journal_tail_is_ignored(harness):
+    h = harness(flush_interval=LONG)
+    h.boot()
+    for i in range(3):
+        h.add(1, i)
+    h.crash()
+    journal = sorted((h.root / "b1" / "journal").glob("*.jnl"))[-1]
+    with journal.open("ab") as f:
+        f.write(b"\x00\x00\x01\x00garbage that is not a whole record")
+    h.boot()
+    assert [h.read(1, i).status for i in range(3)] == [StatusCode.EOK] * 3
+    assert h.add(1, 3).status == StatusCode.EOK
+
+
+def test_entries_read_from_cache_then_entry_log_after_flush_and_restart(harness):
+    h = harness(flush_interval=LONG)
+    h.boot()
+    h.add(1, 0, b"hello")
+    assert h.read(1, 0).body == entry(1, 0, b"hello")
+    h.run(h.bookie.flush())
+    assert not h.bookie.storage.cache
+    assert h.read(1, 0).body == entry(1, 0, b"hello")
+    h.stop()
+    h.boot()
+    assert not h.bookie.unclean_shutdown_detected
+    assert h.read(1, 0).body == entry(1, 0, b"hello")
+
+
+def test_corrupt_entry_log_is_an_io_error_never_no_such_entry(harness):
+    h = harness(flush_interval=LONG)
+    h.boot()
+    h.add(1, 0, b"precious")
+    h.stop()
+    for log in (h.root / "b1" / "ledgers").glob("*.log"):
+        data = bytearray(log.read_bytes())
+        if data:
+            data[-3] ^= 0xFF
+            log.write_bytes(bytes(data))
+    h.boot()
+    resp = h.read(1, 0)
+    assert resp.status == StatusCode.EIO  # the index says we have it: never ENOENTRY
+
+
+def test_truncated_entry_log_is_an_io_error(harness):
+    h = harness(flush_interval=LONG)
+    h.boot()
+    h.add(1, 0, b"precious" * 10)
+    h.stop()
+    for log in (h.root / "b1" / "ledgers").glob("*.log"):
+        if log.stat().st_size:
+            log.write_bytes(log.read_bytes()[:10])
+    h.boot()
+    assert h.read(1, 0).status == StatusCode.EIO
+
+
+def test_corrupt_index_gives_a_clear_error(harness):
+    h = harness()
+    h.boot()
+    h.add(1, 0)
+    h.stop()
+    index = h.root / "b1" / "index"
+    for f in index.iterdir():
+        if f.name.startswith("MANIFEST") or f.name == "CURRENT":
+            f.write_bytes(b"this is not leveldb")
+    with pytest.raises(BookieIOError, match="index"):
+        h.boot()
+
+
+def test_unwritable_data_dir_gives_a_clear_error(harness, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    h = harness()
+    h.root = blocker
+    with pytest.raises(BookieIOError, match="cannot create"):
+        h.boot()
+
+
+def test_cookie_catches_a_wiped_disk(harness):
+    h = harness()
+    h.boot()
+    h.add(1, 0)
+    h.stop()
+    ledgers = h.root / "b1" / "ledgers"
+    for f in ledgers.iterdir():
+        f.unlink()
+    with pytest.raises(CookieError, match="ledgers has no cookie.*fixcookie"):
+        h.boot()
+
+
+def test_cookie_catches_a_missing_directory(harness):
+    import shutil
+
+    h = harness()
+    h.boot()
+    h.stop()
+    shutil.rmtree(h.root / "b1" / "journal")
+    with pytest.raises(CookieError, match="journal is missing"):
+        h.boot()
+
+
+def test_cookie_catches_a_swapped_disk(harness):
+    h = harness()
+    h.boot("b1")
+    h.stop()
+    h.boot("b2")
+    h.stop()
+    a, b = h.root / "b1" / "index" / "COOKIE", h.root / "b2" / "index" / "COOKIE"
+    a_bytes = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(a_bytes)
+    with pytest.raises(CookieError, match="belongs to bookie b2"):
+        h.boot("b1")
