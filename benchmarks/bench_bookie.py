@@ -17,14 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from baseline import raw_fsync_appends  # noqa: E402
+from baseline import raw_fsync_appends
 
-from embedlog.bookie.bookie import Bookie  # noqa: E402
-from embedlog.bookie.config import BookieConfig  # noqa: E402
-from embedlog.metadata.client import MetadataClient  # noqa: E402
-from embedlog.metadata.memory import MemoryMetadataStore  # noqa: E402
-from embedlog.wire.entry import Digester, DigestType, master_key  # noqa: E402
-from embedlog.wire.messages import OpCode, Request  # noqa: E402
+from embedlog.bookie.bookie import Bookie
+from embedlog.bookie.config import BookieConfig
+from embedlog.metadata.client import MetadataClient
+from embedlog.metadata.memory import MemoryMetadataStore
+from embedlog.wire.entry import Digester, DigestType, master_key
+from embedlog.wire.messages import OpCode, Request
 
 ENTRIES = 30000
 SIZE = 1024

@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from baseline import raw_fsync_appends  # noqa: E402
+from baseline import raw_fsync_appends
 
-from embedlog import LocalCluster  # noqa: E402
+from embedlog import LocalCluster
 
 ENTRIES = 20000
 SIZE = 1024
@@ -42,7 +42,11 @@ def run(directory: Path) -> dict[str, float]:
     # Three bookies each fsync their own journal: the fair raw baseline is one disk's
     # rate for the same bytes in groups of the size a journal batch typically reaches.
     baseline = raw_fsync_appends(directory, ENTRIES, SIZE, group=64)
-    return {"ledger_entries_per_s": ledger, "raw_entries_per_s": baseline, "ratio": ledger / baseline}
+    return {
+        "ledger_entries_per_s": ledger,
+        "raw_entries_per_s": baseline,
+        "ratio": ledger / baseline,
+    }
 
 
 def test_pipelined_adds_vs_raw_disk(benchmark, tmp_path):

@@ -18,7 +18,9 @@ def _simpletest(args: argparse.Namespace) -> int:
         f"simpletest: {args.bookies} in-process bookies, ledger E{args.ensemble} "
         f"WQ{args.write_quorum} AQ{args.ack_quorum}, {n} entries of {size} bytes"
     )
-    payloads = [os.urandom(8) + bytes(size - 8) if size >= 8 else os.urandom(size) for _ in range(n)]
+    payloads = [
+        os.urandom(8) + bytes(size - 8) if size >= 8 else os.urandom(size) for _ in range(n)
+    ]
     with LocalCluster(num_bookies=args.bookies) as cluster:
         client = cluster.client("simpletest")
         wh = client.create_ledger(args.ensemble, args.write_quorum, args.ack_quorum)

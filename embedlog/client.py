@@ -145,8 +145,12 @@ class Client:
         )
         return await self.ctx.meta(self.ctx.metadata.create_ledger, md)
 
-    def open_ledger(self, ledger_id: int, *, password: bytes = b"", recover: bool = True) -> ReadHandle:
-        return self._runtime.run(self.open_ledger_aio(ledger_id, password=password, recover=recover))
+    def open_ledger(
+        self, ledger_id: int, *, password: bytes = b"", recover: bool = True
+    ) -> ReadHandle:
+        return self._runtime.run(
+            self.open_ledger_aio(ledger_id, password=password, recover=recover)
+        )
 
     async def open_ledger_aio(
         self, ledger_id: int, *, password: bytes = b"", recover: bool = True
@@ -183,7 +187,9 @@ class Client:
         return self._runtime.run(self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id))
 
     def list_ledgers(self) -> Iterator[int]:
-        return iter(self._runtime.run(self.ctx.meta(lambda: list(self.ctx.metadata.list_ledgers()))))
+        return iter(
+            self._runtime.run(self.ctx.meta(lambda: list(self.ctx.metadata.list_ledgers())))
+        )
 
     def close(self) -> None:
         if self._closed:

@@ -175,7 +175,9 @@ class LocalCluster:
     @property
     def runtime(self) -> Runtime:
         if self._runtime is None:
-            raise RuntimeError("the cluster is not started: use `with LocalCluster(...)` or .start()")
+            raise RuntimeError(
+                "the cluster is not started: use `with LocalCluster(...)` or .start()"
+            )
         return self._runtime
 
     @property

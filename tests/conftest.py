@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from embedlog import LocalCluster
+
 sys.path.insert(0, str(Path(__file__).parent))
 pytest_plugins = ["zkserver"]
-
-from embedlog import LocalCluster
 
 
 @pytest.fixture

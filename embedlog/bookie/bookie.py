@@ -47,7 +47,9 @@ class BookieState(enum.Enum):
 
 
 class Bookie:
-    def __init__(self, config: BookieConfig, metadata: MetadataClient, session: MetadataStore) -> None:
+    def __init__(
+        self, config: BookieConfig, metadata: MetadataClient, session: MetadataStore
+    ) -> None:
         self.config = config
         self.metadata = metadata
         self.session = session
@@ -243,7 +245,9 @@ class Bookie:
 
     # -- ledger state changes (journaled) ------------------------------------------------------
 
-    def _journal_state(self, lid: int, info: LedgerInfo, *, wait: bool) -> asyncio.Future[None] | None:
+    def _journal_state(
+        self, lid: int, info: LedgerInfo, *, wait: bool
+    ) -> asyncio.Future[None] | None:
         assert self.journal is not None and self.storage is not None
         self.storage.set_info(lid, info)
         return self.journal.append(_STATE.pack(b"S", lid) + info.to_json(), wait=wait)

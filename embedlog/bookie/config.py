@@ -65,6 +65,7 @@ class BookieConfig:
         unknown = sorted(set(settings) - known)
         if unknown:
             raise ValueError(
-                f"unknown bookie setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+                f"unknown bookie setting(s): {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
             )
         return cls(bookie_id=bookie_id, data_dir=data_dir, **settings)

@@ -83,9 +83,9 @@ def cookie_problems(config: BookieConfig, metadata: MetadataClient) -> tuple[boo
     stored = metadata.read_cookie(config.bookie_id)
     dirs = cookie_dirs(config)
     found = {d: _read_dir_cookie(d) for d in dirs}
-    if stored is None and all(c is None or c == "missing" for c in found.values()):
-        if all(_is_empty(d) for d in dirs):
-            return True, []
+    no_cookie_anywhere = stored is None and all(c in (None, "missing") for c in found.values())
+    if no_cookie_anywhere and all(_is_empty(d) for d in dirs):
+        return True, []
     problems = []
     if stored is None:
         problems.append(

@@ -32,9 +32,7 @@ class EntryLogs:
     def _path(self, log_id: int) -> Path:
         return self.dir / f"{log_id:08d}{SUFFIX}"
 
-    def append_many(
-        self, entries: list[tuple[int, int, bytes]]
-    ) -> list[tuple[int, int, int]]:
+    def append_many(self, entries: list[tuple[int, int, bytes]]) -> list[tuple[int, int, int]]:
         """Append (ledger, entry, data) records with one write per log file; their locations."""
         locations: list[tuple[int, int, int]] = []
         chunk: list[bytes] = []

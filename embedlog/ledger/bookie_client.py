@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
 from embedlog.transport.base import Transport, next_txn
 from embedlog.wire.messages import NO_TERM, OpCode, Request, Response
@@ -31,6 +33,26 @@ class BookieClient:
         timeout: float | None = None,
     ) -> Response:
         """One request; raises BKTimeoutError/BookieUnavailableError when the outcome is unknown."""
-        req = Request(op, next_txn(), ledger_id, entry_id, flags, term, timeout_ms, master_key, body)
+        req = Request(
+            op, next_txn(), ledger_id, entry_id, flags, term, timeout_ms, master_key, body
+        )
         wait = self.request_timeout if timeout is None else timeout
         return await self.transport.request(self.name, bookie_id, req, wait)
+
+    def add_nowait(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        flags: int,
+        term: int,
+        master_key: bytes,
+        body: bytes,
+        lafr: int = -1,
+    ) -> asyncio.Future[Response]:
+        """An ADD as a future (the writer's hot path: no coroutine per request)."""
+        req = Request(
+            OpCode.ADD, next_txn(), ledger_id, entry_id, flags, term, 0, master_key, body, lafr
+        )
+        return self.transport.send_nowait(self.name, bookie_id, req, self.request_timeout)

@@ -83,7 +83,9 @@ async def read_range(
     return out
 
 
-async def read_lac(ctx: ClientContext, md: LedgerMetadata, *, timeout_ms: int = 0, previous: int = -1) -> int:
+async def read_lac(
+    ctx: ClientContext, md: LedgerMetadata, *, timeout_ms: int = 0, previous: int = -1
+) -> int:
     """The highest LAC any bookie of the last fragment reports (a lower bound of the truth).
 
     With ``timeout_ms`` it is a long poll: bookies answer once their LAC passes

@@ -34,7 +34,7 @@ from embedlog.ledger.quorum import write_set
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, master_key
-from embedlog.wire.messages import NO_TERM, AddFlags, OpCode
+from embedlog.wire.messages import NO_TERM, AddFlags, OpCode, Response
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,9 @@ class LedgerWriter:
         packed = self.digester.pack(self.md.ledger_id, eid, lac, payload, entry_flags)
         return self._queue(PendingAdd(eid, packed, future, self._add_flags | add_flags))
 
-    def add_packed(self, entry_id: int, packed: bytes, *, add_flags: int = 0) -> asyncio.Future[int]:
+    def add_packed(
+        self, entry_id: int, packed: bytes, *, add_flags: int = 0
+    ) -> asyncio.Future[int]:
         """Queue an already packed entry (recovery write-back); ids must come in order."""
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if self.error is not None:
@@ -161,28 +163,34 @@ class LedgerWriter:
                 self._send(p, idx, ensemble[idx])
 
     def _send(self, p: PendingAdd, idx: int, bookie: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._send_one(p, idx, bookie))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        fut = self.ctx.bookies.add_nowait(
+            bookie,
+            self.md.ledger_id,
+            p.entry_id,
+            flags=p.flags,
+            term=self.term,
+            master_key=self.key,
+            body=p.packed,
+        )
+        fut.add_done_callback(lambda f: self._on_add_answer(f, p, idx, bookie))
 
-    async def _send_one(self, p: PendingAdd, idx: int, bookie: str) -> None:
-        try:
-            resp = await self.ctx.bookies.call(
-                bookie,
-                OpCode.ADD,
-                self.md.ledger_id,
-                p.entry_id,
-                flags=p.flags,
-                term=self.term,
-                master_key=self.key,
-                body=p.packed,
-            )
-        except UNKNOWN_OUTCOMES as exc:
-            log.debug("add %s:%s to %s: %s", self.md.ledger_id, p.entry_id, bookie, exc)
-            self._bookie_failed(bookie)
+    def _on_add_answer(
+        self, fut: asyncio.Future[Response], p: PendingAdd, idx: int, bookie: str
+    ) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            if isinstance(exc, UNKNOWN_OUTCOMES):
+                log.debug("add %s:%s to %s: %s", self.md.ledger_id, p.entry_id, bookie, exc)
+                self._bookie_failed(bookie)
+            else:
+                log.error("add %s:%s to %s failed: %r", self.md.ledger_id, p.entry_id, bookie, exc)
+                self._bookie_failed(bookie)
             return
         if p.future.done():
             return
+        resp = fut.result()
         status = resp.status
         if status == StatusCode.EOK:
             if self.md.ensemble_for(p.entry_id)[idx] == bookie:
@@ -380,7 +388,12 @@ class LedgerWriter:
     async def _send_lac(self, bookie: str, lac: int) -> None:
         try:
             await self.ctx.bookies.call(
-                bookie, OpCode.WRITE_LAC, self.md.ledger_id, lac, term=self.term, master_key=self.key
+                bookie,
+                OpCode.WRITE_LAC,
+                self.md.ledger_id,
+                lac,
+                term=self.term,
+                master_key=self.key,
             )
         except UNKNOWN_OUTCOMES:
             pass  # best effort: the LAC also travels with the next entry

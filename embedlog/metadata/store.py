@@ -66,7 +66,7 @@ class MetadataStore(abc.ABC):
             return False
         return True
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release the store (ends this session: its ephemeral nodes vanish)."""
 
     def session(self) -> MetadataStore:

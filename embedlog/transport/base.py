@@ -8,6 +8,7 @@ BookieUnavailableError. Both mean "unknown" to the protocol.
 from __future__ import annotations
 
 import abc
+import asyncio
 import itertools
 
 from embedlog.wire.messages import Request, Response
@@ -23,6 +24,15 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     async def request(self, src: str, bookie_id: str, req: Request, timeout: float) -> Response:
         """Send ``req`` from client ``src`` to ``bookie_id``; wait at most ``timeout`` seconds."""
+
+    def send_nowait(
+        self, src: str, bookie_id: str, req: Request, timeout: float
+    ) -> asyncio.Future[Response]:
+        """``request`` as a future, for callers that take callbacks (the writer's hot path).
+
+        Transports override this to skip a coroutine and task per request.
+        """
+        return asyncio.ensure_future(self.request(src, bookie_id, req, timeout))
 
     async def close(self) -> None:
         """Release connections."""

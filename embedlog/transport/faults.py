@@ -149,7 +149,7 @@ class FaultInjector:
         loop = asyncio.get_running_loop()
         answer = await send(bookie_id, req)
         # Expiring sets an error on our own future; the bookie's work goes on untouched.
-        timer = loop.call_later(timeout, _expire, answer, req, bookie_id, timeout)
+        timer = loop.call_later(timeout, expire_answer, answer, req, bookie_id, timeout)
         try:
             resp = await answer
         finally:
@@ -204,7 +204,9 @@ def _timeout_error(req: Request, bookie_id: str, timeout: float) -> BKTimeoutErr
     )
 
 
-def _expire(answer: asyncio.Future[Response], req: Request, bookie_id: str, timeout: float) -> None:
+def expire_answer(
+    answer: asyncio.Future[Response], req: Request, bookie_id: str, timeout: float
+) -> None:
     _fail(answer, _timeout_error(req, bookie_id, timeout))
 
 

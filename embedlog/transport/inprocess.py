@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from embedlog.errors import BookieUnavailableError
 from embedlog.transport.base import Transport
-from embedlog.transport.faults import FaultInjector, NetworkFaults
+from embedlog.transport.faults import FaultInjector, NetworkFaults, expire_answer
 from embedlog.transport.server import RequestHandler, serve_frame
 from embedlog.wire.messages import FrameError, Request, Response
 
@@ -34,6 +34,25 @@ class InProcessTransport(Transport):
         return await self._injector.request(src, bookie_id, req, timeout, self._send)
 
     async def _send(self, bookie_id: str, req: Request) -> asyncio.Future[Response]:
+        return self._start(bookie_id, req)
+
+    def send_nowait(
+        self, src: str, bookie_id: str, req: Request, timeout: float
+    ) -> asyncio.Future[Response]:
+        if self.faults.active:
+            return super().send_nowait(src, bookie_id, req, timeout)
+        loop = asyncio.get_running_loop()
+        try:
+            answer = self._start(bookie_id, req)
+        except BookieUnavailableError as exc:
+            failed: asyncio.Future[Response] = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+        timer = loop.call_later(timeout, expire_answer, answer, req, bookie_id, timeout)
+        answer.add_done_callback(lambda _f: timer.cancel())
+        return answer
+
+    def _start(self, bookie_id: str, req: Request) -> asyncio.Future[Response]:
         bookie = self._lookup(bookie_id)  # looked up at delivery time: after any delay
         if bookie is None:
             raise BookieUnavailableError(f"bookie {bookie_id} is not running")

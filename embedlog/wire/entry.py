@@ -79,13 +79,13 @@ class Digester:
             return mac.finalize()
         return b""
 
-    def pack(self, ledger_id: int, entry_id: int, lac: int, payload: bytes, flags: int = 0) -> bytes:
+    def pack(
+        self, ledger_id: int, entry_id: int, lac: int, payload: bytes, flags: int = 0
+    ) -> bytes:
         header = HEADER.pack(ledger_id, entry_id, lac, flags)
         return header + self._digest(header, payload) + payload
 
-    def unpack(
-        self, entry: bytes, ledger_id: int, entry_id: int
-    ) -> tuple[EntryHeader, bytes]:
+    def unpack(self, entry: bytes, ledger_id: int, entry_id: int) -> tuple[EntryHeader, bytes]:
         """Verify ``entry`` is entry ``entry_id`` of ``ledger_id``; return header and payload."""
         n = self.digest_len
         if len(entry) < HEADER.size + n:

@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import Harness  # noqa: E402
+from harness import Harness
 
 
 @pytest.fixture

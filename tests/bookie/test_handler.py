@@ -107,9 +107,7 @@ def test_long_poll_lac_returns_when_the_lac_advances(harness):
         )
         await asyncio.sleep(0.05)
         assert not poll.done()  # nothing new yet: it waits
-        await h.bookie.handle(
-            Request(OpCode.WRITE_LAC, 2, 8, 0, master_key=KEY)
-        )
+        await h.bookie.handle(Request(OpCode.WRITE_LAC, 2, 8, 0, master_key=KEY))
         return await poll
 
     resp = h.run(poll_then_write())
@@ -150,7 +148,7 @@ def test_unknown_settings_are_named():
 
     from embedlog.bookie.config import BookieConfig
 
-    with pytest.raises(ValueError, match="unknown bookie setting.*flush_intervall"):
+    with pytest.raises(ValueError, match=r"unknown bookie setting.*flush_intervall"):
         BookieConfig.from_settings("b", ".", flush_intervall=1)
     with pytest.raises(ValueError, match="flush_interval must be > 0"):
         BookieConfig.from_settings("b", ".", flush_interval=0)

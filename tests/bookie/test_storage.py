@@ -36,7 +36,9 @@ def test_unsynced_journal_records_are_lost_in_a_crash(harness):
     async def add_and_crash():
         tasks = [
             asyncio.ensure_future(
-                h.bookie.handle(Request(OpCode.ADD, 100 + i, 7, i, master_key=b"k", body=entry(7, i)))
+                h.bookie.handle(
+                    Request(OpCode.ADD, 100 + i, 7, i, master_key=b"k", body=entry(7, i))
+                )
             )
             for i in range(5)
         ]
@@ -160,7 +162,7 @@ def test_cookie_catches_a_wiped_disk(harness):
     ledgers = h.root / "b1" / "ledgers"
     for f in ledgers.iterdir():
         f.unlink()
-    with pytest.raises(CookieError, match="ledgers has no cookie.*fixcookie"):
+    with pytest.raises(CookieError, match=r"ledgers has no cookie.*fixcookie"):
         h.boot()
 
 

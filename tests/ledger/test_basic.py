@@ -121,7 +121,9 @@ def test_tampered_replica_does_not_stop_a_read(cluster):
     from embedlog.wire.entry import master_key
     from embedlog.wire.messages import OpCode, Request
 
-    req = Request(OpCode.ADD, next_txn(), wh.ledger_id, 0, master_key=master_key(b""), body=bytes(forged))
+    req = Request(
+        OpCode.ADD, next_txn(), wh.ledger_id, 0, master_key=master_key(b""), body=bytes(forged)
+    )
     resp = cluster.runtime.run(cluster.transport.request("evil", first, req, 5.0))
     assert resp.status == 0
     assert cluster.read_from_bookie(first, wh.ledger_id, 0) != b"genuine"

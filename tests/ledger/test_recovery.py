@@ -102,7 +102,7 @@ def test_an_entry_lost_on_one_bookie_does_not_truncate(cluster):
     c1 = cluster.client("c1", request_timeout=0.5)
     wh = c1.create_ledger(3, 3, 2)
     write(wh, 3)
-    b1, b2, b3 = wh.metadata.ensembles[0]
+    b1, b2, _b3 = wh.metadata.ensembles[0]
     # Entry 3 reaches b1 and b3 only (as after an ensemble change); then b1 loses it.
     cluster.network.drop_next("c1", b2, "add")
     assert wh.add(b"e3") == 3
@@ -162,9 +162,7 @@ def _defect1(cluster, *, unsafe: bool):
     time.sleep(0.2)  # e0 is on b2 now
     cluster.network.drop_next("w2", b3, "fence")
     cluster.network.drop_next("w2", b2, "recovery_read")
-    w2 = cluster.client(
-        "w2", request_timeout=0.5, unsafe_recovery_reads_without_fence=unsafe
-    )
+    w2 = cluster.client("w2", request_timeout=0.5, unsafe_recovery_reads_without_fence=unsafe)
     rh = w2.open_ledger(wh.ledger_id)
     assert rh.is_closed and rh.last_add_confirmed == -1
     return fut, wh.ledger_id
@@ -208,13 +206,13 @@ def _defect2(make_cluster, *, unsafe: bool):
 
 
 def test_defect2_recovery_starts_at_the_last_fragment(make_cluster):
-    cluster, wh, w2 = _defect2(make_cluster, unsafe=False)
+    _cluster, wh, w2 = _defect2(make_cluster, unsafe=False)
     rh = w2.open_ledger(wh.ledger_id)
     assert rh.last_add_confirmed == 9
     assert [e.data for e in rh.read(0, 9)] == [b"e%d" % i for i in range(10)]
 
 
 def test_defect2_starting_at_minus_one_truncates_the_ledger(make_cluster):
-    cluster, wh, w2 = _defect2(make_cluster, unsafe=True)
+    _cluster, wh, w2 = _defect2(make_cluster, unsafe=True)
     rh = w2.open_ledger(wh.ledger_id)
     assert rh.last_add_confirmed < 9  # ten acknowledged entries lost

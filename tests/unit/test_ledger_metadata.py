@@ -15,8 +15,12 @@ def make(**kw):
 
 
 def test_round_trip_and_ensembles_view():
-    md = make(state=LedgerState.CLOSED, last_entry_id=20, digest_type=DigestType.MAC,
-              custom_metadata={"app": b"\x00\x01"})
+    md = make(
+        state=LedgerState.CLOSED,
+        last_entry_id=20,
+        digest_type=DigestType.MAC,
+        custom_metadata={"app": b"\x00\x01"},
+    )
     back = LedgerMetadata.from_bytes(md.to_bytes(), version=4)
     assert back == md and back.version == 4
     assert back.ensembles == {0: ["a", "b", "c"], 12: ["d", "b", "c"]}

@@ -40,7 +40,9 @@ def test_negative_thresholds_match_closing_ledgers_safely_table(wq, aq, negative
     assert quorum_coverage(wq, aq) == negatives
     # One fewer negative with the rest unknown is never enough to close.
     assert (
-        recovery_read_decision(wq, aq, positive=0, negative=negatives - 1, unknown=wq - negatives + 1)
+        recovery_read_decision(
+            wq, aq, positive=0, negative=negatives - 1, unknown=wq - negatives + 1
+        )
         is Decision.STUCK
     )
     assert recovery_read_decision(wq, aq, 0, negatives, 0) is Decision.NO
