@@ -138,6 +138,7 @@ class Client:
             fragments=[(0, tuple(ensemble))],
             digest_type=digest,
             password_hash=master_key(password).hex(),
+            password=password,
             custom_metadata=dict(custom_metadata or {}),
             term=1 if unbounded else -1,
             unbounded=unbounded,

@@ -13,6 +13,8 @@ import re
 import shutil
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,11 @@ log = logging.getLogger(__name__)
 _BOOKIE_DIR = re.compile(r"^bookie-(\d+)$")
 WIPE_TARGETS = ("journal", "ledgers", "index", "all")
 ADMIN = "admin"  # the client name of LocalCluster's own requests (read_from_bookie)
+
+
+def repair_client_name(bookie_id: str) -> str:
+    """Network-fault name of a bookie's repair client, for ``cluster.network.block``."""
+    return f"{bookie_id}-repair"
 
 
 class LocalCluster:
@@ -76,6 +83,7 @@ class LocalCluster:
         self._store: MetadataStore | None = None
         self._meta: MetadataClient | None = None
         self._transport: Transport | None = None
+        self._repair_request_timeout = 5.0
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -203,9 +211,9 @@ class LocalCluster:
         except KeyError:
             raise KeyError(f"unknown bookie {bookie_id!r}; bookies: {self._known}") from None
 
-    def bookie_config(self, bookie_id: str) -> BookieConfig:
+    def bookie_config(self, bookie_id: str, **overrides: Any) -> BookieConfig:
         assert self.data_dir is not None
-        settings = dict(self._settings)
+        settings = dict(self._settings, **overrides)
         if self.transport_kind == "tcp" and not settings.get("address"):
             from embedlog.transport.tcp import stable_address
 
@@ -229,17 +237,23 @@ class LocalCluster:
             self.start_bookie(bid)
             return bid
 
-    def start_bookie(self, bookie_id: str) -> None:
-        """Boot ``bookie_id``: cookie check, unclean-shutdown check, BP-46 phases."""
+    def start_bookie(self, bookie_id: str, **settings: Any) -> None:
+        """Boot ``bookie_id``: cookie check, unclean-shutdown check, BP-46 phases.
+
+        ``settings`` override the cluster's bookie settings for this boot only
+        (e.g. ``auto_fix_cookies=True`` for one replaced disk).
+        """
         with self._lock:
             self._require_known(bookie_id)
             current = self._bookies.get(bookie_id)
             if current is not None and current.state in (BookieState.SERVING, BookieState.BOOTING):
                 raise RuntimeError(f"bookie {bookie_id} is already running")
-            config = self.bookie_config(bookie_id)
+            config = self.bookie_config(bookie_id, **settings)
             assert self._store is not None and self._meta is not None
             session = self._store.session()
-            bookie = Bookie(config, self._meta, session)
+            bookie = Bookie(
+                config, self._meta, session, client_factory=self._repair_client_factory(bookie_id)
+            )
             self._bookies[bookie_id] = bookie
             self._sessions[bookie_id] = session
             try:
@@ -250,6 +264,36 @@ class LocalCluster:
             hook = getattr(self._transport, "bookie_started", None)
             if hook is not None:
                 hook(bookie_id, bookie)
+
+    def _repair_client_factory(self, bookie_id: str) -> Callable[[], Client]:
+        """The client a booting bookie's BP-46 repair uses (named ``<bookie>-repair``)."""
+
+        def make() -> Client:
+            return Client(
+                self.runtime,
+                self.metadata,
+                self.transport,
+                name=repair_client_name(bookie_id),
+                request_timeout=self._repair_request_timeout,
+            )
+
+        return make
+
+    def wait_repaired(self, bookie_id: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Block until ``bookie_id``'s BP-46 repair is done; returns its status.
+
+        Raises TimeoutError naming what the repair still waits for.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            b = self._running(bookie_id)
+            if b.wait_repaired_nowait():
+                return b.status()
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"bookie {bookie_id} still repairing after {timeout}s: {b.status()['repair']}"
+                )
+            time.sleep(0.02)
 
     def stop_bookie(self, bookie_id: str) -> None:
         """Clean shutdown: everything is flushed and the unclean-shutdown bit cleared."""

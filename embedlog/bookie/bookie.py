@@ -1,7 +1,8 @@
 """The bookie: boot sequence, request handler, flushing, clean stop and crash.
 
 Boot: cookie check -> open storage -> unclean-shutdown check -> journal replay
--> (BP-46 protection when a check failed) -> register -> serve.
+-> BP-46 phase one when a check failed (fence, limbo, cookie fix) -> register ->
+serve -> BP-46 phase two in the background (embedlog/bookie/repair.py).
 
 The request handler answers with BookKeeper's status codes. The rule it never
 breaks: an entry the index says it holds is returned or the read fails with
@@ -16,21 +17,28 @@ import enum
 import logging
 import struct
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from embedlog.bookie import cookie as cookies
 from embedlog.bookie.config import BookieConfig
-from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
+from embedlog.bookie.integrity import protection_for, suspicion_reasons
 from embedlog.bookie.journal import Journal, replay
+from embedlog.bookie.repair import Repairer
 from embedlog.bookie.storage import LedgerStorage
-from embedlog.errors import BookieIOError
+from embedlog.errors import BookieIOError, NoSuchLedgerInMetadataError
 from embedlog.metadata.client import MetadataClient
+from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.store import MetadataStore
 from embedlog.transport.server import BookieGoneError
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import parse_header
 from embedlog.wire.messages import NO_TERM, AddFlags, OpCode, ReadFlags, Request, Response
+
+if TYPE_CHECKING:
+    from embedlog.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +56,24 @@ class BookieState(enum.Enum):
 
 class Bookie:
     def __init__(
-        self, config: BookieConfig, metadata: MetadataClient, session: MetadataStore
+        self,
+        config: BookieConfig,
+        metadata: MetadataClient,
+        session: MetadataStore,
+        *,
+        client_factory: Callable[[], Client] | None = None,
     ) -> None:
+        """``client_factory`` gives BP-46 repair a client to recover ledgers and reach peers."""
         self.config = config
         self.metadata = metadata
         self.session = session
         self._state = BookieState.NEW
         self.unclean_shutdown_detected = False
         self.cookie_problem: str | None = None
+        self.suspicion: list[str] = []  # why BP-46 phase one ran on this boot (empty: it did not)
+        self.protected_ledgers = 0
+        self.repairer = Repairer(self, client_factory, config.repair_retry_interval)
+        self._repair_task: asyncio.Task[None] | None = None
         self.readonly = config.readonly
         self.storage: LedgerStorage | None = None
         self.journal: Journal | None = None
@@ -99,9 +117,14 @@ class Bookie:
                 f"cannot create the bookie directory {cfg.data_dir}: {exc}; check the path and "
                 "its permissions"
             ) from exc
-        first_boot, problems = cookies.cookie_problems(cfg, self.metadata)
-        if problems:
-            self.cookie_problem = "; ".join(problems)
+        check = cookies.check_cookies(cfg, self.metadata)
+        if check.foreign:
+            raise cookies.cookie_error(cfg, list(check.foreign + check.problems), fixable=False)
+        if check.problems:
+            self.cookie_problem = "; ".join(check.problems)
+            if not cfg.auto_fix_cookies:
+                raise cookies.cookie_error(cfg, list(check.problems))
+        first_boot = check.first_boot
         for d in cookies.cookie_dirs(cfg):
             try:
                 d.mkdir(parents=True, exist_ok=True)
@@ -112,13 +135,25 @@ class Bookie:
         self.storage = LedgerStorage(cfg, self._flush_exec)
         index = self.storage.index
         self.unclean_shutdown_detected = index.unclean_bit() and not first_boot
+        self.suspicion = suspicion_reasons(
+            unclean_shutdown=self.unclean_shutdown_detected,
+            ran_without_journal=index.marker(NOJOURNAL) or not cfg.journal_write_data,
+            cookie_problems=check.problems,
+            protection_pending=index.marker(PROTECT),
+        )
+        if self.suspicion:
+            # Before anything else: a crash during phase one must run it again next time,
+            # even after the cookies below were fixed and the unclean bit is gone.
+            index.set_marker(PROTECT, True)
         index.set_unclean_bit(True)
+        index.set_marker(NOJOURNAL, not cfg.journal_write_data)
         end = self._replay(index.checkpoint())
         self.journal = Journal(cfg, self._journal_exec, end)
         self.journal.start()
         await self.storage.flush(self.journal.lsn)
         self.journal.remove_before(self.journal.lsn)
-        await self.on_suspicious_boot()
+        if self.suspicion:
+            await self._phase_one()
         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
         self.metadata.register_bookie(
             self.session,
@@ -126,6 +161,8 @@ class Bookie:
             {"address": cfg.advertised_address, "rack": cfg.rack},
             readonly=self.readonly,
         )
+        if index.marker(REPAIR):
+            self._repair_task = asyncio.get_running_loop().create_task(self._run_repair())
 
     def _replay(self, checkpoint: int) -> int:
         """Apply the journal from ``checkpoint``; returns the LSN after the last intact record."""
@@ -146,10 +183,125 @@ class Bookie:
             log.info("bookie %s replayed %d journal records", self.bookie_id, count)
         return max(end, checkpoint)
 
-    async def on_suspicious_boot(self) -> None:
-        """What to do when the cookie check failed (the BP-46 protection goes here)."""
+    async def _phase_one(self) -> None:
+        """BP-46 phase one: protect every ledger this bookie belongs to, before serving."""
+        assert self.storage is not None
+        cfg = self.config
+        log.warning(
+            "bookie %s may have lost acknowledged data (%s): fencing its ledgers and putting "
+            "them in limbo before serving",
+            self.bookie_id,
+            "; ".join(self.suspicion),
+        )
+        ledgers = await self.ledgers_with_me()
+        last: asyncio.Future[None] | None = None
+        for md in ledgers:
+            plan = protection_for(md, skip_fence=cfg.unsafe_skip_fence_on_boot)
+            info = self.storage.info(md.ledger_id) or LedgerInfo()
+            if not info.master_key and md.password_hash:
+                info.master_key = md.password_hash
+            info.fenced = info.fenced or plan.fence
+            info.limbo = info.limbo or plan.limbo
+            if plan.term is not None and plan.term > info.term:
+                info.term = plan.term
+            last = self._journal_state(md.ledger_id, info, wait=True)
+        if last is not None:
+            await last  # one journal group: every state before it is durable too
+        self.protected_ledgers = len(ledgers)
         if self.cookie_problem is not None:
-            raise cookies.cookie_error(self.config, [self.cookie_problem])
+            cookies.write_cookies(cfg, self.metadata)
+            log.warning("bookie %s: cookies rewritten (auto_fix_cookies)", self.bookie_id)
+        index = self.storage.index
+        index.set_marker(REPAIR, True)
+        index.set_marker(PROTECT, False)
+        log.info("bookie %s: BP-46 phase one done: %d ledgers", self.bookie_id, len(ledgers))
+
+    # -- BP-46 helpers used by phase one and the repairer -------------------------------------
+
+    async def _blocking_meta(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.metadata.store.blocking_io:
+            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        return fn(*args)
+
+    async def ledgers_with_me(self) -> list[LedgerMetadata]:
+        """Metadata of every ledger whose ensembles (any fragment) contain this bookie."""
+
+        def scan() -> list[LedgerMetadata]:
+            out = []
+            for lid in self.metadata.list_ledgers():
+                try:
+                    md = self.metadata.read_ledger(lid)
+                except NoSuchLedgerInMetadataError:
+                    continue  # deleted while we listed
+                if self.bookie_id in md.bookies():
+                    out.append(md)
+            return out
+
+        result: list[LedgerMetadata] = await self._blocking_meta(scan)
+        return result
+
+    async def read_metadata(self, ledger_id: int) -> LedgerMetadata:
+        md: LedgerMetadata = await self._blocking_meta(self.metadata.read_ledger, ledger_id)
+        return md
+
+    def limbo_ledgers(self) -> list[int]:
+        assert self.storage is not None
+        return [
+            lid for lid in self.storage.ledger_ids() if (i := self.storage.info(lid)) and i.limbo
+        ]
+
+    def holds_readable(self, ledger_id: int, entry_id: int) -> bool:
+        """True when the entry is here and its bytes can be read back (not just indexed)."""
+        assert self.storage is not None
+        try:
+            return self.storage.get(ledger_id, entry_id) is not None
+        except BookieIOError:
+            return False  # indexed, but its entry log is gone or damaged: copy it again
+
+    def store_repaired(self, ledger_id: int, entry_id: int, body: bytes, key: bytes) -> None:
+        """Keep an entry copied from a peer (made durable by the repairer's next flush)."""
+        assert self.storage is not None
+        if self.storage.info(ledger_id) is None:
+            self.storage.set_info(ledger_id, LedgerInfo(master_key=key.hex(), limbo=True))
+        self.storage.put(ledger_id, entry_id, body)
+
+    async def clear_limbo(self, ledger_ids: list[int]) -> None:
+        assert self.storage is not None
+        last: asyncio.Future[None] | None = None
+        for lid in ledger_ids:
+            info = self.storage.info(lid)
+            if info is not None and info.limbo:
+                info.limbo = False
+                last = self._journal_state(lid, info, wait=True)
+        if last is not None:
+            await last
+
+    def repair_finished(self) -> None:
+        assert self.storage is not None
+        self.storage.index.set_marker(REPAIR, False)
+
+    async def _run_repair(self) -> None:
+        try:
+            await self.repairer.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if self._state is BookieState.SERVING:
+                log.exception(
+                    "bookie %s: BP-46 repair failed; it resumes at next boot", self.bookie_id
+                )
+
+    async def publish_status(self) -> None:
+        """Leave the status where ``embedlog bookie status`` (any process) can read it."""
+        status = self.status()
+        try:
+            await self._blocking_meta(self.metadata.publish_bookie_status, self.bookie_id, status)
+        except Exception as exc:  # status is informative: never stop repair for it
+            log.debug("bookie %s: could not publish status: %s", self.bookie_id, exc)
+
+    def wait_repaired_nowait(self) -> bool:
+        """True once no BP-46 repair is pending or running."""
+        return self._repair_task is None or self._repair_task.done()
 
     # -- stop and crash ----------------------------------------------------------------------
 
@@ -158,8 +310,9 @@ class Bookie:
             return
         self._state = BookieState.STOPPED
         self.metadata.unregister_bookie(self.session, self.bookie_id)
-        if self._flusher is not None:
-            self._flusher.cancel()
+        for task in (self._flusher, self._repair_task):
+            if task is not None:
+                task.cancel()
         assert self.journal is not None and self.storage is not None
         await self.journal.sync()
         await self.storage.flush(self.journal.lsn)
@@ -175,7 +328,7 @@ class Bookie:
         if self._state not in (BookieState.SERVING, BookieState.BOOTING):
             return
         self._state = BookieState.CRASHED
-        for task in (self._flusher, self._background_flush):
+        for task in (self._flusher, self._background_flush, self._repair_task):
             if task is not None:
                 task.cancel()
         if self.journal is not None:
@@ -349,7 +502,11 @@ class Bookie:
         if req.lafr > info.lafr:
             info.lafr = req.lafr
             changed = True
-        if req.flags & AddFlags.TRUNCATE:
+        if req.flags & AddFlags.TRUNCATE and req.term > info.truncated_term:
+            # Once per term: a delayed duplicate of this term's no-op (its sender retried)
+            # must not delete what the new writer appended after the takeover completed.
+            info.truncated_term = req.term
+            term_changed = True
             await storage.cut(lid, "above", eid, journal.lsn)
         state_fut = None
         if changed or term_changed:
@@ -365,7 +522,10 @@ class Bookie:
         if info.known_lac > old_lac:
             self._notify_lac(lid)
         self._maybe_flush_early()
-        return Response.to(req, StatusCode.EOK, entry_id=eid, term=info.term)
+        # The request's term (the model's response term): the client discards answers of
+        # another term, and a takeover that raced this add must not make its ack look stale.
+        term = req.term if req.term != NO_TERM else info.term
+        return Response.to(req, StatusCode.EOK, entry_id=eid, term=term)
 
     async def _read(self, req: Request) -> Response:
         storage = self.storage
@@ -498,7 +658,10 @@ class Bookie:
             "readonly": self.readonly,
             "unclean_shutdown_detected": self.unclean_shutdown_detected,
             "cookie_problem": self.cookie_problem,
+            "suspicious_boot": self.suspicion,
+            "protected_ledgers": self.protected_ledgers,
             "boot_seconds": round(self.boot_seconds, 3),
+            "repair": self.repairer.progress.as_dict(),
         }
         if self.storage is not None and self._state is BookieState.SERVING:
             ids = self.storage.ledger_ids()

@@ -38,6 +38,7 @@ class BookieConfig:
     readonly: bool = False
     # BP-46.
     auto_fix_cookies: bool = False
+    repair_retry_interval: float = field(default=1.0, validator=_positive)  # seconds
     # UNSAFE, for tests only: switch off BP-46's protections to show the data loss they prevent.
     unsafe_skip_fence_on_boot: bool = False
     unsafe_skip_limbo: bool = False

@@ -77,16 +77,30 @@ def _is_empty(directory: Path) -> bool:
     return not directory.exists() or not any(directory.iterdir())
 
 
-def cookie_problems(config: BookieConfig, metadata: MetadataClient) -> tuple[bool, list[str]]:
-    """(first_boot, problems). First boot: no cookie anywhere and every directory empty."""
+@frozen
+class CookieCheck:
+    """What the boot-time cookie check found."""
+
+    first_boot: bool
+    problems: tuple[str, ...] = ()  # missing or empty disks, stale metadata: BP-46 can fix
+    foreign: tuple[str, ...] = ()  # a disk of another bookie or an unreadable cookie: never
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.foreign
+
+
+def check_cookies(config: BookieConfig, metadata: MetadataClient) -> CookieCheck:
+    """First boot: no cookie anywhere and every directory empty."""
     expected = expected_cookie(config, metadata)
     stored = metadata.read_cookie(config.bookie_id)
     dirs = cookie_dirs(config)
     found = {d: _read_dir_cookie(d) for d in dirs}
     no_cookie_anywhere = stored is None and all(c in (None, "missing") for c in found.values())
     if no_cookie_anywhere and all(_is_empty(d) for d in dirs):
-        return True, []
-    problems = []
+        return CookieCheck(first_boot=True)
+    problems: list[str] = []
+    foreign: list[str] = []
     if stored is None:
         problems.append(
             f"the metadata store has no cookie for {config.bookie_id}, but its disks have data"
@@ -104,14 +118,19 @@ def cookie_problems(config: BookieConfig, metadata: MetadataClient) -> tuple[boo
         elif c is None:
             problems.append(f"directory {d} has no cookie: the disk is new or was wiped")
         elif c == "corrupt":
-            problems.append(f"the cookie in {d} is unreadable")
+            foreign.append(f"the cookie in {d} is unreadable")
         elif c != expected:
             assert isinstance(c, Cookie)
-            problems.append(
-                f"the cookie in {d} belongs to bookie {c.bookie_id} (instance {c.instance_id}): "
-                "was the disk swapped?"
-            )
-    return False, problems
+            if c.bookie_id == config.bookie_id and c.instance_id == expected.instance_id:
+                # Our own disk, written under an older configuration (e.g. another address).
+                problems.append(f"the cookie in {d} is out of date ({c} != {expected})")
+            else:
+                foreign.append(
+                    f"the cookie in {d} belongs to bookie {c.bookie_id} (instance "
+                    f"{c.instance_id}): was the disk swapped? Put the right disk back, or "
+                    "wipe this one"
+                )
+    return CookieCheck(first_boot=False, problems=tuple(problems), foreign=tuple(foreign))
 
 
 def write_cookies(config: BookieConfig, metadata: MetadataClient) -> Cookie:
@@ -131,7 +150,14 @@ def write_cookies(config: BookieConfig, metadata: MetadataClient) -> Cookie:
     return cookie
 
 
-def cookie_error(config: BookieConfig, problems: list[str]) -> CookieError:
+def cookie_error(config: BookieConfig, problems: list[str], *, fixable: bool = True) -> CookieError:
+    if not fixable:
+        return CookieError(
+            f"bookie {config.bookie_id} refuses to boot: "
+            + "; ".join(problems)
+            + ". A disk that belongs to another bookie cannot be fixed automatically: its "
+            "index describes entries this bookie never stored."
+        )
     return CookieError(
         f"bookie {config.bookie_id} refuses to boot: "
         + "; ".join(problems)

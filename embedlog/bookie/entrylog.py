@@ -76,6 +76,16 @@ class EntryLogs:
             raise BookieIOError(f"{where}: the record is corrupt")
         return data
 
+    def remove_unreferenced(self, live: set[int]) -> int:
+        """Delete the full (not current) log files no index entry points into; bytes freed."""
+        freed = 0
+        for log_id in [i for i in self._files if i != self.current_id and i not in live]:
+            f = self._files.pop(log_id)
+            freed += f.size
+            f.close()
+            self._path(log_id).unlink(missing_ok=True)
+        return freed
+
     def size_on_disk(self) -> int:
         return sum(f.size for f in self._files.values())
 

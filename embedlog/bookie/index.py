@@ -5,6 +5,10 @@ Keys:
     b"L" ledger i64            -> LedgerInfo (JSON)
     b"Munclean"                -> present while the bookie runs (unclean-shutdown bit)
     b"Mcheckpoint"             -> journal LSN u64 covered by ledger storage
+    b"Mnojournal"              -> present when the last run acked adds without the journal
+    b"Mprotect"                -> BP-46 phase one must run (set before it starts, or by
+                                  ``embedlog bookie fixcookie``; cleared when it is done)
+    b"Mrepair"                 -> BP-46 phase two (repair from peers) has not finished
 
 Only synced writes are ever made: LevelDB would otherwise keep writes that our
 crash model says are lost, and the BP-46 tests would stop meaning anything.
@@ -28,6 +32,9 @@ LOCATION = struct.Struct(">IQI")
 LEDGER = struct.Struct(">q")
 UNCLEAN = b"Munclean"
 CHECKPOINT = b"Mcheckpoint"
+NOJOURNAL = b"Mnojournal"
+PROTECT = b"Mprotect"
+REPAIR = b"Mrepair"
 
 
 @define
@@ -41,6 +48,7 @@ class LedgerInfo:
     explicit_lac: int = -1
     lac: int = -1  # highest LAC seen in the entries stored
     lafr: int = -1
+    truncated_term: int = -1  # unbounded ledgers: the term whose truncate no-op was applied
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -52,6 +60,7 @@ class LedgerInfo:
                 "x": self.explicit_lac,
                 "c": self.lac,
                 "r": self.lafr,
+                "u": self.truncated_term,
             },
             separators=(",", ":"),
         ).encode()
@@ -59,7 +68,7 @@ class LedgerInfo:
     @classmethod
     def from_json(cls, data: bytes) -> LedgerInfo:
         d: dict[str, Any] = json.loads(data)
-        return cls(d["k"], d["f"], d["l"], d["t"], d["x"], d["c"], d.get("r", -1))
+        return cls(d["k"], d["f"], d["l"], d["t"], d["x"], d["c"], d.get("r", -1), d.get("u", -1))
 
     @property
     def known_lac(self) -> int:
@@ -95,14 +104,20 @@ class LedgerIndex:
 
     # -- markers -----------------------------------------------------------------------------
 
+    def marker(self, name: bytes) -> bool:
+        return self.db.get(name) is not None
+
+    def set_marker(self, name: bytes, value: bool) -> None:
+        if value:
+            self.db.put(name, b"1", sync=True)
+        else:
+            self.db.delete(name, sync=True)
+
     def unclean_bit(self) -> bool:
-        return self.db.get(UNCLEAN) is not None
+        return self.marker(UNCLEAN)
 
     def set_unclean_bit(self, value: bool) -> None:
-        if value:
-            self.db.put(UNCLEAN, b"1", sync=True)
-        else:
-            self.db.delete(UNCLEAN, sync=True)
+        self.set_marker(UNCLEAN, value)
 
     def checkpoint(self) -> int:
         raw = self.db.get(CHECKPOINT)
@@ -125,6 +140,10 @@ class LedgerIndex:
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
         for key in self.db.iterator(prefix=b"E" + LEDGER.pack(ledger_id), include_value=False):
             yield ENTRY.unpack(key[1:])[1]
+
+    def live_logs(self) -> set[int]:
+        """The entry log files that some index entry points into."""
+        return {LOCATION.unpack(v)[0] for _, v in self.db.iterator(prefix=b"E")}
 
     def last_entry(self, ledger_id: int) -> int:
         prefix = b"E" + LEDGER.pack(ledger_id)

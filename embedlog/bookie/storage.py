@@ -164,9 +164,14 @@ class LedgerStorage:
             self._dirty.discard(ledger_id)
             self.cache.pop(ledger_id, None)
             infos = [(ledger_id, None)]
-        await asyncio.get_running_loop().run_in_executor(
-            self._executor, self.index.commit, [], infos, doomed, None
-        )
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self.index.commit, [], infos, doomed, None)
+        # Garbage-collect entry logs that only held dropped entries (trimmed unbounded
+        # ledgers, deleted ledgers), under the flush lock so no flush is mid-way between
+        # writing a log and indexing it. The index no longer points into them (synced above).
+        async with self._flush_lock:
+            live = await loop.run_in_executor(self._executor, self.index.live_logs)
+            self.logs.remove_unreferenced(live)
 
     def close(self) -> None:
         self.logs.close()

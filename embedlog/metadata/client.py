@@ -33,6 +33,7 @@ AVAILABLE = "/bookies/available"
 READONLY = "/bookies/readonly"
 COOKIES = "/cookies"
 UNDERREPLICATED = "/underreplicated"
+STATUS = "/bookies/status"
 
 
 def ledger_path(ledger_id: int) -> str:
@@ -152,6 +153,28 @@ class MetadataClient:
             except NoNodeError:
                 continue
         return None
+
+    def publish_bookie_status(self, bookie_id: str, status: dict[str, object]) -> None:
+        """Persist a bookie's last status (boot, BP-46 repair progress) for ``bookie status``."""
+        path = f"{STATUS}/{bookie_id}"
+        data = json.dumps(status, sort_keys=True).encode()
+        try:
+            self.store.set(path, data, ANY_VERSION)
+        except NoNodeError:
+            try:
+                self.store.create(path, data)
+            except NodeExistsError:
+                self.store.set(path, data, ANY_VERSION)
+
+    def bookie_status(self, bookie_id: str) -> dict[str, object] | None:
+        try:
+            return dict(json.loads(self.store.get(f"{STATUS}/{bookie_id}")[0]))
+        except NoNodeError:
+            return None
+
+    def known_bookies(self) -> list[str]:
+        """Every bookie that ever wrote a cookie, running or not."""
+        return sorted(self.store.children(COOKIES))
 
     # -- cookies ---------------------------------------------------------------------------
 

@@ -49,6 +49,10 @@ class LedgerMetadata:
     last_entry_id: int = -1
     digest_type: DigestType = DigestType.CRC32C
     password_hash: str = ""  # hex master key; lets open_ledger refuse a wrong password early
+    # The ledger's password, as BookKeeper keeps it in ledger metadata: a bookie repairing
+    # itself (BP-46) or the auditor must open and recover ledgers it did not create.
+    # Protect the metadata store accordingly. None for ledgers written before it was kept.
+    password: bytes | None = None
     custom_metadata: Mapping[str, bytes] = field(factory=dict)
     term: int = -1  # unbounded ledgers: the current writer's term; -1 for bounded ledgers
     unbounded: bool = False
@@ -118,6 +122,8 @@ class LedgerMetadata:
             unbounded=self.unbounded,
             ctime=self.ctime,
         )
+        if self.password is not None:
+            doc["password"] = base64.b64encode(self.password).decode("ascii")
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -138,6 +144,7 @@ class LedgerMetadata:
                 "last_entry_id",
                 "digest_type",
                 "password_hash",
+                "password",
                 "custom_metadata",
                 "term",
                 "unbounded",
@@ -154,6 +161,7 @@ class LedgerMetadata:
                 last_entry_id=doc["last_entry_id"],
                 digest_type=DigestType(doc["digest_type"]),
                 password_hash=doc.get("password_hash", ""),
+                password=base64.b64decode(doc["password"]) if "password" in doc else None,
                 custom_metadata={
                     k: base64.b64decode(v) for k, v in doc.get("custom_metadata", {}).items()
                 },

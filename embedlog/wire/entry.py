@@ -85,6 +85,19 @@ class Digester:
         header = HEADER.pack(ledger_id, entry_id, lac, flags)
         return header + self._digest(header, payload) + payload
 
+    def unpack_header_only(self, entry: bytes, ledger_id: int, entry_id: int) -> EntryHeader:
+        """Check what can be checked without the password: the size and the ids."""
+        if len(entry) < HEADER.size + self.digest_len:
+            raise DigestMismatchError(
+                f"entry {ledger_id}:{entry_id} is truncated ({len(entry)} bytes)"
+            )
+        header = EntryHeader(*HEADER.unpack_from(entry))
+        if header.ledger_id != ledger_id or header.entry_id != entry_id:
+            raise DigestMismatchError(
+                f"asked for entry {ledger_id}:{entry_id}, got {header.ledger_id}:{header.entry_id}"
+            )
+        return header
+
     def unpack(self, entry: bytes, ledger_id: int, entry_id: int) -> tuple[EntryHeader, bytes]:
         """Verify ``entry`` is entry ``entry_id`` of ``ledger_id``; return header and payload."""
         n = self.digest_len

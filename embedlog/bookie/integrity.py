@@ -1,0 +1,105 @@
+"""BP-46 rules: when a boot is suspicious and what phase one does to each ledger.
+
+Pure functions, so each rule has a table test (tests/bookie/test_integrity_rules.py).
+The bookie applies them in ``Bookie._protect`` before it serves a single request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from attrs import frozen
+
+from embedlog.ledger.quorum import write_set_bookies
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+
+
+def suspicion_reasons(
+    *,
+    unclean_shutdown: bool,
+    ran_without_journal: bool,
+    cookie_problems: tuple[str, ...],
+    protection_pending: bool,
+) -> list[str]:
+    """Why this boot may have lost acknowledged data (empty: it did not).
+
+    An unclean shutdown loses acknowledged entries only when adds skipped the
+    journal, in this run's configuration or the last one's. A missing or empty
+    disk loses them whatever the configuration.
+    """
+    reasons = []
+    if unclean_shutdown and ran_without_journal:
+        reasons.append("unclean shutdown while adds skipped the journal")
+    reasons.extend(cookie_problems)
+    if protection_pending:
+        reasons.append("an earlier boot or `embedlog bookie fixcookie` left protection pending")
+    return reasons
+
+
+@frozen
+class Protection:
+    """What phase one does to one ledger on this bookie."""
+
+    fence: bool  # refuse normal adds from now on (a writer's entries could be lost here)
+    limbo: bool  # never answer an explicit negative until repaired
+    term: int | None  # unbounded ledgers: raise the stored term to this one
+
+
+def protection_for(md: LedgerMetadata, *, skip_fence: bool = False) -> Protection:
+    """Phase one for one ledger whose ensembles contain this bookie.
+
+    Every ledger goes into limbo, closed ones too: we may have lost entries of a
+    ledger closed just before the crash, and a read that says NoSuchEntry for an
+    entry this bookie acknowledged breaks the rule every reader relies on. Closed
+    ledgers are fenced as well (BP scenario 1 happens on a closed ledger: an empty
+    disk must not acknowledge the old writer). Unbounded ledgers are not fenced,
+    since their fence is the term: raising the stored term to the metadata's
+    refuses every writer displaced by a takeover and keeps the current one working.
+    """
+    if md.unbounded and not md.is_closed:
+        return Protection(fence=False, limbo=True, term=None if skip_fence else md.term)
+    return Protection(fence=not skip_fence, limbo=True, term=None)
+
+
+def fragment_ranges(
+    md: LedgerMetadata, last_entry: int
+) -> Iterator[tuple[int, int, tuple[str, ...]]]:
+    """(first, last, ensemble) of each fragment, clipped to ``last_entry``."""
+    frags = md.fragments
+    for i, (first, ensemble) in enumerate(frags):
+        end = frags[i + 1][0] - 1 if i + 1 < len(frags) else last_entry
+        end = min(end, last_entry)
+        if first <= end:
+            yield first, end, ensemble
+
+
+def assigned_entries(
+    md: LedgerMetadata, bookie_id: str, last_entry: int
+) -> Iterator[tuple[int, list[str]]]:
+    """Entries up to ``last_entry`` whose write set holds ``bookie_id``, with their peers."""
+    for first, end, ensemble in fragment_ranges(md, last_entry):
+        if bookie_id not in ensemble:
+            continue
+        for eid in range(first, end + 1):
+            ws = write_set_bookies(eid, ensemble, md.write_quorum)
+            if bookie_id in ws:
+                yield eid, [b for b in ws if b != bookie_id]
+
+
+def repair_target(md: LedgerMetadata, bookie_id: str) -> int | None:
+    """The last entry phase two must hold before it may clear limbo, or None: not yet.
+
+    A closed ledger ends at its last entry. An open unbounded ledger is settled only
+    up to the fragments its writer has left behind: entries of a fragment still
+    being written to us may have been acknowledged before the crash and not yet be
+    covered by any LAC we can read, so the ledger stays in limbo until the writer
+    moves on (next fragment) or closes it. Open bounded ledgers are recovered first.
+    """
+    if md.is_closed:
+        return md.last_entry_id
+    if not md.unbounded:
+        return None
+    first, ensemble = md.last_fragment
+    if bookie_id in ensemble:
+        return None
+    return first - 1

@@ -1,0 +1,245 @@
+"""BP-46 phase two: recover limbo ledgers, copy missing entries from peers, clear limbo.
+
+Runs in the background once the bookie serves. It is restartable by design: the
+index keeps the REPAIR marker and each ledger's limbo flag until the work is done
+and durable, so a crash in the middle only means the next boot starts again.
+Limbo is cleared only after the copied entries are flushed, never before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from attrs import define, field
+
+from embedlog.bookie.integrity import assigned_entries, repair_target
+from embedlog.errors import (
+    BKError,
+    BookieIOError,
+    DigestMismatchError,
+    MetadataError,
+    NoSuchLedgerInMetadataError,
+)
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import Digester, DigestType
+from embedlog.wire.messages import OpCode
+
+if TYPE_CHECKING:
+    from embedlog.bookie.bookie import Bookie
+    from embedlog.client import Client
+
+log = logging.getLogger(__name__)
+
+COPY_CONCURRENCY = 64  # entry reads in flight to peers
+LEDGER_BATCH = 64  # ledgers repaired between two flushes
+
+
+@define
+class RepairProgress:
+    state: str = "idle"  # idle | running | waiting | done | unavailable
+    ledgers_total: int = 0
+    ledgers_done: int = 0
+    entries_copied: int = 0
+    recovered: int = 0
+    started: float = 0.0
+    finished: float = 0.0
+    waiting: dict[int, str] = field(factory=dict)  # ledger -> why it is not repaired yet
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "ledgers_total": self.ledgers_total,
+            "ledgers_done": self.ledgers_done,
+            "entries_copied": self.entries_copied,
+            "ledgers_recovered": self.recovered,
+            "seconds": round((self.finished or time.monotonic()) - self.started, 3)
+            if self.started
+            else 0.0,
+            "waiting": {str(k): v for k, v in sorted(self.waiting.items())[:20]},
+        }
+
+
+def _status_name(status: int) -> str:
+    try:
+        return StatusCode(status).name
+    except ValueError:
+        return str(status)
+
+
+class Repairer:
+    def __init__(
+        self,
+        bookie: Bookie,
+        client_factory: Callable[[], Client] | None,
+        retry_interval: float,
+    ) -> None:
+        self.bookie = bookie
+        self._client_factory = client_factory
+        self._client: Client | None = None
+        self.retry_interval = retry_interval
+        self.progress = RepairProgress()
+
+    @property
+    def me(self) -> str:
+        return self.bookie.bookie_id
+
+    async def run(self) -> None:
+        """Repair until every ledger is done; then clear the REPAIR marker."""
+        p = self.progress
+        if self._client_factory is None:
+            p.state = "unavailable"
+            log.error(
+                "bookie %s: BP-46 repair needs a client to reach its peers and has none; its "
+                "ledgers stay in limbo (start it through LocalCluster or the sandbox)",
+                self.me,
+            )
+            await self.bookie.publish_status()
+            return
+        self._client = self._client_factory()
+        p.state, p.started = "running", time.monotonic()
+        pending = await self._ledgers_to_repair()
+        p.ledgers_total = len(pending)
+        log.info("bookie %s: BP-46 repair of %d ledgers started", self.me, len(pending))
+        await self.bookie.publish_status()
+        while pending:
+            for i in range(0, len(pending), LEDGER_BATCH):
+                batch = pending[i : i + LEDGER_BATCH]
+                results = await asyncio.gather(*(self._repair(lid) for lid in batch))
+                done = [lid for lid, ok in zip(batch, results, strict=True) if ok]
+                if done:
+                    await self.bookie.flush()  # copied entries durable before limbo goes
+                    await self.bookie.clear_limbo(done)
+                    p.ledgers_done += len(done)
+                log.info(
+                    "bookie %s: BP-46 repair %d/%d ledgers, %d entries copied",
+                    self.me,
+                    p.ledgers_done,
+                    p.ledgers_total,
+                    p.entries_copied,
+                )
+                await self.bookie.publish_status()
+            pending = sorted(p.waiting)
+            if pending:
+                p.state = "waiting"
+                await self.bookie.publish_status()
+                await asyncio.sleep(self.retry_interval)
+                p.state = "running"
+        self.bookie.repair_finished()
+        p.state, p.finished = "done", time.monotonic()
+        log.info(
+            "bookie %s: BP-46 repair done in %.2fs (%d ledgers, %d entries copied)",
+            self.me,
+            p.finished - p.started,
+            p.ledgers_total,
+            p.entries_copied,
+        )
+        await self.bookie.publish_status()
+
+    async def _ledgers_to_repair(self) -> list[int]:
+        """Ledgers whose ensembles hold this bookie, plus any still in limbo locally."""
+        listed = await self.bookie.ledgers_with_me()
+        local = self.bookie.limbo_ledgers()
+        return sorted({md.ledger_id for md in listed} | set(local))
+
+    async def _repair(self, lid: int) -> bool:
+        """Repair one ledger; False leaves it for a later round (reason in ``waiting``)."""
+        p = self.progress
+        try:
+            md = await self.bookie.read_metadata(lid)
+        except NoSuchLedgerInMetadataError:
+            p.waiting.pop(lid, None)
+            return True  # deleted: nothing to hold any more
+        except MetadataError as exc:
+            p.waiting[lid] = f"metadata unreadable: {exc}"
+            return False
+        if self.me not in md.bookies():
+            p.waiting.pop(lid, None)
+            return True
+        try:
+            if not md.is_closed and not md.unbounded:
+                md = await self._recover(md)
+            target = repair_target(md, self.me)
+            if target is None:
+                p.waiting[lid] = (
+                    "open unbounded ledger still written to this bookie: limbo ends when its "
+                    "writer moves to a new fragment or closes it"
+                )
+                return False
+            await self._copy_missing(md, target)
+        except (BKError, OSError) as exc:
+            p.waiting[lid] = f"{type(exc).__name__}: {exc}"
+            log.warning("bookie %s: repair of ledger %s postponed: %s", self.me, lid, exc)
+            return False
+        except Exception as exc:  # a bug must not end the repair of every other ledger
+            p.waiting[lid] = f"{type(exc).__name__}: {exc}"
+            log.exception("bookie %s: repair of ledger %s failed; retrying", self.me, lid)
+            return False
+        p.waiting.pop(lid, None)
+        return True
+
+    async def _recover(self, md: LedgerMetadata) -> LedgerMetadata:
+        assert self._client is not None
+        await self._client.open_ledger_aio(md.ledger_id, password=md.password or b"", recover=True)
+        self.progress.recovered += 1
+        return await self.bookie.read_metadata(md.ledger_id)
+
+    async def _copy_missing(self, md: LedgerMetadata, last_entry: int) -> None:
+        missing = [
+            (eid, peers)
+            for eid, peers in assigned_entries(md, self.me, last_entry)
+            if not self.bookie.holds_readable(md.ledger_id, eid)
+        ]
+        if not missing:
+            return
+        digester = Digester(md.digest_type, md.password or b"")
+        # Without the password a MAC cannot be checked; the header still must match.
+        verify = md.password is not None or md.digest_type is not DigestType.MAC
+        sem = asyncio.Semaphore(COPY_CONCURRENCY)
+        key = bytes.fromhex(md.password_hash) if md.password_hash else b""
+
+        async def copy(eid: int, peers: list[str]) -> None:
+            async with sem:
+                body = await self._fetch(md, eid, peers, digester, verify, key)
+                self.bookie.store_repaired(md.ledger_id, eid, body, key)
+                self.progress.entries_copied += 1
+
+        await asyncio.gather(*(copy(eid, peers) for eid, peers in missing))
+
+    async def _fetch(
+        self,
+        md: LedgerMetadata,
+        eid: int,
+        peers: list[str],
+        digester: Digester,
+        verify: bool,
+        key: bytes,
+    ) -> bytes:
+        assert self._client is not None
+        lid = md.ledger_id
+        answers = []
+        for peer in peers:
+            try:
+                resp = await self._client.ctx.bookies.call(peer, OpCode.READ, lid, eid)
+            except BKError as exc:
+                answers.append(f"{peer}: {type(exc).__name__}")
+                continue
+            if resp.status != StatusCode.EOK:
+                answers.append(f"{peer}: {_status_name(resp.status)}")
+                continue
+            try:
+                if verify:
+                    digester.unpack(resp.body, lid, eid)
+                else:
+                    digester.unpack_header_only(resp.body, lid, eid)
+            except DigestMismatchError:
+                answers.append(f"{peer}: digest mismatch")
+                continue
+            return resp.body
+        raise BookieIOError(
+            f"entry {lid}:{eid} is missing here and no peer gave a good copy ({', '.join(answers)})"
+        )

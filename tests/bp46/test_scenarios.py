@@ -1,0 +1,142 @@
+"""BP-46 (running without the journal): the BP's two data-loss scenarios, replayed.
+
+Each scenario runs twice: with the protection (no acknowledged entry is lost) and
+with the bookie's unsafe switch that removes it (the loss the TLA+ model found
+happens here too). The unsafe runs prove these tests can see the bug.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from embedlog import LedgerFencedError, LedgerRecoveryError
+from embedlog.cluster import repair_client_name
+from embedlog.errors import NoSuchEntryError, NoSuchLedgerError, UnknownError
+
+NO_FLUSH = 3600.0  # nothing reaches ledger storage unless the test asks: a crash loses it
+
+
+def _scenario_one(make_cluster, *, skip_fence: bool):
+    """C1 keeps writing after C2 recovered and closed the ledger.
+
+    The fence to B3 was lost, and B2 came back with an empty disk (a crash that
+    lost every unflushed operation, fences included). C1's next entry reaches B2
+    and B3 while B1's refusal is slow.
+    """
+    cluster = make_cluster(
+        3,
+        journal_write_data=False,
+        flush_interval=NO_FLUSH,
+        auto_fix_cookies=True,
+        unsafe_skip_fence_on_boot=skip_fence,
+    )
+    b1, b2, b3 = cluster.bookie_ids
+    c1 = cluster.client("c1", request_timeout=2.0)
+    wh = c1.create_ledger(3, 3, 2)
+    assert wh.add(b"E0") == 0  # reaches all three
+
+    c2 = cluster.client("c2", request_timeout=0.5)
+    cluster.network.block("c2", b3)  # the fence (and every recovery read) to B3 is lost
+    rh = c2.open_ledger(wh.ledger_id)
+    assert rh.is_closed and rh.last_add_confirmed == 0
+
+    cluster.crash_bookie(b2)
+    cluster.wipe_bookie(b2, "all")
+    cluster.start_bookie(b2)  # suspicious boot: cookies missing
+
+    cluster.network.delay("c1", b1, 0.3)  # B1's EFENCED arrives after B2's and B3's answers
+    return cluster, wh
+
+
+def test_scenario_one_closed_ledger_refuses_the_old_writer_after_a_wiped_boot(make_cluster):
+    cluster, wh = _scenario_one(make_cluster, skip_fence=False)
+    with pytest.raises(LedgerFencedError):
+        wh.add(b"E1")
+    md = cluster.metadata.read_ledger(wh.ledger_id)
+    assert md.last_entry_id == 0  # covers every acknowledged entry (E0)
+    b2 = cluster.bookie_ids[1]
+    assert cluster.bookie(b2).ledger_info(wh.ledger_id).fenced
+
+
+def test_scenario_one_without_fence_on_boot_acknowledges_an_entry_the_ledger_lost(make_cluster):
+    cluster, wh = _scenario_one(make_cluster, skip_fence=True)
+    acked = wh.add(b"E1")  # B2 (empty disk, unfenced) and B3 (never fenced) acknowledge it
+    assert acked == 1
+    md = cluster.metadata.read_ledger(wh.ledger_id)
+    assert md.is_closed and md.last_entry_id == 0  # the acknowledged entry 1 is lost
+
+
+def _scenario_two(make_cluster, *, skip_limbo: bool):
+    """An entry acknowledged by B1 and B3 is lost by B1 in a crash; B2 never got it."""
+    cluster = make_cluster(
+        3,
+        journal_write_data=False,
+        flush_interval=NO_FLUSH,
+        unsafe_skip_limbo=skip_limbo,
+        repair_retry_interval=0.2,
+    )
+    b1, b2, b3 = cluster.bookie_ids
+    c1 = cluster.client("c1", request_timeout=30.0)
+    cluster.network.block("c1", b2)  # B2 fails to respond
+    wh = c1.create_ledger(3, 3, 2)
+    assert wh.add(b"E0") == 0  # acknowledged by B1 and B3
+
+    cluster.crash_bookie(b1)  # E0 was only in B1's write cache: gone
+    # B3 is slow/unreachable for everyone recovering, B1's own repair included.
+    cluster.network.block(repair_client_name(b1), b3)
+    cluster.network.block("c2", b3)
+    cluster.start_bookie(b1)
+    with pytest.raises(NoSuchEntryError) if skip_limbo else pytest.raises(UnknownError):
+        cluster.read_from_bookie(b1, wh.ledger_id, 0)
+    return cluster, wh
+
+
+def test_scenario_two_limbo_keeps_recovery_from_truncating_an_acknowledged_entry(make_cluster):
+    cluster, wh = _scenario_two(make_cluster, skip_limbo=False)
+    b1 = cluster.bookie_ids[0]
+    c2 = cluster.client("c2", request_timeout=0.5)
+    with pytest.raises(LedgerRecoveryError, match="cannot tell whether entry 0 exists"):
+        c2.open_ledger(wh.ledger_id)
+    assert not cluster.metadata.read_ledger(wh.ledger_id).is_closed  # still recoverable
+
+    cluster.network.heal()
+    rh = c2.open_ledger(wh.ledger_id)
+    assert rh.last_add_confirmed == 0
+    assert [e.data for e in rh.read(0, 0)] == [b"E0"]
+    status = cluster.wait_repaired(b1)
+    assert status["repair"]["state"] == "done"
+    assert cluster.read_from_bookie(b1, wh.ledger_id, 0) == b"E0"  # copied back from a peer
+    assert not cluster.bookie(b1).ledger_info(wh.ledger_id).limbo
+
+
+def test_scenario_two_without_limbo_truncates_the_acknowledged_entry(make_cluster):
+    cluster, wh = _scenario_two(make_cluster, skip_limbo=True)
+    c2 = cluster.client("c2", request_timeout=0.5)
+    rh = c2.open_ledger(wh.ledger_id)  # B1 and B2 both say NoSuchEntry: QC=2 negatives
+    assert rh.is_closed and rh.last_add_confirmed == -1  # entry 0 was acknowledged: lost
+
+
+def test_limbo_turns_only_negatives_into_unknown(make_cluster):
+    cluster = make_cluster(
+        3, journal_write_data=False, flush_interval=NO_FLUSH, repair_retry_interval=0.2
+    )
+    b1, b2, b3 = cluster.bookie_ids
+    c1 = cluster.client("c1")
+    wh = c1.create_ledger(3, 3, 3)
+    wh.add(b"kept")
+    cluster.runtime.run(cluster.bookie(b1).flush())  # entry 0 durable on B1
+    wh.add(b"lost")
+    cluster.crash_bookie(b1)
+    for peer in (b2, b3):
+        cluster.network.block(repair_client_name(b1), peer)  # keep B1 in limbo
+    cluster.start_bookie(b1)
+    assert cluster.read_from_bookie(b1, wh.ledger_id, 0) == b"kept"  # positives still served
+    with pytest.raises(UnknownError):
+        cluster.read_from_bookie(b1, wh.ledger_id, 1)  # lost in the crash: not "no such entry"
+    with pytest.raises(NoSuchLedgerError):
+        cluster.read_from_bookie(b1, 999_999, 0)  # a ledger B1 never belonged to
+    status = cluster.bookie(b1).status()
+    assert status["limbo_ledgers"] == 1 and status["repair"]["state"] in ("running", "waiting")
+    cluster.network.heal()
+    cluster.wait_repaired(b1)
+    assert cluster.read_from_bookie(b1, wh.ledger_id, 1) == b"lost"
