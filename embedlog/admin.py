@@ -44,6 +44,79 @@ def _bookie_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bookie_address(data_dir: Path, bookie_id: str, given: str | None) -> str:
+    from embedlog.transport.tcp import ADDRESS_FILE
+
+    if given:
+        return given
+    stored = data_dir / bookie_id / ADDRESS_FILE
+    if stored.exists() and stored.read_text().strip():
+        return stored.read_text().strip()
+    return f"inprocess:{bookie_id}"
+
+
+def _bookie_fixcookie(args: argparse.Namespace) -> int:
+    from embedlog.bookie.config import BookieConfig
+    from embedlog.bookie.fixcookie import fix_cookies
+
+    data_dir = Path(args.data_dir)
+    if not (data_dir / args.bookie_id).is_dir():
+        return fail(
+            f"embedlog bookie fixcookie: no bookie directory {data_dir / args.bookie_id}; "
+            "check --data-dir (the cluster's directory) and the bookie id"
+        )
+    config = BookieConfig(
+        bookie_id=args.bookie_id,
+        data_dir=data_dir / args.bookie_id,
+        address=_bookie_address(data_dir, args.bookie_id, args.address),
+    )
+    meta = _metadata(args)
+    try:
+        fixed = fix_cookies(config, meta)
+    finally:
+        meta.store.close()
+    if not fixed:
+        print(f"bookie {args.bookie_id}: cookies are fine, nothing to fix")
+        return 0
+    for problem in fixed:
+        print(f"fixed: {problem}")
+    print(
+        f"bookie {args.bookie_id}: cookies rewritten. Its next boot fences its ledgers, puts "
+        "them in limbo and repairs them from its peers; follow it with `embedlog bookie status`."
+    )
+    return 0
+
+
+def _bookie_status(args: argparse.Namespace) -> int:
+    meta = _metadata(args)
+    try:
+        ids = [args.bookie_id] if args.bookie_id else meta.known_bookies()
+        for bid in ids:
+            running = (
+                "writable"
+                if bid in meta.writable_bookies()
+                else ("readonly" if bid in meta.readonly_bookies() else "down")
+            )
+            status = meta.bookie_status(bid) or {}
+            repair = status.get("repair", {})
+            print(f"{bid}\t{running}\tlast status: {json.dumps(status.get('state'))}")
+            if status.get("suspicious_boot"):
+                print(f"  suspicious boot: {'; '.join(status['suspicious_boot'])}")
+            if repair:
+                print(
+                    f"  repair: {repair.get('state')}, {repair.get('ledgers_done')}/"
+                    f"{repair.get('ledgers_total')} ledgers, {repair.get('entries_copied')} "
+                    f"entries copied, {repair.get('ledgers_recovered')} recovered"
+                )
+                for lid, why in (repair.get("waiting") or {}).items():
+                    print(f"  waiting: ledger {lid}: {why}")
+            if args.verbose_json:
+                print(json.dumps(status, indent=2, sort_keys=True))
+    finally:
+        meta.store.close()
+    return 0
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", required=True, help="the cluster's data directory")
     p.add_argument("--metadata-uri", default=None, help="zk://host:port/path; default: embedded")
@@ -67,8 +140,30 @@ def add_commands(sub: Any) -> None:
     p = bookie.add_parser("list", help="registered bookies")
     _common(p)
     p.set_defaults(func=_bookie_list)
+    p = bookie.add_parser(
+        "fixcookie",
+        help="accept a stopped bookie's replaced or wiped disks (BP-46)",
+        description=(
+            "Rewrite the cookies of a stopped bookie whose disks were replaced or wiped. "
+            "Its next boot fences its ledgers, puts them in limbo and repairs them from peers."
+        ),
+    )
+    _common(p)
+    p.add_argument("bookie_id")
+    p.add_argument(
+        "--address", default=None, help="the bookie's advertised address (default: as stored)"
+    )
+    p.set_defaults(func=_bookie_fixcookie)
+    p = bookie.add_parser("status", help="boot and BP-46 repair status of bookies")
+    _common(p)
+    p.add_argument("bookie_id", nargs="?", default=None)
+    p.add_argument("--json", dest="verbose_json", action="store_true", help="full status")
+    p.set_defaults(func=_bookie_status)
 
     add_sandbox_command(sub)
+    from embedlog.auditor.cli import add_auditor_commands
+
+    add_auditor_commands(sub)
 
 
 def fail(message: str) -> int:

@@ -107,6 +107,7 @@ class Bookie:
         self.boot_seconds = time.monotonic() - started
         self._state = BookieState.SERVING
         log.info("bookie %s serving (boot %.3fs)", self.bookie_id, self.boot_seconds)
+        await self.publish_status()
 
     async def _boot(self) -> None:
         cfg = self.config
@@ -309,6 +310,7 @@ class Bookie:
         if self._state is not BookieState.SERVING:
             return
         self._state = BookieState.STOPPED
+        await self.publish_status()
         self.metadata.unregister_bookie(self.session, self.bookie_id)
         for task in (self._flusher, self._repair_task):
             if task is not None:

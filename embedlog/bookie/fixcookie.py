@@ -1,0 +1,39 @@
+"""``embedlog bookie fixcookie``: the BP-46 cookie fix, run by hand on a stopped bookie.
+
+It accepts the bookie's disks as they are (rewrites the cookies) and leaves the
+PROTECT marker in the index, so the next boot runs phase one (fence and limbo for
+every ledger, then repair from peers) even though the cookies then look fine.
+Rewriting the cookies without that marker would bring back the very data loss
+the cookie check exists to stop.
+"""
+
+from __future__ import annotations
+
+from embedlog.bookie import cookie as cookies
+from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.index import PROTECT, LedgerIndex
+from embedlog.errors import CookieError
+from embedlog.metadata.client import MetadataClient
+
+
+def fix_cookies(config: BookieConfig, metadata: MetadataClient) -> list[str]:
+    """Fix the cookies of a stopped bookie; returns the problems fixed (empty: none)."""
+    if metadata.bookie_info(config.bookie_id) is not None:
+        raise CookieError(
+            f"bookie {config.bookie_id} is running (registered in the metadata store); stop it "
+            "first, or restart it with auto_fix_cookies=True"
+        )
+    check = cookies.check_cookies(config, metadata)
+    if check.foreign:
+        raise cookies.cookie_error(config, list(check.foreign), fixable=False)
+    if check.first_boot or not check.problems:
+        return []
+    config.index_dir.mkdir(parents=True, exist_ok=True)
+    # Opening the index also proves no process holds it: LevelDB allows one at a time.
+    index = LedgerIndex(config.index_dir)
+    try:
+        index.set_marker(PROTECT, True)
+    finally:
+        index.close()
+    cookies.write_cookies(config, metadata)
+    return list(check.problems)
