@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from embedlog.client import Client
     from embedlog.cluster import LocalCluster
     from embedlog.ledger.handles import ReadHandle, WriteHandle
+    from embedlog.unbounded.ledger import UnboundedLedger
 
 # The heavier pieces load on first use, so `import embedlog.wire` (or a bookie
 # process) does not pull in the whole client and cluster.
@@ -39,6 +40,7 @@ _LAZY = {
     "LocalCluster": "embedlog.cluster",
     "ReadHandle": "embedlog.ledger.handles",
     "WriteHandle": "embedlog.ledger.handles",
+    "UnboundedLedger": "embedlog.unbounded.ledger",
 }
 
 
@@ -74,6 +76,7 @@ __all__ = [
     "NotEnoughBookiesError",
     "ReadHandle",
     "UnauthorizedAccessError",
+    "UnboundedLedger",
     "UnknownError",
     "WriteHandle",
     "connect",

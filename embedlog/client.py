@@ -18,6 +18,7 @@ from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport
+from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.entry import DigestType, master_key
 from embedlog.wire.messages import OpCode
 
@@ -44,6 +45,7 @@ class Client:
         explicit_lac_interval: float = 0.2,
         unsafe_recovery_reads_without_fence: bool = False,
         unsafe_recovery_from_minus_one: bool = False,
+        unsafe_takeover_without_noop: bool = False,
     ) -> None:
         if request_timeout <= 0:
             raise ValueError(f"request_timeout must be > 0, got {request_timeout}")
@@ -57,6 +59,7 @@ class Client:
             explicit_lac_interval=explicit_lac_interval,
             unsafe_recovery_reads_without_fence=unsafe_recovery_reads_without_fence,
             unsafe_recovery_from_minus_one=unsafe_recovery_from_minus_one,
+            unsafe_takeover_without_noop=unsafe_takeover_without_noop,
         )
         self._writers: list[LedgerWriter] = []
         self._closed = False
@@ -168,6 +171,117 @@ class Client:
             except UNKNOWN_OUTCOMES:
                 lac = -1  # nobody answered yet: start from nothing confirmed
         return ReadHandle(self._runtime, self.ctx, md, password, lac)
+
+    # -- unbounded ledgers -------------------------------------------------------------------
+
+    def create_unbounded(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        *,
+        password: bytes = b"",
+        fragment_max_entries: int | None = None,
+        digest: DigestType = DigestType.CRC32C,
+    ) -> UnboundedLedger:
+        """A new unbounded ledger at term 1, with this client as its writer."""
+        return self._runtime.run(
+            self.create_unbounded_aio(
+                ensemble_size,
+                write_quorum,
+                ack_quorum,
+                password=password,
+                fragment_max_entries=fragment_max_entries,
+                digest=digest,
+            )
+        )
+
+    async def create_unbounded_aio(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        *,
+        password: bytes = b"",
+        fragment_max_entries: int | None = None,
+        digest: DigestType = DigestType.CRC32C,
+    ) -> UnboundedLedger:
+        from embedlog.unbounded import layout
+        from embedlog.unbounded.writer import TermWriter
+
+        if fragment_max_entries is not None and fragment_max_entries < 1:
+            raise ValueError(f"fragment_max_entries must be >= 1, got {fragment_max_entries}")
+        md = await self.new_ledger_metadata(
+            ensemble_size,
+            write_quorum,
+            ack_quorum,
+            digest=digest,
+            password=password,
+            custom_metadata=None,
+            unbounded=True,
+        )
+        md = await self.ctx.meta(
+            self.ctx.metadata.write_ledger,
+            layout.with_settings(md, fragment_max_entries=fragment_max_entries),
+        )
+        writer = TermWriter(
+            self.ctx,
+            md,
+            password,
+            term=md.term,
+            lac=-1,
+            fragment_max_entries=fragment_max_entries,
+        )
+        self._writers.append(writer)
+        return UnboundedLedger(self._runtime, self.ctx, md, password, writer=writer)
+
+    def open_unbounded(
+        self, ledger_id: int, *, password: bytes = b"", takeover: bool = True
+    ) -> UnboundedLedger:
+        """takeover=True: become the writer in a new term (recovers, writes the no-op).
+
+        takeover=False: a follower that reads and tails and never disturbs the writer.
+        """
+        return self._runtime.run(
+            self.open_unbounded_aio(ledger_id, password=password, takeover=takeover)
+        )
+
+    async def open_unbounded_aio(
+        self, ledger_id: int, *, password: bytes = b"", takeover: bool = True
+    ) -> UnboundedLedger:
+        from embedlog.unbounded import layout
+        from embedlog.unbounded.takeover import take_over
+        from embedlog.unbounded.writer import TermWriter
+
+        if takeover:
+            start = await take_over(self.ctx, ledger_id, password)
+            writer = TermWriter(
+                self.ctx,
+                start.md,
+                password,
+                term=start.term,
+                lac=start.last_entry_id,
+                fragment_max_entries=layout.fragment_max_entries(start.md),
+            )
+            self._writers.append(writer)
+            if start.last_entry_id >= 0:
+                # Followers learn the new term's LAC (the recovered entries) now, not with
+                # the next append.
+                await asyncio.gather(
+                    *(writer._send_lac(b, writer.lac) for b in start.md.last_fragment[1])
+                )
+            return UnboundedLedger(self._runtime, self.ctx, start.md, password, writer=writer)
+        md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
+        check_password(md, password)
+        if not md.unbounded:
+            raise ValueError(f"ledger {ledger_id} is not an unbounded ledger; use open_ledger")
+        try:
+            lac = await read_lac(self.ctx, md)
+        except UNKNOWN_OUTCOMES:
+            lac = -1
+        # Metadata read after the LAC places every entry up to it.
+        md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
+        return UnboundedLedger(self._runtime, self.ctx, md, password, lac=lac)
 
     def delete_ledger(self, ledger_id: int) -> None:
         self._runtime.run(self.delete_ledger_aio(ledger_id))

@@ -504,7 +504,8 @@ class Bookie:
         if req.lafr > info.lafr:
             info.lafr = req.lafr
             changed = True
-        if req.flags & AddFlags.TRUNCATE and req.term > info.truncated_term:
+        truncate = req.flags & AddFlags.TRUNCATE
+        if truncate and (req.term == NO_TERM or req.term > info.truncated_term):
             # Once per term: a delayed duplicate of this term's no-op (its sender retried)
             # must not delete what the new writer appended after the takeover completed.
             info.truncated_term = req.term

@@ -33,6 +33,8 @@ class ClientContext:
     # UNSAFE, for tests only: break one recovery rule each, to show the damage the rule prevents.
     unsafe_recovery_reads_without_fence: bool = False  # the model's "Defect 1"
     unsafe_recovery_from_minus_one: bool = False  # the model's "Defect 2"
+    # Unbounded ledgers: a takeover writes no truncate no-op (the article's log divergence).
+    unsafe_takeover_without_noop: bool = False
 
     @property
     def name(self) -> str:

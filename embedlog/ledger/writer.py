@@ -211,8 +211,12 @@ class LedgerWriter:
             log.info("add %s:%s refused by %s: %s", self.md.ledger_id, p.entry_id, bookie, status)
             self._bookie_failed(bookie)
 
+    def _needed_acks(self) -> int:
+        """Acks that complete an entry: AQ; unbounded recovery writes need the whole WQ."""
+        return self.md.ack_quorum
+
     def _complete(self) -> None:
-        aq = self.md.ack_quorum
+        aq = self._needed_acks()
         pending = self.pending
         completed = False
         while pending and len(pending[0].acks) >= aq:
@@ -335,7 +339,7 @@ class LedgerWriter:
                 return
             oldest = self.pending[0]
             if (
-                len(oldest.acks) < self.md.ack_quorum
+                len(oldest.acks) < self._needed_acks()
                 and time.monotonic() - oldest.created > self.ctx.add_entry_quorum_timeout
             ):
                 self.fail(

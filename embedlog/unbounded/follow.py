@@ -1,0 +1,67 @@
+"""Reading an unbounded ledger: no-op entries are skipped, ids stay as written.
+
+Readers never look at terms (normal reads carry none). They read only up to a LAC
+some bookie reported, and with metadata read after that LAC was seen: an entry's
+fragment never changes once the entry is acknowledged, so that metadata places it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from embedlog.errors import NoSuchEntryError
+from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
+from embedlog.ledger.context import ClientContext
+from embedlog.ledger.entries import Entry
+from embedlog.ledger.reader import read_lac, read_range
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.unbounded import layout, rules
+from embedlog.wire.entry import Digester
+
+# A long poll that sees no progress for this long re-reads the metadata (the writer may
+# have moved to a new fragment, whose bookies are the ones that learn the LAC).
+POLL_SLICE = 0.5
+
+
+def check_stored(md: LedgerMetadata, first: int) -> None:
+    low = layout.first_entry(md)
+    if first < low:
+        raise NoSuchEntryError(
+            f"ledger {md.ledger_id}: entries below {low} were trimmed (asked for {first})"
+        )
+
+
+async def read_visible(
+    ctx: ClientContext, md: LedgerMetadata, digester: Digester, first: int, last: int
+) -> list[Entry]:
+    """Entries first..last that are not no-ops, in id order."""
+    check_stored(md, first)
+    rows = await read_range(ctx, md, digester, first, last)
+    return [
+        Entry(md.ledger_id, eid, bytes(payload))
+        for eid, header, payload in rows
+        if rules.visible(header.is_noop)
+    ]
+
+
+async def wait_for_lac(
+    ctx: ClientContext, md: LedgerMetadata, previous: int, wait: float
+) -> tuple[int, LedgerMetadata]:
+    """Long-poll the last fragment for a LAC above ``previous``; (LAC, fresh metadata).
+
+    The metadata is re-read after every poll: after progress so that the new entries are
+    placed by metadata newer than their LAC, and after a quiet poll so that a new fragment
+    (rollover, ensemble change, takeover) is followed.
+    """
+    started = time.monotonic()
+    try:
+        lac = await read_lac(ctx, md, timeout_ms=max(1, int(wait * 1000)), previous=previous)
+    except UNKNOWN_OUTCOMES:
+        lac = previous
+    fresh = await ctx.meta(ctx.metadata.read_ledger, md.ledger_id)
+    if lac <= previous:
+        spent = time.monotonic() - started
+        if spent < wait / 2:  # every bookie failed at once: do not spin
+            await asyncio.sleep(min(wait / 2, 0.1))
+    return max(lac, previous), fresh

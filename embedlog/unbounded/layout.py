@@ -1,0 +1,46 @@
+"""What an unbounded ledger keeps in its metadata, beside what every ledger keeps.
+
+The ledger node holds ``term``, ``unbounded: true`` and, under the ``unbounded`` key
+(kept through older clients by LedgerMetadata's ``extra``), the settings every writer
+of every term must follow::
+
+    {"fragment_max_entries": 1000}
+
+How fragments are stored when there are many: the fragment list lives in the ledger's
+one metadata node, one ``[first entry id, [bookie ids]]`` pair per fragment (about
+60 bytes for E=3). ``trim(before)`` removes the pairs of whole fragments below
+``before`` by compare-and-swap, so a stream that is trimmed as it grows keeps a node
+of (live entries / fragment_max_entries) pairs, whatever its total length. The first
+fragment's first entry id is the stream's low-water mark: entries below it are gone.
+An untrimmed stream grows by one pair per fragment (a ZooKeeper node's 1 MB limit is
+about 15,000 fragments: 15 million entries at fragment_max_entries=1000).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+
+KEY = "unbounded"
+
+
+def settings(md: LedgerMetadata) -> dict[str, Any]:
+    value = md.extra.get(KEY)
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def fragment_max_entries(md: LedgerMetadata) -> int | None:
+    value = settings(md).get("fragment_max_entries")
+    return int(value) if value else None
+
+
+def with_settings(md: LedgerMetadata, *, fragment_max_entries: int | None) -> LedgerMetadata:
+    extra = dict(md.extra)
+    extra[KEY] = {"fragment_max_entries": fragment_max_entries}
+    return md.evolve(extra=extra)
+
+
+def first_entry(md: LedgerMetadata) -> int:
+    """The lowest entry id still stored (entries below were trimmed)."""
+    return md.fragments[0][0]

@@ -1,0 +1,86 @@
+"""The unbounded-ledger protocol's decisions, as small pure functions.
+
+Each is traced to the model (``ProtocolUnboundedLedgersAndGWQ.tla``) or to the
+article (``shared/seeds/unbounded-ledgers.md``); tests in
+``tests/unbounded/test_rules.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+Fragment = tuple[int, tuple[str, ...]]
+
+
+def bookie_accepts_term(stored: int, request: int) -> bool:
+    """A bookie accepts a request whose term is >= its own (and raises its own to it)."""
+    return request >= stored
+
+
+def response_counts(request_term: int, answer_term: int) -> bool:
+    """A client discards answers that carry another term than its current one."""
+    return request_term == answer_term
+
+
+def recovery_start(lafr: int, last_fragment_first: int) -> int:
+    """The last entry known safe before recovery reads forward (reads start one above).
+
+    Model: ``ClientReceivesFencingReadLafrResponse`` takes max(LAFR, first entry of the
+    current fragment - 1): every entry below the last fragment is committed, every entry up
+    to the LAFR reached its whole write set.
+    """
+    return max(lafr, last_fragment_first - 1)
+
+
+def next_lafr(
+    lafr: int,
+    candidates: Sequence[tuple[int, int]],
+    write_quorum: int,
+    last_fragment_first: int,
+    hold: int = -1,
+) -> tuple[int, int]:
+    """Advance the last add fully replicated over acknowledged entries, in id order.
+
+    ``candidates`` are (entry id, acks) of acknowledged entries above ``lafr``, ascending
+    and contiguous. An entry counts once its whole write set confirmed it, or once it lies
+    below the last fragment (every entry there is committed, and recovery starts at the
+    last fragment anyway). ``hold`` is the highest entry whose acks were no longer tracked:
+    the LAFR passes it only once it is below the last fragment.
+    Returns (new lafr, how many candidates were consumed).
+    """
+    if hold >= last_fragment_first:
+        return lafr, 0
+    used = 0
+    for entry_id, acks in candidates:
+        if acks >= write_quorum or entry_id < last_fragment_first:
+            lafr = entry_id
+            used += 1
+        else:
+            break
+    return lafr, used
+
+
+def rollover_due(entry_id: int, fragment_first: int, fragment_max_entries: int | None) -> bool:
+    """Start a new fragment at ``entry_id``: the current one holds fragment_max_entries."""
+    return bool(fragment_max_entries) and entry_id - fragment_first >= fragment_max_entries  # type: ignore[operator]
+
+
+def trim_plan(
+    fragments: Sequence[Fragment], before: int
+) -> tuple[tuple[Fragment, ...], tuple[Fragment, ...], int]:
+    """Which whole fragments lie below ``before``: (kept, dropped, first entry kept).
+
+    A fragment is dropped when every entry of it is below ``before`` (its successor starts
+    at or below ``before``). The last fragment is never dropped: it is where the writer
+    writes. Partial fragments stay whole.
+    """
+    frags = tuple(fragments)
+    cut = 0
+    while cut + 1 < len(frags) and frags[cut + 1][0] <= before:
+        cut += 1
+    return frags[cut:], frags[:cut], frags[cut][0]
+
+
+def visible(is_noop: bool) -> bool:
+    """Readers never see the truncate no-op entries (their ids stay taken)."""
+    return not is_noop

@@ -1,0 +1,215 @@
+"""Taking an unbounded ledger over: a new term, recovery of the last fragment, the no-op.
+
+The steps, as the model (``ProtocolUnboundedLedgersAndGWQ.tla``) checked them:
+
+1. ``ClientStartsNewTerm``: compare-and-swap the metadata to term + 1, IN_RECOVERY.
+2. LAFR reads carrying the new term (no fence flag) to the last fragment's ensemble.
+   A bookie raises its stored term and answers with its LAFR and LAC; a bookie with a
+   higher term answers InvalidTerm and the takeover yields (``InvalidTermError``).
+   Answers of another term are discarded. Recovery may read once ensemble coverage
+   (E - AQ + 1) raised their term: no ack quorum of the old term is left.
+3. Recovery reads, with the new term, forward from max(LAFR, first entry of the last
+   fragment - 1) + 1, to the ensemble as it was when recovery started. One positive
+   recovers an entry; quorum coverage of explicit negatives ends the read phase;
+   anything else aborts (the ledger stays IN_RECOVERY; the next takeover starts over).
+4. Write-back with guaranteed write quorum: each recovered entry, and then the no-op
+   with the truncate flag at the first unrecoverable id, must be confirmed by the
+   entry's whole write set. A bookie that does not answer is replaced (in memory) or
+   retried; the takeover fails loudly after ``add_entry_quorum_timeout``, never
+   completes with a bookie of the last fragment that did not truncate.
+5. ``ClientChangesTermToOpen``: compare-and-swap to OPEN with the fragments the
+   write-back ended with, at the version step 1 wrote (else another term won).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from attrs import frozen
+
+from embedlog.errors import (
+    InvalidTermError,
+    LedgerClosedError,
+    LedgerRecoveryError,
+    MetadataVersionError,
+    UnauthorizedAccessError,
+)
+from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
+from embedlog.ledger.context import ClientContext
+from embedlog.ledger.quorum import Decision, fencing_decision
+from embedlog.ledger.recovery import check_password, recovery_read
+from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.unbounded import rules
+from embedlog.unbounded.writer import TermWriter
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import FLAG_NOOP, Digester, master_key
+from embedlog.wire.messages import AddFlags, OpCode, ReadFlags
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 5
+
+
+@frozen
+class TermStart:
+    """What a completed takeover hands to the writer of the new term."""
+
+    md: LedgerMetadata  # OPEN, at the new term
+    term: int
+    last_entry_id: int  # the no-op's id (or the last recovered entry without the no-op)
+    noop_id: int  # -1 when the no-op was switched off (unsafe)
+
+
+async def read_lafr_with_term(
+    ctx: ClientContext, md: LedgerMetadata, ensemble: tuple[str, ...], key: bytes, term: int
+) -> tuple[int, int]:
+    """Raise the term on the last fragment's bookies; (highest LAFR, highest LAC) they report."""
+    lid = md.ledger_id
+
+    async def one(bookie: str) -> tuple[str, int, int, int, int]:
+        try:
+            resp = await ctx.bookies.call(
+                bookie, OpCode.READ, lid, -1, flags=ReadFlags.NONE, term=term, master_key=key
+            )
+        except UNKNOWN_OUTCOMES:
+            return bookie, -1, -1, -1, -1
+        return bookie, resp.status, resp.term, resp.lafr, resp.lac
+
+    raised = unknown = 0
+    lafr = lac = -1
+    for fut in asyncio.as_completed([one(b) for b in ensemble]):
+        bookie, status, answer_term, b_lafr, b_lac = await fut
+        if status == StatusCode.EOK and rules.response_counts(term, answer_term):
+            raised += 1
+            lafr = max(lafr, b_lafr)
+            lac = max(lac, b_lac)
+        elif status == StatusCode.EINVALIDTERM:
+            raise InvalidTermError(f"ledger {lid}: {bookie} has term {answer_term} > {term}")
+        elif status == StatusCode.EUA:
+            raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
+        else:
+            unknown += 1
+        decision = fencing_decision(len(ensemble), md.ack_quorum, raised, unknown)
+        if decision is Decision.YES:
+            return lafr, lac
+        if decision is Decision.STUCK:
+            break
+    raise LedgerRecoveryError(
+        f"ledger {lid}: term {term} reached only {raised} of {list(ensemble)} ({unknown} "
+        f"unknown); need {len(ensemble) - md.ack_quorum + 1}. Take over again when more "
+        "bookies are reachable."
+    )
+
+
+async def take_over(ctx: ClientContext, ledger_id: int, password: bytes) -> TermStart:
+    """Become the writer of ``ledger_id`` in a new term (steps 1-5 above)."""
+    for _attempt in range(MAX_ATTEMPTS):
+        md = await ctx.meta(ctx.metadata.read_ledger, ledger_id)
+        check_password(md, password)
+        if not md.unbounded:
+            raise ValueError(f"ledger {ledger_id} is not an unbounded ledger; use open_ledger")
+        if md.state is LedgerState.CLOSED:
+            raise LedgerClosedError(f"unbounded ledger {ledger_id} was closed")
+        try:
+            md = await ctx.meta(
+                ctx.metadata.write_ledger,
+                md.evolve(term=md.term + 1, state=LedgerState.IN_RECOVERY),
+            )
+        except MetadataVersionError:
+            continue  # another client moved first: read again and go one term higher
+        return await recover_term(ctx, md, password)
+    raise LedgerRecoveryError(f"ledger {ledger_id}: the metadata kept changing; try again")
+
+
+async def recover_term(ctx: ClientContext, md: LedgerMetadata, password: bytes) -> TermStart:
+    lid, term = md.ledger_id, md.term
+    first, ensemble = md.last_fragment
+    key = master_key(password)
+    digester = Digester(md.digest_type, password)
+    lafr, lac = await read_lafr_with_term(ctx, md, ensemble, key, term)
+    start = rules.recovery_start(lafr, first)
+    fixed_lac = max(start, lac)
+    log.info(
+        "ledger %s term %s: LAFR %s, LAC %s, recovering from %s", lid, term, lafr, lac, start + 1
+    )
+
+    writer = TermWriter(
+        ctx,
+        md,
+        password,
+        term=term,
+        lac=start,
+        recovery=True,
+        fixed_lac=fixed_lac,
+        guaranteed_write_quorum=True,
+    )
+    window = max(1, ctx.recovery_read_window)
+    reads: dict[int, asyncio.Task[tuple[Decision, bytes | None]]] = {}
+    writes: list[asyncio.Future[int]] = []
+    eid = start + 1
+    noop_id = -1
+    try:
+        while True:
+            for ahead in range(eid, eid + window):
+                if ahead not in reads:
+                    reads[ahead] = asyncio.ensure_future(
+                        recovery_read(
+                            ctx,
+                            md,
+                            ensemble,
+                            digester,
+                            key,
+                            ahead,
+                            term=term,
+                            flags=ReadFlags.RECOVERY,
+                        )
+                    )
+            decision, body = await reads.pop(eid)
+            if decision is Decision.YES:
+                assert body is not None
+                header, payload = digester.unpack(body, lid, eid)
+                packed = digester.pack(lid, eid, fixed_lac, bytes(payload), header.flags)
+                writes.append(writer.add_packed(eid, packed))
+                eid += 1
+            elif decision is Decision.NO:
+                break
+            else:
+                raise LedgerRecoveryError(
+                    f"ledger {lid} term {term}: cannot tell whether entry {eid} exists (too "
+                    "many bookies of its write set unknown); take over again later"
+                )
+        for t in reads.values():
+            t.cancel()
+        if not ctx.unsafe_takeover_without_noop:
+            # The last write of the recovery: an empty no-op that makes every bookie of the
+            # last fragment drop whatever the old terms left above it.
+            noop_id = eid
+            writes.append(
+                writer.add(b"", entry_flags=FLAG_NOOP, add_flags=AddFlags.TRUNCATE | AddFlags.NOOP)
+            )
+        await writer.drain()
+        if writer.error is not None:
+            if isinstance(writer.error, InvalidTermError):
+                raise writer.error
+            raise LedgerRecoveryError(
+                f"ledger {lid} term {term}: the recovery writes did not reach every bookie: "
+                f"{writer.error}"
+            ) from writer.error
+        await asyncio.gather(*writes)
+    except BaseException:
+        writer.stop()
+        raise
+    finally:
+        for t in reads.values():
+            t.cancel()
+    last = noop_id if noop_id >= 0 else eid - 1
+    try:
+        opened = await ctx.meta(ctx.metadata.write_ledger, writer.md.evolve(state=LedgerState.OPEN))
+    except MetadataVersionError:
+        fresh = await ctx.meta(ctx.metadata.read_ledger, lid)
+        raise InvalidTermError(
+            f"ledger {lid}: term {fresh.term} took over while term {term} was recovering"
+        ) from None
+    log.info("ledger %s: term %s open after entry %s (no-op %s)", lid, term, last, noop_id)
+    return TermStart(opened, term, last, noop_id)

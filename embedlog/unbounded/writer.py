@@ -1,0 +1,257 @@
+"""Adds of one term of an unbounded ledger.
+
+``TermWriter`` is the ledger writer (pipelining, in-order acks, ensemble change by
+CAS) plus what the unbounded protocol adds:
+
+* every add carries the writer's term and its LAFR (last add fully replicated: every
+  bookie of the write set of it and of every entry before it confirmed);
+* answers of another term are discarded; an InvalidTerm answer, or finding the ledger
+  IN_RECOVERY/under another term on an ensemble change, fails every add with
+  ``InvalidTermError``: another client took over;
+* ``fragment_max_entries``: when the current fragment is full, the writer waits until
+  every entry of it is acknowledged, then starts a new fragment on a fresh ensemble
+  from the placement policy (by CAS), and only then sends the next entry.
+
+With ``guaranteed_write_quorum`` (the recovery writes of a takeover) an entry completes
+only when its whole write set confirmed it; a bookie that does not answer is replaced
+(in memory: the metadata learns the new fragments with the takeover's closing CAS) or
+retried, and the writer fails loudly after ``add_entry_quorum_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from embedlog.errors import (
+    BKError,
+    InvalidTermError,
+    LedgerFencedError,
+    MetadataVersionError,
+    NotEnoughBookiesError,
+    UnauthorizedAccessError,
+)
+from embedlog.ledger.context import ClientContext
+from embedlog.ledger.writer import LedgerWriter, PendingAdd
+from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.unbounded import rules
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.messages import NO_TERM, Response
+
+log = logging.getLogger(__name__)
+
+# Acknowledged entries whose remaining write-set answers are tracked for the LAFR; past
+# this many (a bookie that never answers and cannot be replaced) the oldest are dropped
+# and the LAFR waits until they lie below the last fragment.
+MAX_TRACKED = 50_000
+
+
+class TermWriter(LedgerWriter):
+    def __init__(
+        self,
+        ctx: ClientContext,
+        md: LedgerMetadata,
+        password: bytes,
+        *,
+        term: int,
+        lac: int,
+        lafr: int | None = None,
+        fragment_max_entries: int | None = None,
+        recovery: bool = False,
+        fixed_lac: int | None = None,
+        guaranteed_write_quorum: bool = False,
+    ) -> None:
+        super().__init__(
+            ctx, md, password, lac=lac, recovery=recovery, fixed_lac=fixed_lac, term=term
+        )
+        self.lafr = lac if lafr is None else lafr
+        self.gwq = guaranteed_write_quorum
+        self.fragment_max_entries = fragment_max_entries
+        self._replicating: deque[PendingAdd] = deque()  # acked, write set not yet complete
+        self._lafr_hold = -1
+        self._roll_at: int | None = None
+        self._progress = asyncio.Event()
+        self.rollovers = 0
+
+    # -- completion --------------------------------------------------------------------------
+
+    def _needed_acks(self) -> int:
+        return self.md.write_quorum if self.gwq else self.md.ack_quorum
+
+    def _complete(self) -> None:
+        need = self._needed_acks()
+        pending = self.pending
+        completed = False
+        while pending and len(pending[0].acks) >= need:
+            p = pending.popleft()
+            self._in_flight -= 1
+            self.lac = p.entry_id
+            completed = True
+            if self.gwq:
+                self.lafr = p.entry_id
+            else:
+                self._replicating.append(p)
+            if not p.future.done():
+                p.future.set_result(p.entry_id)
+        if not pending:
+            self._drained.set()
+        if completed:
+            self._advance_lafr()
+            self._last_completion = time.monotonic()
+            self._schedule_explicit_lac()
+            self._progress.set()
+            if len(pending) > self._in_flight:
+                self._send_queued()
+
+    def _advance_lafr(self) -> None:
+        rep = self._replicating
+        while len(rep) > MAX_TRACKED:
+            self._lafr_hold = max(self._lafr_hold, rep.popleft().entry_id)
+        if not rep:
+            return
+        first = self.md.last_fragment[0]
+        candidates = [(p.entry_id, len(p.acks)) for p in list(rep)[:256]]
+        self.lafr, used = rules.next_lafr(
+            self.lafr, candidates, self.md.write_quorum, first, self._lafr_hold
+        )
+        for _ in range(used):
+            rep.popleft()
+
+    def fail(self, error: BKError) -> None:
+        # An unbounded ledger is IN_RECOVERY only while a higher term takes over.
+        if isinstance(error, LedgerFencedError):
+            error = InvalidTermError(f"{error}; a client with a higher term took over")
+        super().fail(error)
+        self._progress.set()
+
+    # -- answers -----------------------------------------------------------------------------
+
+    def _send(self, p: PendingAdd, idx: int, bookie: str) -> None:
+        fut = self.ctx.bookies.add_nowait(
+            bookie,
+            self.md.ledger_id,
+            p.entry_id,
+            flags=p.flags,
+            term=self.term,
+            master_key=self.key,
+            body=p.packed,
+            lafr=self.lafr,
+        )
+        fut.add_done_callback(lambda f: self._on_add_answer(f, p, idx, bookie))
+
+    def _on_add_answer(
+        self, fut: asyncio.Future[Response], p: PendingAdd, idx: int, bookie: str
+    ) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.debug("add %s:%s to %s: %r", self.md.ledger_id, p.entry_id, bookie, exc)
+            self._bookie_failed(bookie)
+            return
+        resp = fut.result()
+        status = resp.status
+        if status == StatusCode.EINVALIDTERM:
+            self.fail(
+                InvalidTermError(
+                    f"ledger {self.md.ledger_id}: {bookie} has term {resp.term}, above this "
+                    f"writer's {self.term}: another client took over"
+                )
+            )
+            return
+        if status == StatusCode.EOK:
+            if self.term != NO_TERM and not rules.response_counts(self.term, resp.term):
+                return  # an answer of another term: discarded (model)
+            if self.md.ensemble_for(p.entry_id)[idx] != bookie:
+                return
+            p.acks.add(idx)
+            if p.future.done():
+                self._advance_lafr()
+            else:
+                self._complete()
+            return
+        if p.future.done():
+            return
+        if status == StatusCode.EUA:
+            self.fail(UnauthorizedAccessError(f"ledger {self.md.ledger_id}: wrong password"))
+        else:
+            log.info("add %s:%s refused by %s: %s", self.md.ledger_id, p.entry_id, bookie, status)
+            self._bookie_failed(bookie)
+
+    # -- fragment rollover -------------------------------------------------------------------
+
+    def _send_write_set(self, p: PendingAdd) -> None:
+        if self._roll_at is not None and p.entry_id >= self._roll_at:
+            return  # waits for the new fragment
+        first = self.md.last_fragment[0]
+        if rules.rollover_due(p.entry_id, first, self.fragment_max_entries):
+            self._roll_at = p.entry_id
+            task = asyncio.get_running_loop().create_task(self._rollover(p.entry_id))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        super()._send_write_set(p)
+
+    async def _rollover(self, at: int) -> None:
+        try:
+            # Every entry of the full fragment must be acknowledged first: after the switch
+            # nobody would replace a failing bookie of the old fragment.
+            while self.error is None and (
+                self._changing is not None or (self.pending and self.pending[0].entry_id < at)
+            ):
+                self._progress.clear()
+                try:  # completions and failures set it; an ensemble change ending does not
+                    await asyncio.wait_for(self._progress.wait(), 0.05)
+                except TimeoutError:
+                    pass
+            if self.error is not None:
+                return
+            self._changing = asyncio.current_task()  # type: ignore[assignment]
+            await self._start_fragment(at)
+        except BKError as exc:
+            self.fail(exc)
+        except Exception as exc:  # a bug must not leave appends hanging
+            log.exception("ledger %s: fragment rollover failed", self.md.ledger_id)
+            self.fail(NotEnoughBookiesError(f"fragment rollover failed: {exc}"))
+        finally:
+            if self._changing is asyncio.current_task():
+                self._changing = None
+            self._roll_at = None
+            if self._failed and self._changing is None and self.error is None:
+                self._changing = asyncio.get_running_loop().create_task(self._change_ensemble())
+            self._send_queued()
+
+    async def _start_fragment(self, at: int) -> None:
+        md = self.md
+        while True:
+            available = await self.ctx.writable_bookies()
+            current = set(md.last_fragment[1])
+            try:  # a fresh ensemble: other bookies than the full fragment's when there are enough
+                ensemble = self.ctx.placement.new_ensemble(
+                    md.ensemble_size, md.write_quorum, available, current
+                )
+            except NotEnoughBookiesError:
+                ensemble = self.ctx.placement.new_ensemble(
+                    md.ensemble_size, md.write_quorum, available, set()
+                )
+            try:
+                self.md = await self.ctx.meta(
+                    self.ctx.metadata.write_ledger, md.with_ensemble(at, tuple(ensemble))
+                )
+                self.rollovers += 1
+                log.debug("ledger %s: new fragment at %s on %s", md.ledger_id, at, ensemble)
+                return
+            except MetadataVersionError:
+                md = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
+                check_still_ours(md, self.term)
+                self.md = md
+
+
+def check_still_ours(md: LedgerMetadata, term: int) -> None:
+    """After a lost CAS: raise InvalidTermError unless the ledger is still OPEN in ``term``."""
+    if md.term != term or md.state is not LedgerState.OPEN:
+        raise InvalidTermError(
+            f"ledger {md.ledger_id}: term {md.term} ({md.state.value}) took over from {term}"
+        )
