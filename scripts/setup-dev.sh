@@ -9,4 +9,4 @@ if ! dpkg -s zookeeper >/dev/null 2>&1; then
   apt-get update -qq
   apt-get install -y -qq zookeeper >/dev/null
 fi
-python -m pip install -q --disable-pip-version-check -e '.[test]'
+python -m pip install -q --disable-pip-version-check -e '.[test,spark]'
