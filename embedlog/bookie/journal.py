@@ -190,4 +190,6 @@ class Journal:
                 w.set_exception(exc)
         self._waiters.clear()
         self._buf.clear()
-        self._file.crash()
+        # On the journal's own thread, after any write it is doing: a crash must not race
+        # a write into the file it truncates (bytes never fsync'd would then survive).
+        self._executor.submit(self._file.crash).result()

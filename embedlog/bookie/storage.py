@@ -174,11 +174,20 @@ class LedgerStorage:
             self.logs.remove_unreferenced(live)
 
     def close(self) -> None:
+        self._executor.submit(self._close_files).result()  # after any flush still running
+
+    def _close_files(self) -> None:
         self.logs.close()
         self.index.close()
 
     def crash(self) -> None:
-        self.logs.crash()
-        self.index.close()
         self.cache.clear()
         self._infos.clear()
+        # On the flush thread, after the flush it may be in the middle of: closing LevelDB
+        # under a running batch or iterator crashes the process, and truncating an entry
+        # log while it is written to would keep bytes that were never fsync'd.
+        self._executor.submit(self._crash_files).result()
+
+    def _crash_files(self) -> None:
+        self.logs.crash()
+        self.index.close()

@@ -1,0 +1,93 @@
+"""Table tests of BP-46's pure rules (embedlog/bookie/integrity.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from embedlog.bookie.integrity import (
+    Protection,
+    assigned_entries,
+    fragment_ranges,
+    protection_for,
+    repair_target,
+    suspicion_reasons,
+)
+from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+
+
+def md(**kw):
+    base = dict(
+        ledger_id=7,
+        ensemble_size=3,
+        write_quorum=2,
+        ack_quorum=2,
+        fragments=[(0, ("a", "b", "c")), (10, ("a", "d", "c"))],
+    )
+    base.update(kw)
+    return LedgerMetadata(**base)
+
+
+@pytest.mark.parametrize(
+    ("unclean", "nojournal", "cookies", "pending", "suspicious"),
+    [
+        (False, False, (), False, False),  # clean stop
+        (True, False, (), False, False),  # crash with the journal on: nothing acked is lost
+        (True, True, (), False, True),  # crash while adds skipped the journal
+        (False, True, (), False, False),  # clean stop without the journal: all flushed
+        (False, False, ("directory x has no cookie",), False, True),  # wiped disk
+        (False, False, (), True, True),  # fixcookie or an interrupted phase one
+    ],
+)
+def test_suspicion(unclean, nojournal, cookies, pending, suspicious):
+    reasons = suspicion_reasons(
+        unclean_shutdown=unclean,
+        ran_without_journal=nojournal,
+        cookie_problems=cookies,
+        protection_pending=pending,
+    )
+    assert bool(reasons) is suspicious
+
+
+@pytest.mark.parametrize(
+    ("state", "unbounded", "skip", "expected"),
+    [
+        (LedgerState.OPEN, False, False, Protection(fence=True, limbo=True, term=None)),
+        (LedgerState.IN_RECOVERY, False, False, Protection(True, True, None)),
+        # Closed ledgers are fenced too: BP scenario 1 happens on a closed ledger.
+        (LedgerState.CLOSED, False, False, Protection(True, True, None)),
+        # Unbounded: the term is the fence; the current writer keeps writing.
+        (LedgerState.OPEN, True, False, Protection(False, True, 5)),
+        (LedgerState.CLOSED, True, False, Protection(True, True, None)),
+        # The unsafe switch drops the fence, never the limbo.
+        (LedgerState.OPEN, False, True, Protection(False, True, None)),
+        (LedgerState.OPEN, True, True, Protection(False, True, None)),
+    ],
+)
+def test_protection(state, unbounded, skip, expected):
+    m = md(state=state, unbounded=unbounded, term=5 if unbounded else -1)
+    assert protection_for(m, skip_fence=skip) == expected
+
+
+def test_fragment_ranges_clip_to_last_entry():
+    m = md()
+    assert list(fragment_ranges(m, 14)) == [(0, 9, ("a", "b", "c")), (10, 14, ("a", "d", "c"))]
+    assert list(fragment_ranges(m, 4)) == [(0, 4, ("a", "b", "c"))]
+    assert list(fragment_ranges(m, -1)) == []
+
+
+def test_assigned_entries_follow_round_robin_write_sets():
+    m = md()
+    # E3 WQ2: entry e goes to ensemble[e%3], ensemble[(e+1)%3].
+    got = dict(assigned_entries(m, "b", 12))
+    assert sorted(got) == [0, 1, 3, 4, 6, 7, 9]  # "b" leaves the ensemble at entry 10
+    assert got[0] == ["a"] and got[1] == ["c"]
+    d = dict(assigned_entries(m, "d", 12))
+    assert sorted(d) == [10, 12]  # ensemble (a, d, c): 10 -> d,c ... 11 -> c,a ... 12 -> a,d
+
+
+def test_repair_target():
+    assert repair_target(md(state=LedgerState.CLOSED, last_entry_id=12), "b") == 12
+    assert repair_target(md(), "b") is None  # open bounded: recover first
+    ub = md(unbounded=True, term=3)
+    assert repair_target(ub, "b") == 9  # "b" is not in the last fragment: settled below it
+    assert repair_target(ub, "a") is None  # still written to "a": wait
