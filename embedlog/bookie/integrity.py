@@ -86,20 +86,31 @@ def assigned_entries(
                 yield eid, [b for b in ws if b != bookie_id]
 
 
-def repair_target(md: LedgerMetadata, bookie_id: str) -> int | None:
+def repair_target(
+    md: LedgerMetadata,
+    bookie_id: str,
+    *,
+    first_live: int | None = None,
+    confirmed: int | None = None,
+) -> int | None:
     """The last entry phase two must hold before it may clear limbo, or None: not yet.
 
-    A closed ledger ends at its last entry. An open unbounded ledger is settled only
-    up to the fragments its writer has left behind: entries of a fragment still
-    being written to us may have been acknowledged before the crash and not yet be
-    covered by any LAC we can read, so the ledger stays in limbo until the writer
-    moves on (next fragment) or closes it. Open bounded ledgers are recovered first.
+    A closed ledger ends at its last entry; open bounded ledgers are recovered first.
+    An open unbounded ledger keeps its writer, so there is no end to recover. What
+    this bookie may have acknowledged and lost was sent to it before the crash, so
+    it lies below ``first_live``, the first entry the writer sent it after the boot
+    (requests to one bookie travel in entry order). Once the LAC its peers report
+    (``confirmed``) reaches that point, every such entry is confirmed and can be
+    copied. Before that the ledger stays in limbo. A bookie the writer has left
+    (not in the last fragment) is settled up to that fragment.
     """
     if md.is_closed:
         return md.last_entry_id
     if not md.unbounded:
         return None
     first, ensemble = md.last_fragment
-    if bookie_id in ensemble:
+    if bookie_id not in ensemble:
+        return first - 1
+    if first_live is None or confirmed is None or confirmed < first_live - 1:
         return None
-    return first - 1
+    return first_live - 1

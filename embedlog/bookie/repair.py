@@ -163,11 +163,15 @@ class Repairer:
         try:
             if not md.is_closed and not md.unbounded:
                 md = await self._recover(md)
-            target = repair_target(md, self.me)
+            first_live = self.bookie.first_live_entry(lid)
+            confirmed = None
+            if md.unbounded and not md.is_closed and first_live is not None:
+                confirmed = await self._peers_lac(md)
+            target = repair_target(md, self.me, first_live=first_live, confirmed=confirmed)
             if target is None:
                 p.waiting[lid] = (
-                    "open unbounded ledger still written to this bookie: limbo ends when its "
-                    "writer moves to a new fragment or closes it"
+                    "open unbounded ledger still written to this bookie: limbo ends once its "
+                    "peers confirm every entry sent here before the boot"
                 )
                 return False
             await self._copy_missing(md, target)
@@ -181,6 +185,21 @@ class Repairer:
             return False
         p.waiting.pop(lid, None)
         return True
+
+    async def _peers_lac(self, md: LedgerMetadata) -> int | None:
+        """The highest LAC the other bookies of the last fragment report (None: no answer)."""
+        assert self._client is not None
+        best = None
+        for peer in md.last_fragment[1]:
+            if peer == self.me:
+                continue
+            try:
+                resp = await self._client.ctx.bookies.call(peer, OpCode.READ_LAC, md.ledger_id)
+            except BKError:
+                continue
+            if resp.status == StatusCode.EOK:
+                best = resp.lac if best is None else max(best, resp.lac)
+        return best
 
     async def _recover(self, md: LedgerMetadata) -> LedgerMetadata:
         assert self._client is not None

@@ -90,4 +90,9 @@ def test_repair_target():
     assert repair_target(md(), "b") is None  # open bounded: recover first
     ub = md(unbounded=True, term=3)
     assert repair_target(ub, "b") == 9  # "b" is not in the last fragment: settled below it
-    assert repair_target(ub, "a") is None  # still written to "a": wait
+    assert repair_target(ub, "a") is None  # still written to "a", nothing live yet: wait
+    # The writer sent entry 15 to "a" after its boot; peers confirm up to 13: not yet.
+    assert repair_target(ub, "a", first_live=15, confirmed=13) is None
+    # Confirmed up to 14: everything sent before the crash is confirmed; copy up to 14.
+    assert repair_target(ub, "a", first_live=15, confirmed=14) == 14
+    assert repair_target(ub, "a", first_live=15, confirmed=40) == 14
