@@ -74,6 +74,9 @@ class Bookie:
         self.protected_ledgers = 0
         self.repairer = Repairer(self, client_factory, config.repair_retry_interval)
         self._repair_task: asyncio.Task[None] | None = None
+        # Limbo ledger -> first entry a writer sent after this boot (BP-46 repair of
+        # unbounded ledgers, whose writer keeps going: see integrity.repair_target).
+        self._first_live: dict[int, int] = {}
         self.readonly = config.readonly
         self.storage: LedgerStorage | None = None
         self.journal: Journal | None = None
@@ -276,6 +279,9 @@ class Bookie:
                 last = self._journal_state(lid, info, wait=True)
         if last is not None:
             await last
+
+    def first_live_entry(self, ledger_id: int) -> int | None:
+        return self._first_live.get(ledger_id)
 
     def repair_finished(self) -> None:
         assert self.storage is not None
@@ -502,8 +508,11 @@ class Bookie:
         if refused:
             return Response.to(req, StatusCode.EINVALIDTERM, entry_id=eid, term=info.term)
         if req.lafr > info.lafr:
+            # Not journaled (like the explicit LAC): a LAFR forgotten in a crash only makes
+            # a takeover read forward from further back, never skip an entry.
             info.lafr = req.lafr
-            changed = True
+            if not changed:
+                storage.set_info(lid, info)
         truncate = req.flags & AddFlags.TRUNCATE
         if truncate and (req.term == NO_TERM or req.term > info.truncated_term):
             # Once per term: a delayed duplicate of this term's no-op (its sender retried)
@@ -516,6 +525,8 @@ class Bookie:
             state_fut = self._journal_state(lid, info, wait=term_changed)
         old_lac = info.known_lac
         storage.put(lid, eid, req.body)
+        if info.limbo and lid not in self._first_live and not req.flags & AddFlags.RECOVERY:
+            self._first_live[lid] = eid
         if self.config.journal_write_data:
             fut = journal.append(_ADD.pack(b"A", lid, eid) + req.body)
             assert fut is not None
