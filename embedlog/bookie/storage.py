@@ -106,9 +106,16 @@ class LedgerStorage:
             infos += [(lid, None) for lid in self._deleted]
             self._dirty.clear()
             deleted = set(self._deleted)
-            await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._flush_sync, snapshot, infos, checkpoint
-            )
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._flush_sync, snapshot, infos, checkpoint
+                )
+            except BaseException:
+                # Nothing of this flush is known to be in the index: keep every state dirty,
+                # or a later flush would move the checkpoint past journal records (a fence)
+                # whose state never reached the index.
+                self._dirty.update(lid for lid, info in infos if info is not None)
+                raise
             self._deleted -= deleted
             for lid, entries in snapshot.items():
                 cached = self.cache.get(lid)
@@ -172,6 +179,7 @@ class LedgerStorage:
         async with self._flush_lock:
             live = await loop.run_in_executor(self._executor, self.index.live_logs)
             self.logs.remove_unreferenced(live)
+            await loop.run_in_executor(self._executor, self.index.compact_ledger, ledger_id)
 
     def close(self) -> None:
         self._executor.submit(self._close_files).result()  # after any flush still running
