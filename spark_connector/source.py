@@ -38,7 +38,9 @@ from spark_connector.options import (
 
 if TYPE_CHECKING:
     from embedlog.client import Client
+    from embedlog.ledger.entries import Entry
     from embedlog.ledger.handles import ReadHandle
+    from embedlog.unbounded.ledger import UnboundedLedger
 
 log = logging.getLogger("spark_connector")
 
@@ -54,15 +56,51 @@ def connect(conn: ConnectionOptions, role: str) -> Client:
     )
 
 
-def _is_unbounded(client: Client, ledger_id: int) -> bool:
-    return bool(getattr(client.ledger_metadata(ledger_id), "unbounded", False))
+class LedgerView:
+    """One ledger as the connector reads it: bounded, or unbounded (followed, never taken over).
 
+    Both are opened without disturbing a live writer. An unbounded ledger's no-op
+    entries are left out (its ids keep their gaps) and its trimmed entries are skipped.
+    """
 
-def _unbounded_error(ledger_id: int) -> OptionError:
-    return OptionError(
-        f"ledger {ledger_id} is an unbounded ledger; the connector reads bounded ledgers "
-        "(its no-op entries would show up as data)"
-    )
+    def __init__(self, client: Client, ledger_id: int, password: bytes) -> None:
+        self.ledger_id = ledger_id
+        md = client.ledger_metadata(ledger_id)
+        self.unbounded = bool(getattr(md, "unbounded", False))
+        self._handle: ReadHandle | UnboundedLedger
+        if self.unbounded:
+            self._handle = client.open_unbounded(ledger_id, password=password, takeover=False)
+        else:
+            self._handle = client.open_ledger(ledger_id, password=password, recover=False)
+
+    @property
+    def first_entry(self) -> int:
+        """The lowest entry id still stored (0, or an unbounded ledger's trim point)."""
+        if not self.unbounded:
+            return 0
+        from embedlog.unbounded import layout
+
+        return int(layout.first_entry(self._handle.metadata))
+
+    @property
+    def is_closed(self) -> bool:
+        return not self.unbounded and bool(self._handle.is_closed)  # type: ignore[union-attr]
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return int(self._handle.last_add_confirmed)
+
+    def refresh(self) -> int:
+        """The LAC the bookies confirm now (a closed ledger: its last entry)."""
+        if self.is_closed:
+            return self.last_add_confirmed
+        return int(self._handle.read_last_add_confirmed())
+
+    def read(self, first: int, last: int) -> list[Entry]:
+        first = max(first, self.first_entry)
+        if first > last:
+            return []
+        return self._handle.read(first, last)
 
 
 # -- partitions ---------------------------------------------------------------------------
@@ -97,9 +135,9 @@ def read_range(
         return
     client = connect(conn, "read")
     try:
-        rh = client.open_ledger(part.ledger_id, password=conn.password, recover=False)
+        view = LedgerView(client, part.ledger_id, conn.password)
         for start in range(part.first, part.last + 1, batch):
-            for entry in rh.read(start, min(start + batch - 1, part.last)):
+            for entry in view.read(start, min(start + batch - 1, part.last)):
                 yield (part.ledger_id, entry.entry_id, entry.data)
     finally:
         client.close()
@@ -120,28 +158,29 @@ class EmbedlogBatchReader(DataSourceReader):
             if opts.ledgers is None:
                 from embedlog.errors import NoSuchLedgerError
 
-                ledgers = []
                 for lid in sorted(client.list_ledgers()):
                     try:
-                        if _is_unbounded(client, lid):
-                            log.info("skipping unbounded ledger %d", lid)
-                            continue
+                        out.extend(self._plan(client, lid))
                     except NoSuchLedgerError:
                         continue  # deleted since it was listed
-                    ledgers.append(lid)
             else:
-                ledgers = list(opts.ledgers)
-                for lid in ledgers:
-                    if _is_unbounded(client, lid):
-                        raise _unbounded_error(lid)
-            for lid in ledgers:
-                # A closed ledger ends at its last entry; an open one at the LAC seen now,
-                # unless recover=true closes it first (fencing its writer).
-                rh = client.open_ledger(lid, password=opts.conn.password, recover=opts.recover)
-                out.extend(split_range(lid, 0, rh.last_add_confirmed, opts.entries_per_partition))
+                for lid in opts.ledgers:
+                    out.extend(self._plan(client, lid))
         finally:
             client.close()
         return out
+
+    def _plan(self, client: Client, ledger_id: int) -> list[LedgerRange]:
+        opts = self.opts
+        view = LedgerView(client, ledger_id, opts.conn.password)
+        if opts.recover and not view.unbounded and not view.is_closed:
+            # Close it at its true end first (fencing its writer).
+            client.open_ledger(ledger_id, password=opts.conn.password, recover=True)
+            view = LedgerView(client, ledger_id, opts.conn.password)
+        # A closed ledger ends at its last entry; an open one at the LAC seen now.
+        return split_range(
+            ledger_id, view.first_entry, view.last_add_confirmed, opts.entries_per_partition
+        )
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int, int, bytes]]:
         return read_range(self.opts.conn, partition, self.opts.read_batch)
@@ -158,7 +197,15 @@ def _read_limit_rows(limit: Any) -> int | None:
     return int(rows) if rows is not None else None
 
 
-class EmbedlogStreamReader(DataSourceStreamReader):
+try:  # PySpark >= 4.2
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    _STREAM_BASES: tuple[type, ...] = (DataSourceStreamReader, SupportsTriggerAvailableNow)
+except ImportError:  # pragma: no cover - PySpark 4.0/4.1 (Spark wraps the source itself)
+    _STREAM_BASES = (DataSourceStreamReader,)
+
+
+class EmbedlogStreamReader(*_STREAM_BASES):  # type: ignore[misc]
     """Follows ledgers as their writers add entries (each ledger's LAC), until they close.
 
     Offsets are ``{"<ledger id>": <next entry id to read>}``.
@@ -167,32 +214,27 @@ class EmbedlogStreamReader(DataSourceStreamReader):
     def __init__(self, opts: StreamOptions) -> None:
         self.opts = opts
         self._client: Client | None = None
-        self._handles: dict[int, ReadHandle] = {}
+        self._views: dict[int, LedgerView] = {}
         self._latest: dict[str, int] | None = None
+        self._available_now: dict[str, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "_client": None, "_handles": {}, "_latest": None}
+        state = dict(self.__dict__)
+        state.update(_client=None, _views={})
+        return state
 
-    def _handle(self, ledger_id: int) -> ReadHandle:
-        rh = self._handles.get(ledger_id)
-        if rh is None:
+    def _view(self, ledger_id: int) -> LedgerView:
+        view = self._views.get(ledger_id)
+        if view is None:
             if self._client is None:
                 self._client = connect(self.opts.conn, "stream")
-            if _is_unbounded(self._client, ledger_id):
-                raise _unbounded_error(ledger_id)
-            rh = self._client.open_ledger(
-                ledger_id, password=self.opts.conn.password, recover=False
-            )
-            self._handles[ledger_id] = rh
-        return rh
+            view = LedgerView(self._client, ledger_id, self.opts.conn.password)
+            self._views[ledger_id] = view
+        return view
 
     def _available(self) -> dict[str, int]:
         """Each ledger's next entry id past what its bookies confirm now."""
-        out = {}
-        for lid in self.opts.ledgers:
-            rh = self._handle(lid)
-            lac = rh.last_add_confirmed if rh.is_closed else rh.read_last_add_confirmed()
-            out[str(lid)] = lac + 1
+        out = {str(lid): self._view(lid).refresh() + 1 for lid in self.opts.ledgers}
         self._latest = out
         return out
 
@@ -202,22 +244,30 @@ class EmbedlogStreamReader(DataSourceStreamReader):
             return dict(starting)
         if starting == "latest":
             return self._available()
-        return {str(lid): 0 for lid in self.opts.ledgers}
+        return {str(lid): self._view(lid).first_entry for lid in self.opts.ledgers}
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict[str, int]:
         # PySpark 4.0/4.1 call latestOffset(); 4.2+ pass the batch's start and a read limit.
         available = self._available()
-        cap = _read_limit_rows(limit) if start is not None else None
-        if cap is None:
+        if self._available_now is not None:  # Trigger.AvailableNow: no further than its start
+            available = {k: min(v, self._available_now.get(k, v)) for k, v in available.items()}
+        if start is None:
             return available
+        cap = _read_limit_rows(limit)
         out = {}
         for lid in self.opts.ledgers:
             key = str(lid)
             begin = int(start.get(key, 0))
-            take = max(0, min(available[key] - begin, cap))
-            cap -= take
-            out[key] = max(begin, begin + take)
+            take = max(0, available[key] - begin)
+            if cap is not None:
+                take = min(take, cap)
+                cap -= take
+            out[key] = begin + take
         return out
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read what is confirmed now, in as many batches as it takes."""
+        self._available_now = self._available()
 
     def getDefaultReadLimit(self) -> Any:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -246,7 +296,7 @@ class EmbedlogStreamReader(DataSourceStreamReader):
 
     def stop(self) -> None:
         client, self._client = self._client, None
-        self._handles.clear()
+        self._views.clear()
         if client is not None:
             client.close()
 
