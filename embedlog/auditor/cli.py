@@ -1,0 +1,201 @@
+"""``embedlog auditor check`` and ``embedlog auditor replicate``.
+
+Two ways to reach a cluster:
+
+* ``--metadata-uri zk://host:port/path``: a running cluster whose bookies serve
+  over TCP (``embedlog sandbox``, or LocalCluster(transport="tcp") with
+  ZooKeeper metadata); the auditor connects like any client.
+* ``--data-dir DIR`` alone: a LocalCluster directory with the embedded metadata
+  store, which one process at a time may open. Its bookies are booted in this
+  process for the duration of the command, so the cluster must not be running
+  elsewhere.
+
+Exit status: 0 nothing found (check) or everything repaired (replicate), 1
+violations found or left, 2 an error (named on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from embedlog.auditor.checker import DEFAULT_UNDERREPLICATED_THRESHOLD
+
+
+def add_auditor_commands(sub: Any) -> None:
+    auditor = sub.add_parser(
+        "auditor", help="BP-34 metadata checker and re-replication"
+    ).add_subparsers(dest="auditor_command", required=True)
+    p = auditor.add_parser(
+        "check",
+        help="check every closed ledger against its bookies (BP-34)",
+        description="Report placement, durability, under-replication and bookie availability "
+        "violations of every closed ledger. Exit 1 when any is found.",
+    )
+    _options(p)
+    p.add_argument("--json", action="store_true", help="print the violations as JSON lines")
+    p.set_defaults(func=_check)
+    p = auditor.add_parser(
+        "replicate",
+        help="copy missing entries to the bookies that lack them; replace dead bookies",
+        description="Check, then repair: copy entries a bookie lacks from a peer replica, "
+        "replace bookies that do not answer (copy, then swap by metadata CAS), mark and "
+        "unmark ledgers under-replicated. Exit 1 when something could not be repaired.",
+    )
+    _options(p)
+    p.add_argument(
+        "--no-replace",
+        action="store_true",
+        help="only copy to bookies that answer; leave silent bookies in their ensembles",
+    )
+    p.set_defaults(func=_replicate)
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", default=None, help="the cluster's data directory")
+    p.add_argument(
+        "--metadata-uri", default=None, help="zk://host:port/path; default: embedded in --data-dir"
+    )
+    p.add_argument("--tls-ca", default=None, help="CA certificate of TLS bookies")
+    p.add_argument(
+        "--ledger", type=int, action="append", default=None, help="only this ledger (repeatable)"
+    )
+    p.add_argument(
+        "--placement",
+        choices=("rack-aware", "random"),
+        default="rack-aware",
+        help="placement policy to check ensembles against (default rack-aware)",
+    )
+    p.add_argument(
+        "--underreplicated-threshold",
+        type=float,
+        default=DEFAULT_UNDERREPLICATED_THRESHOLD,
+        metavar="SECONDS",
+        help="a ledger marked under-replicated longer than this is a violation (default 1 day)",
+    )
+    p.add_argument("--request-timeout", type=float, default=5.0, metavar="SECONDS")
+    p.add_argument(
+        "--recheck-delay",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="wait before asking silent bookies again (default 1)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+
+@contextlib.contextmanager
+def _cluster(args: argparse.Namespace) -> Iterator[tuple[Any, Any, Any]]:
+    """(metadata client, transport, runtime) of the cluster the arguments name."""
+    if args.metadata_uri is not None:
+        from embedlog.connect import connect
+
+        client = connect(
+            args.metadata_uri,
+            name="auditor",
+            request_timeout=args.request_timeout,
+            tls_ca=args.tls_ca,
+            data_dir=args.data_dir,
+        )
+        try:
+            yield client.ctx.metadata, client.transport, client.runtime
+        finally:
+            client.close()
+        return
+    if args.data_dir is None:
+        raise ValueError("give --metadata-uri zk://host:port/path, or --data-dir of a LocalCluster")
+    data_dir = Path(args.data_dir)
+    if not data_dir.is_dir():
+        raise ValueError(f"--data-dir {data_dir} is not a directory")
+    from embedlog.cluster import LocalCluster
+
+    # num_bookies=0: boot exactly the bookies the directory holds, add none.
+    with LocalCluster(0, data_dir) as cluster:
+        if not cluster.bookie_ids:
+            raise ValueError(f"--data-dir {data_dir} holds no bookies (bookie-N directories)")
+        yield cluster.metadata, cluster.transport, cluster.runtime
+
+
+def _policy(name: str) -> Any:
+    from embedlog.ledger.placement import RackAwarePlacement, RandomPlacement
+
+    return RackAwarePlacement() if name == "rack-aware" else RandomPlacement()
+
+
+class _Progress:
+    """At most one progress line a second on stderr, plus the last one."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.last = 0.0
+
+    def ledgers(self, done: int, total: int, ledger_id: int) -> None:
+        now = time.monotonic()
+        if self.quiet or (done != total and now - self.last < 1.0):
+            return
+        self.last = now
+        print(f"checked {done}/{total} ledgers (last: {ledger_id})", file=sys.stderr, flush=True)
+
+    def say(self, message: str) -> None:
+        if not self.quiet:
+            print(message, file=sys.stderr, flush=True)
+
+
+def _checker_options(args: argparse.Namespace, progress: _Progress) -> dict[str, Any]:
+    return dict(
+        placement=_policy(args.placement),
+        underreplicated_threshold=args.underreplicated_threshold,
+        request_timeout=args.request_timeout,
+        recheck_delay=args.recheck_delay,
+    )
+
+
+def _check(args: argparse.Namespace) -> int:
+    from embedlog.auditor.checker import MetadataChecker
+
+    progress = _Progress(args.quiet)
+    with _cluster(args) as (meta, transport, runtime):
+        checker = MetadataChecker(
+            meta, transport, runtime, progress=progress.ledgers, **_checker_options(args, progress)
+        )
+        report = checker.run(args.ledger)
+    for category, ledger_id, detail in report.violations:
+        if args.json:
+            print(json.dumps({"category": category, "ledger_id": ledger_id, "detail": detail}))
+        else:
+            print(f"{category}\t{ledger_id}\t{detail}")
+    print(report.summary(), file=sys.stderr if args.json else sys.stdout)
+    return 1 if report.violations else 0
+
+
+def _replicate(args: argparse.Namespace) -> int:
+    from embedlog.auditor.replication import Replicator
+
+    progress = _Progress(args.quiet)
+    options = _checker_options(args, progress)
+    with _cluster(args) as (meta, transport, runtime):
+        replicator = Replicator(
+            meta,
+            transport,
+            runtime,
+            placement=options.pop("placement"),
+            request_timeout=options.pop("request_timeout"),
+            replace_unavailable=not args.no_replace,
+            progress=progress.say,
+            **options,
+        )
+        result = replicator.run(args.ledger)
+    for lid, repair in sorted(result.ledgers.items()):
+        state = "repaired" if repair.repaired else "NOT repaired"
+        parts = [f"{n} entries copied to {b}" for b, n in sorted(repair.copied.items())]
+        parts += [f"{old} replaced by {new}" for old, new in sorted(repair.replaced.items())]
+        parts += repair.failures
+        print(f"ledger {lid}: {state}" + (": " + "; ".join(parts) if parts else ""))
+    print(result.summary())
+    return 0 if result.ok else 1

@@ -1,0 +1,360 @@
+"""Re-replication: repair what the BP-34 checker finds.
+
+For each closed ledger whose check found something to repair:
+
+1. mark it under-replicated in the metadata (naming the bookies concerned), so
+   that the checker leaves it alone while it is being repaired and reports it
+   if it stays marked too long;
+2. for every bookie of its ensembles that did not answer: choose a replacement
+   with the placement policy, copy every entry the write sets assign the old
+   bookie to the replacement (read from a peer replica, written with the
+   recovery flag so that a fenced ledger accepts it), and only then swap the
+   bookie in the fragments by compare-and-swap on the metadata (a conflict
+   leaves the ledger marked for the next run);
+3. for every bookie that answered but lacks entries: copy those entries to it
+   from a peer replica;
+4. check the ledger again; when it is clean, remove the mark.
+
+Entries are copied as the bookies store them (header, digest, payload); a
+CRC32C entry's digest is verified before it is copied, so corruption is not
+spread. An entry that no answering bookie holds is reported as lost and the
+ledger stays marked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from attrs import define, field
+
+from embedlog.auditor.availability import AvailabilityOfEntries
+from embedlog.auditor.checker import LedgerCheck, MetadataChecker, Report
+from embedlog.auditor.rules import assigned_entries, copy_sources, format_ids, replace_bookie
+from embedlog.errors import (
+    BKTimeoutError,
+    BookieUnavailableError,
+    DigestMismatchError,
+    MetadataVersionError,
+    NotEnoughBookiesError,
+)
+from embedlog.ledger.placement import PlacementPolicy, RackAwarePlacement
+from embedlog.metadata.client import MetadataClient
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.runtime import Runtime
+from embedlog.transport.base import Transport, next_txn
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import Digester, DigestType, parse_header
+from embedlog.wire.messages import AddFlags, OpCode, Request
+
+log = logging.getLogger(__name__)
+
+Say = Callable[[str], None]
+
+
+@define
+class LedgerRepair:
+    ledger_id: int
+    copied: dict[str, int] = field(factory=dict)  # target bookie -> entries copied to it
+    replaced: dict[str, str] = field(factory=dict)  # unavailable bookie -> its replacement
+    lost: list[int] = field(factory=list)  # entries no answering bookie holds
+    failures: list[str] = field(factory=list)  # what could not be done, and why
+    repaired: bool = False  # a check after the repair found the ledger clean
+
+
+@define
+class ReplicationResult:
+    report: Report  # the check the repair worked from
+    ledgers: dict[int, LedgerRepair] = field(factory=dict)
+    unmarked: list[int] = field(factory=list)  # marked ledgers found clean and unmarked
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(r.repaired for r in self.ledgers.values())
+
+    @property
+    def entries_copied(self) -> int:
+        return sum(n for r in self.ledgers.values() for n in r.copied.values())
+
+    def summary(self) -> str:
+        fixed = sum(1 for r in self.ledgers.values() if r.repaired)
+        return (
+            f"{len(self.ledgers)} ledger(s) needed repair, {fixed} repaired, "
+            f"{self.entries_copied} entries copied, "
+            f"{sum(len(r.replaced) for r in self.ledgers.values())} bookie(s) replaced, "
+            f"{len(self.unmarked)} stale mark(s) removed, in {self.seconds:.2f}s"
+        )
+
+
+class Replicator:
+    """Checks the cluster (including ledgers already marked) and repairs what it finds."""
+
+    def __init__(
+        self,
+        metadata: MetadataClient,
+        transport: Transport,
+        runtime: Runtime,
+        *,
+        placement: PlacementPolicy | None = None,
+        request_timeout: float = 5.0,
+        concurrency: int = 32,
+        replace_unavailable: bool = True,
+        name: str = "replicator",
+        progress: Say | None = None,
+        **checker_options: Any,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.metadata = metadata
+        self.transport = transport
+        self.runtime = runtime
+        self.placement = placement or RackAwarePlacement()
+        self.request_timeout = request_timeout
+        self.concurrency = concurrency
+        self.replace_unavailable = replace_unavailable
+        self.name = name
+        self.say = progress or (lambda _msg: None)
+        self.checker = MetadataChecker(
+            metadata,
+            transport,
+            runtime,
+            placement=self.placement,
+            request_timeout=request_timeout,
+            include_underreplicated=True,
+            name=name,
+            **checker_options,
+        )
+
+    def run(self, ledger_ids: Iterable[int] | None = None) -> ReplicationResult:
+        ids = None if ledger_ids is None else list(ledger_ids)
+        return self.runtime.run(self.run_aio(ids))
+
+    async def run_aio(self, ledger_ids: list[int] | None = None) -> ReplicationResult:
+        started = time.monotonic()
+        report = await self.checker.run_aio(ledger_ids)
+        result = ReplicationResult(report)
+        todo = [
+            c
+            for c in report.ledgers.values()
+            if c.outcome == "checked" and (c.missing or c.unavailable)
+        ]
+        marked = await self.checker._meta(self.metadata.underreplicated)
+        for c in report.ledgers.values():
+            if c.outcome == "checked" and c.clean and c.ledger_id in marked:
+                # Marked, yet every bookie holds what it should: someone repaired it.
+                await self.checker._meta(self.metadata.clear_underreplicated, c.ledger_id)
+                result.unmarked.append(c.ledger_id)
+        self.say(f"{len(todo)} ledger(s) to repair")
+        for n, check in enumerate(sorted(todo, key=lambda c: c.ledger_id), 1):
+            self.say(f"ledger {check.ledger_id} ({n}/{len(todo)}): repairing")
+            repair = await self.repair_ledger(check)
+            result.ledgers[check.ledger_id] = repair
+            state = "repaired" if repair.repaired else "NOT repaired: " + "; ".join(repair.failures)
+            self.say(f"ledger {check.ledger_id}: {state}")
+        result.seconds = time.monotonic() - started
+        log.info("replicator: %s", result.summary())
+        return result
+
+    # -- one ledger ----------------------------------------------------------------------------
+
+    async def repair_ledger(self, check: LedgerCheck) -> LedgerRepair:
+        md = check.metadata
+        assert md is not None
+        lid = md.ledger_id
+        repair = LedgerRepair(lid)
+        concerned = sorted(set(check.missing) | set(check.unavailable))
+        await self.checker._meta(self.metadata.mark_underreplicated, lid, concerned)
+        held: dict[str, AvailabilityOfEntries] = dict(check.held)
+
+        if self.replace_unavailable:
+            for old in sorted(check.unavailable):
+                md = await self._replace(md, old, held, repair)
+
+        for target, ids in sorted(check.missing.items()):
+            copied = await self._copy(md, target, ids, held, repair)
+            repair.copied[target] = repair.copied.get(target, 0) + copied
+
+        after = await self.checker.check_ledger(lid)
+        if (after.outcome == "checked" and after.clean) or after.outcome == "deleted":
+            await self.checker._meta(self.metadata.clear_underreplicated, lid)
+            repair.repaired = True
+        else:
+            still = [f"{b} lacks {format_ids(ids)}" for b, ids in sorted(after.missing.items())]
+            still += [f"{b} does not answer" for b in sorted(after.unavailable)]
+            if still:
+                repair.failures.append("after repair: " + ", ".join(still))
+        return repair
+
+    async def _replace(
+        self,
+        md: LedgerMetadata,
+        old: str,
+        held: dict[str, AvailabilityOfEntries],
+        repair: LedgerRepair,
+    ) -> LedgerMetadata:
+        """Copy ``old``'s entries to a new bookie, then swap it into the fragments by CAS."""
+        available = await self.checker._meta(self._writable_infos)
+        ensemble, index = next((ens, ens.index(old)) for _, ens in md.fragments if old in ens)
+        try:
+            new = self.placement.replace_bookie(
+                list(ensemble), index, md.write_quorum, available, md.bookies()
+            )
+        except NotEnoughBookiesError as exc:
+            repair.failures.append(f"no bookie to replace {old}: {exc}")
+            return md
+        ids = assigned_entries(md).get(old, [])
+        self.say(f"ledger {md.ledger_id}: replacing {old} with {new} ({len(ids)} entries)")
+        held_without_old = {b: h for b, h in held.items() if b != old}
+        copied = await self._copy(md, new, ids, held_without_old, repair)
+        repair.copied[new] = repair.copied.get(new, 0) + copied
+        if copied < len(ids):
+            repair.failures.append(
+                f"{old} not replaced: only {copied} of its {len(ids)} entries reached {new}"
+            )
+            return md
+        try:
+            updated = await self.checker._meta(
+                self.metadata.write_ledger, replace_bookie(md, old, new)
+            )
+        except MetadataVersionError:
+            repair.failures.append(
+                f"{old} not replaced: the ledger's metadata changed meanwhile; run again"
+            )
+            return md
+        repair.replaced[old] = new
+        held[new] = AvailabilityOfEntries.from_entry_ids(ids)
+        log.info("replicator: ledger %d: %s replaced by %s", md.ledger_id, old, new)
+        return updated
+
+    async def _copy(
+        self,
+        md: LedgerMetadata,
+        target: str,
+        ids: list[int],
+        held: dict[str, AvailabilityOfEntries],
+        repair: LedgerRepair,
+    ) -> int:
+        """Copy ``ids`` to ``target`` from peers; returns how many arrived."""
+        sem = asyncio.Semaphore(self.concurrency)
+        master_key = bytes.fromhex(md.password_hash)
+        errors: list[str] = []
+        done = 0
+        step = max(1000, len(ids) // 10)
+
+        async def one(eid: int) -> bool:
+            nonlocal done
+            async with sem:
+                ok = await self._copy_entry(md, eid, target, held, master_key, repair, errors)
+            done += 1
+            if done % step == 0:
+                self.say(f"ledger {md.ledger_id}: {done}/{len(ids)} entries copied to {target}")
+            return ok
+
+        results = await asyncio.gather(*(one(e) for e in ids))
+        if errors:
+            shown = "; ".join(errors[:3]) + (
+                f"; ... ({len(errors) - 3} more)" if len(errors) > 3 else ""
+            )
+            repair.failures.append(f"copying to {target}: {shown}")
+        return sum(results)
+
+    async def _copy_entry(
+        self,
+        md: LedgerMetadata,
+        eid: int,
+        target: str,
+        held: dict[str, AvailabilityOfEntries],
+        master_key: bytes,
+        repair: LedgerRepair,
+        errors: list[str],
+    ) -> bool:
+        lid = md.ledger_id
+        sources = copy_sources(md, eid, target, held)
+        if not sources:
+            repair.lost.append(eid)
+            errors.append(f"entry {eid}: no answering bookie holds it (lost)")
+            return False
+        why = []
+        for src in sources:
+            data = await self._read(src, lid, eid, md.digest_type, why)
+            if data is None:
+                continue
+            req = Request(
+                OpCode.ADD,
+                next_txn(),
+                lid,
+                eid,
+                AddFlags.RECOVERY,
+                master_key=master_key,
+                body=data,
+            )
+            try:
+                resp = await self.transport.request(self.name, target, req, self.request_timeout)
+            except (BKTimeoutError, BookieUnavailableError) as exc:
+                errors.append(f"entry {eid}: {target} did not take it ({exc})")
+                return False
+            if resp.status != StatusCode.EOK:
+                errors.append(f"entry {eid}: {target} answered {_status_name(resp.status)}")
+                return False
+            return True
+        errors.append(f"entry {eid}: no replica could be read ({'; '.join(why)})")
+        return False
+
+    async def _read(
+        self, src: str, lid: int, eid: int, digest: DigestType, why: list[str]
+    ) -> bytes | None:
+        req = Request(OpCode.READ, next_txn(), lid, eid)
+        try:
+            resp = await self.transport.request(self.name, src, req, self.request_timeout)
+        except (BKTimeoutError, BookieUnavailableError) as exc:
+            why.append(f"{src}: {exc}")
+            return None
+        if resp.status != StatusCode.EOK:
+            why.append(f"{src} answered {_status_name(resp.status)}")
+            return None
+        try:
+            check_entry(resp.body, lid, eid, digest)
+        except (ValueError, DigestMismatchError) as exc:
+            why.append(f"{src}: {exc}")
+            return None
+        return resp.body
+
+    def _writable_infos(self) -> dict[str, dict[str, object]]:
+        return {b: self.metadata.bookie_info(b) or {} for b in self.metadata.writable_bookies()}
+
+
+def check_entry(body: bytes, ledger_id: int, entry_id: int, digest: DigestType) -> None:
+    """Raise unless ``body`` is entry ``ledger_id:entry_id`` (and, for CRC32C, intact).
+
+    A MAC digest needs the ledger password, which the replicator does not have: only
+    the header is checked then (the reader verifies the MAC).
+    """
+    if digest is DigestType.MAC:
+        header = parse_header(body)
+        if header.ledger_id != ledger_id or header.entry_id != entry_id:
+            raise DigestMismatchError(
+                f"asked for entry {ledger_id}:{entry_id}, got {header.ledger_id}:{header.entry_id}"
+            )
+        return
+    Digester(digest).unpack(body, ledger_id, entry_id)
+
+
+def _status_name(status: int) -> str:
+    try:
+        return StatusCode(status).name
+    except ValueError:
+        return str(status)
+
+
+def check_cluster(cluster: Any, **options: Any) -> Report:
+    """Run the BP-34 checker on a LocalCluster with ``options`` (see MetadataChecker)."""
+    return MetadataChecker(cluster.metadata, cluster.transport, cluster.runtime, **options).run()
+
+
+def replicate_cluster(cluster: Any, **options: Any) -> ReplicationResult:
+    """Check a LocalCluster and repair what the check finds (see Replicator)."""
+    return Replicator(cluster.metadata, cluster.transport, cluster.runtime, **options).run()

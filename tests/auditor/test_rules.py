@@ -1,0 +1,129 @@
+"""The auditor's pure rules: assigned entries, missing entries, marks, ensemble rewrites."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from embedlog.auditor.availability import AvailabilityOfEntries
+from embedlog.auditor.checker import Violation, placement_problems
+from embedlog.auditor.rules import (
+    assigned_entries,
+    copy_sources,
+    format_ids,
+    fragment_ranges,
+    missing_entries,
+    replace_bookie,
+    slot_entries,
+    underreplicated_too_long,
+)
+from embedlog.ledger.placement import RackAwarePlacement, RandomPlacement
+from embedlog.ledger.quorum import write_set
+from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+
+
+def closed(fragments, last, e=3, wq=2, aq=2) -> LedgerMetadata:
+    return LedgerMetadata(
+        ledger_id=7,
+        ensemble_size=e,
+        write_quorum=wq,
+        ack_quorum=aq,
+        fragments=fragments,
+        state=LedgerState.CLOSED,
+        last_entry_id=last,
+    )
+
+
+@given(
+    st.integers(1, 6).flatmap(
+        lambda e: st.tuples(
+            st.just(e),
+            st.integers(1, e),
+            st.integers(0, e - 1),
+            st.integers(0, 40),
+            st.integers(-1, 40),
+        )
+    )
+)
+def test_slot_entries_match_write_sets(args) -> None:
+    e, wq, index, first, last = args
+    want = [x for x in range(first, last + 1) if index in write_set(x, e, wq)]
+    assert list(slot_entries(first, last, e, wq, index)) == want
+
+
+def test_fragment_ranges_end_where_the_next_begins_and_at_the_last_entry() -> None:
+    md = closed([(0, ("a", "b", "c")), (5, ("a", "d", "c")), (12, ("e", "d", "c"))], last=9)
+    assert fragment_ranges(md) == [(0, 4, ("a", "b", "c")), (5, 9, ("a", "d", "c"))]
+    assert fragment_ranges(closed([(0, ("a", "b", "c"))], last=-1)) == []
+
+
+def test_assigned_entries_follow_round_robin_per_fragment() -> None:
+    md = closed([(0, ("a", "b", "c")), (3, ("a", "d", "c"))], last=5)
+    # E3 WQ2: entry e goes to slots e%3 and (e+1)%3.
+    assert assigned_entries(md) == {
+        "a": [0, 2, 3, 5],
+        "b": [0, 1],
+        "c": [1, 2, 4, 5],
+        "d": [3, 4],
+    }
+
+
+def test_missing_counts_only_bookies_that_answered() -> None:
+    md = closed([(0, ("a", "b", "c"))], last=5)
+    held = {
+        "a": AvailabilityOfEntries.from_entry_ids([0, 2, 3]),  # lacks 5
+        "b": AvailabilityOfEntries.from_entry_ids([]),  # ENOLEDGER: lacks 0,1,3,4
+        # "c" did not answer: unknown, never missing
+    }
+    assert missing_entries(md, held) == {"a": [5], "b": [0, 1, 3, 4]}
+    full = {b: AvailabilityOfEntries.from_entry_ids(ids) for b, ids in assigned_entries(md).items()}
+    assert missing_entries(md, full) == {}
+
+
+def test_underreplicated_too_long_is_strictly_over_the_threshold() -> None:
+    assert not underreplicated_too_long(100.0, 160.0, 60.0)
+    assert underreplicated_too_long(100.0, 160.5, 60.0)
+
+
+def test_format_ids_collapses_runs_and_truncates() -> None:
+    assert format_ids([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert format_ids(list(range(0, 40, 2)), limit=3) == "0,2,4,... (+17 more entries)"
+
+
+def test_copy_sources_prefer_the_write_set_and_skip_the_target() -> None:
+    md = closed([(0, ("a", "b", "c"))], last=5)
+    held = {b: AvailabilityOfEntries.from_entry_ids(range(6)) for b in ("a", "b", "c")}
+    assert copy_sources(md, 0, "a", held) == ["b", "c"]  # b is in entry 0's write set
+    assert copy_sources(md, 1, "b", held) == ["c", "a"]
+    held["c"] = AvailabilityOfEntries.from_entry_ids([])
+    assert copy_sources(md, 1, "b", held) == ["a"]
+    assert copy_sources(md, 1, "b", {"b": held["b"]}) == []
+
+
+def test_replace_bookie_rewrites_every_fragment() -> None:
+    md = closed([(0, ("a", "b", "c")), (3, ("a", "d", "c"))], last=5)
+    out = replace_bookie(md, "a", "e")
+    assert out.fragments == ((0, ("e", "b", "c")), (3, ("e", "d", "c")))
+    with pytest.raises(ValueError, match="already in the ensemble"):
+        replace_bookie(md, "a", "d")
+    with pytest.raises(ValueError, match="in no fragment"):
+        replace_bookie(md, "zz", "e")
+
+
+def test_placement_problems_by_fragment() -> None:
+    md = closed([(0, ("a", "b", "c"))], last=5)
+    racks = {"a": {"rack": "/r1"}, "b": {"rack": "/r1"}, "c": {"rack": "/r2"}}
+    problems = placement_problems(RackAwarePlacement(), md, racks)
+    assert problems and all("fragment starting at entry 0" in p for p in problems)
+    assert placement_problems(RandomPlacement(), md, racks) == []
+    spread = {"a": {"rack": "/r1"}, "b": {"rack": "/r2"}, "c": {"rack": "/r3"}}
+    assert placement_problems(RackAwarePlacement(), md, spread) == []
+    # A bookie without registration has no known rack: its fragment is not judged.
+    assert placement_problems(RackAwarePlacement(), md, {"a": racks["a"], "b": racks["b"]}) == []
+
+
+def test_violation_unpacks_as_a_triple() -> None:
+    category, ledger_id, detail = Violation("durability", 3, "x")
+    assert (category, ledger_id, detail) == ("durability", 3, "x")
+    assert Violation("placement", 1, "y") == ("placement", 1, "y")
