@@ -406,23 +406,52 @@ class EmbedlogWriter(DataSourceWriter):
             client.close()
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        made = [m for m in messages if isinstance(m, EmbedlogCommitMessage) and m.ledger_id >= 0]
-        log.info(
-            "embedlog write %s committed ledgers %s",
-            self.write_id,
-            [m.ledger_id for m in made],
-        )
+        """The job succeeded: keep the ledgers of the committed tasks, delete the others.
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        made = [m for m in messages if isinstance(m, EmbedlogCommitMessage) and m.ledger_id >= 0]
-        if not made:
-            return
-        client = connect(self.opts.conn, "abort")
+        Others: ledgers carrying this write's id that no commit message names, i.e. those
+        of task attempts Spark discarded (speculative duplicates, attempts killed after
+        they closed their ledger). Keeping them would duplicate rows.
+        """
+        kept = _made(messages)
+        client = connect(self.opts.conn, "commit")
         try:
-            for m in made:
-                _delete_quietly(client, m.ledger_id)
+            for lid in self._ledgers_of_this_write(client):
+                if lid not in kept:
+                    _delete_quietly(client, lid)
         finally:
             client.close()
+        log.info("embedlog write %s committed ledgers %s", self.write_id, sorted(kept))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """The job failed: delete every ledger this write made."""
+        client = connect(self.opts.conn, "abort")
+        try:
+            for lid in _made(messages) | set(self._ledgers_of_this_write(client)):
+                _delete_quietly(client, lid)
+        finally:
+            client.close()
+
+    def _ledgers_of_this_write(self, client: Client) -> list[int]:
+        from embedlog.errors import NoSuchLedgerError
+
+        mine = self.write_id.encode()
+        out = []
+        for lid in client.list_ledgers():
+            try:
+                md = client.ledger_metadata(lid)
+            except NoSuchLedgerError:
+                continue
+            if md.custom_metadata.get("spark.writeId") == mine:
+                out.append(lid)
+        return out
+
+
+def _made(messages: list[WriterCommitMessage | None]) -> set[int]:
+    return {
+        m.ledger_id
+        for m in messages
+        if isinstance(m, EmbedlogCommitMessage) and m.ledger_id >= 0
+    }
 
 
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

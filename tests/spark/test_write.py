@@ -101,22 +101,41 @@ def test_failed_task_deletes_its_partial_ledger(spark: Any, client: Any, metadat
     assert _ledgers_tagged(client, tag) == []
 
 
-def test_abort_deletes_the_ledgers_of_successful_tasks(
-    spark: Any, client: Any, metadata_uri: str
-) -> None:
-    # The driver's abort(), given the commit messages of the tasks that did finish.
+def _writer(metadata_uri: str) -> EmbedlogWriter:
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     opts = WriteOptions.parse({"metadataUri": metadata_uri, "writeQuorum": "2"})
-    writer = EmbedlogWriter(opts, StructType([StructField("data", BinaryType())]))
+    return EmbedlogWriter(opts, StructType([StructField("data", BinaryType())]))
+
+
+def test_abort_deletes_every_ledger_of_the_write(client: Any, metadata_uri: str) -> None:
+    # The driver's abort(), given the commit messages of the tasks that did finish; a
+    # ledger of an attempt that never reported (its message is None) goes too.
+    writer = _writer(metadata_uri)
     msg = writer.write(iter([(b"a",), (b"b",)]))
+    lost = writer.write(iter([(b"c",)]))
     empty = writer.write(iter([]))
     assert isinstance(msg, EmbedlogCommitMessage) and msg.entries == 2
     assert empty.ledger_id == -1
     assert client.ledger_metadata(msg.ledger_id).state is LedgerState.CLOSED
     writer.abort([msg, empty, None])
+    for lid in (msg.ledger_id, lost.ledger_id):
+        with pytest.raises(NoSuchLedgerError):
+            client.ledger_metadata(lid)
+
+
+def test_commit_deletes_ledgers_of_discarded_attempts(client: Any, metadata_uri: str) -> None:
+    # Two attempts of one partition both finished (speculation); Spark commits one.
+    writer = _writer(metadata_uri)
+    other = _writer(metadata_uri)  # another save(): not this write's business
+    kept = writer.write(iter([(b"x",)]))
+    discarded = writer.write(iter([(b"x",)]))
+    unrelated = other.write(iter([(b"y",)]))
+    writer.commit([kept])
+    assert client.ledger_metadata(kept.ledger_id).last_entry_id == 0
     with pytest.raises(NoSuchLedgerError):
-        client.ledger_metadata(msg.ledger_id)
+        client.ledger_metadata(discarded.ledger_id)
+    assert client.ledger_metadata(unrelated.ledger_id).last_entry_id == 0
 
 
 def test_write_option_errors(spark: Any, metadata_uri: str) -> None:
