@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
 
 from embedlog import LedgerState
+from spark_connector import EmbedlogBatchReader
+from spark_connector.options import ReadOptions
 
 
 def _write_ledger(client: Any, payloads: list[bytes], *, close: bool = True, **kw: Any) -> int:
@@ -23,11 +26,6 @@ def _rows(df: Any) -> list[tuple[int, int, bytes]]:
     return sorted((r.ledger_id, r.entry_id, bytes(r.data)) for r in df.collect())
 
 
-def test_schema(spark: Any, metadata_uri: str) -> None:
-    df = spark.read.format("embedlog").option("metadataUri", metadata_uri).load()
-    assert df.schema.simpleString() == "struct<ledger_id:bigint,entry_id:bigint,data:binary>"
-
-
 def test_batch_read_several_ledgers_exact_content(
     spark: Any, client: Any, metadata_uri: str
 ) -> None:
@@ -40,14 +38,19 @@ def test_batch_read_several_ledgers_exact_content(
     for i in range(6):
         wo.add(b"open-%d" % i)
 
-    df = (
-        spark.read.format("embedlog")
-        .option("metadataUri", metadata_uri)
-        .option("ledgers", f"{la},{lb}, {wo.ledger_id}")
-        .option("entriesPerPartition", "10")  # several partitions per ledger
-        .load()
-    )
-    assert df.rdd.getNumPartitions() == 3 + 4 + 1
+    options = {
+        "metadataUri": metadata_uri,
+        "ledgers": f"{la},{lb}, {wo.ledger_id}",
+        "entriesPerPartition": "10",  # several partitions per ledger
+    }
+    df = spark.read.format("embedlog").options(**options).load()
+    assert df.schema.simpleString() == "struct<ledger_id:bigint,entry_id:bigint,data:binary>"
+    parts = EmbedlogBatchReader(ReadOptions.parse(options)).partitions()
+    ranges = [(p.ledger_id, p.first, p.last) for p in parts]
+    assert ranges[:3] == [(la, 0, 9), (la, 10, 19), (la, 20, 24)]
+    assert ranges[3:7] == [(lb, 0, 9), (lb, 10, 19), (lb, 20, 29), (lb, 30, 39)]
+    assert ranges[7][:2] == (wo.ledger_id, 0) and ranges[7][2] >= 4
+
     expected = [(la, i, p) for i, p in enumerate(a)] + [(lb, i, p) for i, p in enumerate(b)]
     rows = _rows(df)
     open_rows = [r for r in rows if r[0] == wo.ledger_id]
@@ -58,16 +61,9 @@ def test_batch_read_several_ledgers_exact_content(
     assert wo.add(b"still writable") == 6
     wo.close()
 
-    # No `ledgers` option: every ledger; SQL works on the rows.
-    counts = {
-        r.ledger_id: r["count"]
-        for r in spark.read.format("embedlog")
-        .option("metadataUri", metadata_uri)
-        .load()
-        .groupBy("ledger_id")
-        .count()
-        .collect()
-    }
+    # No `ledgers` option: every ledger.
+    everything = spark.read.format("embedlog").option("metadataUri", metadata_uri).load()
+    counts = Counter(r.ledger_id for r in everything.select("ledger_id").collect())
     assert counts[la] == 25 and counts[lb] == 40 and counts[lc] == 5
     assert counts[wo.ledger_id] == 7
 

@@ -27,7 +27,9 @@ def _ledgers_tagged(client: Any, tag: str) -> list[int]:
 def test_write_then_read_back_with_the_client(spark: Any, client: Any, metadata_uri: str) -> None:
     tag = uuid.uuid4().hex
     payloads = [b"row-%03d" % i for i in range(120)]
-    df = spark.createDataFrame([(p,) for p in payloads], "data binary").repartition(3)
+    df = spark.range(0, 120, numPartitions=3).selectExpr(
+        "cast(format_string('row-%03d', id) as binary) as data"
+    )
     (
         df.write.format("embedlog")
         .option("metadataUri", metadata_uri)
