@@ -275,7 +275,9 @@ class LedgerWriter:
         md = self.md
         ensemble = list(md.last_fragment[1])
         failed = {b for b in self._failed if b in ensemble}
-        self._failed -= failed
+        # The rest already left the ensemble; keeping them would spin _change_ensemble's
+        # loop for ever without awaiting.
+        self._failed.clear()
         if not failed:
             return
         available = await self.ctx.writable_bookies()

@@ -1,6 +1,6 @@
 """What an unbounded ledger keeps in its metadata, beside what every ledger keeps.
 
-The ledger node holds ``term``, ``unbounded: true`` and, under the ``unbounded`` key
+The ledger node holds ``term``, ``unbounded: true`` and, under the ``unbounded_settings`` key
 (kept through older clients by LedgerMetadata's ``extra``), the settings every writer
 of every term must follow::
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 
-KEY = "unbounded"
+KEY = "unbounded_settings"
 
 
 def settings(md: LedgerMetadata) -> dict[str, Any]:

@@ -32,32 +32,19 @@ def recovery_start(lafr: int, last_fragment_first: int) -> int:
     return max(lafr, last_fragment_first - 1)
 
 
-def next_lafr(
-    lafr: int,
-    candidates: Sequence[tuple[int, int]],
-    write_quorum: int,
-    last_fragment_first: int,
-    hold: int = -1,
-) -> tuple[int, int]:
-    """Advance the last add fully replicated over acknowledged entries, in id order.
+def lafr_passes(
+    entry_id: int, acks: int, write_quorum: int, last_fragment_first: int, hold: int = -1
+) -> bool:
+    """May the last add fully replicated advance over this acknowledged entry (taken in order)?
 
-    ``candidates`` are (entry id, acks) of acknowledged entries above ``lafr``, ascending
-    and contiguous. An entry counts once its whole write set confirmed it, or once it lies
-    below the last fragment (every entry there is committed, and recovery starts at the
-    last fragment anyway). ``hold`` is the highest entry whose acks were no longer tracked:
-    the LAFR passes it only once it is below the last fragment.
-    Returns (new lafr, how many candidates were consumed).
+    Yes once its whole write set confirmed it, or once it lies below the last fragment
+    (every entry there is committed, and a takeover starts at the last fragment anyway).
+    ``hold`` is the highest entry whose acks were no longer tracked: the LAFR passes
+    nothing while that entry is still in the last fragment.
     """
     if hold >= last_fragment_first:
-        return lafr, 0
-    used = 0
-    for entry_id, acks in candidates:
-        if acks >= write_quorum or entry_id < last_fragment_first:
-            lafr = entry_id
-            used += 1
-        else:
-            break
-    return lafr, used
+        return False
+    return acks >= write_quorum or entry_id < last_fragment_first
 
 
 def rollover_due(entry_id: int, fragment_first: int, fragment_max_entries: int | None) -> bool:

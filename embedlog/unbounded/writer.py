@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections import deque
 
@@ -109,15 +110,10 @@ class TermWriter(LedgerWriter):
         rep = self._replicating
         while len(rep) > MAX_TRACKED:
             self._lafr_hold = max(self._lafr_hold, rep.popleft().entry_id)
-        if not rep:
-            return
-        first = self.md.last_fragment[0]
-        candidates = [(p.entry_id, len(p.acks)) for p in list(rep)[:256]]
-        self.lafr, used = rules.next_lafr(
-            self.lafr, candidates, self.md.write_quorum, first, self._lafr_hold
-        )
-        for _ in range(used):
-            rep.popleft()
+        md = self.md
+        first, wq, hold = md.last_fragment[0], md.write_quorum, self._lafr_hold
+        while rep and rules.lafr_passes(rep[0].entry_id, len(rep[0].acks), wq, first, hold):
+            self.lafr = rep.popleft().entry_id
 
     def fail(self, error: BKError) -> None:
         # An unbounded ledger is IN_RECOVERY only while a higher term takes over.
@@ -227,15 +223,7 @@ class TermWriter(LedgerWriter):
         md = self.md
         while True:
             available = await self.ctx.writable_bookies()
-            current = set(md.last_fragment[1])
-            try:  # a fresh ensemble: other bookies than the full fragment's when there are enough
-                ensemble = self.ctx.placement.new_ensemble(
-                    md.ensemble_size, md.write_quorum, available, current
-                )
-            except NotEnoughBookiesError:
-                ensemble = self.ctx.placement.new_ensemble(
-                    md.ensemble_size, md.write_quorum, available, set()
-                )
+            ensemble = fresh_ensemble(self.ctx, md, available)
             try:
                 self.md = await self.ctx.meta(
                     self.ctx.metadata.write_ledger, md.with_ensemble(at, tuple(ensemble))
@@ -247,6 +235,18 @@ class TermWriter(LedgerWriter):
                 md = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
                 check_still_ours(md, self.term)
                 self.md = md
+
+
+def fresh_ensemble(
+    ctx: ClientContext, md: LedgerMetadata, available: dict[str, dict[str, object]]
+) -> list[str]:
+    """The next fragment's ensemble, from the placement policy, leaving out as many of the
+    full fragment's bookies as the cluster allows (all of them with 2E writable bookies,
+    at least one with E + 1)."""
+    current = [b for b in md.last_fragment[1] if b in available]
+    n = max(0, min(len(current), len(available) - md.ensemble_size))
+    leave_out = set(random.sample(current, n))
+    return ctx.placement.new_ensemble(md.ensemble_size, md.write_quorum, available, leave_out)
 
 
 def check_still_ours(md: LedgerMetadata, term: int) -> None:

@@ -1,0 +1,70 @@
+"""Table tests for the unbounded protocol's pure rules (embedlog/unbounded/rules.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from embedlog.unbounded import rules
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked", "accepted"),
+    [(-1, 1, True), (1, 1, True), (1, 2, True), (2, 1, False), (5, 4, False)],
+)
+def test_bookie_accepts_equal_or_higher_terms(stored, asked, accepted):
+    assert rules.bookie_accepts_term(stored, asked) is accepted
+
+
+def test_answers_of_another_term_are_discarded():
+    assert rules.response_counts(3, 3)
+    assert not rules.response_counts(3, 2)
+    assert not rules.response_counts(3, 4)
+
+
+@pytest.mark.parametrize(
+    ("lafr", "first", "start"),
+    [(-1, 0, -1), (5, 0, 5), (-1, 100, 99), (120, 100, 120), (50, 100, 99)],
+)
+def test_recovery_starts_at_lafr_or_the_last_fragment(lafr, first, start):
+    assert rules.recovery_start(lafr, first) == start
+
+
+@pytest.mark.parametrize(
+    ("entry", "acks", "first", "hold", "passes"),
+    [
+        (10, 3, 0, -1, True),  # whole write set (WQ 3) confirmed
+        (10, 2, 0, -1, False),  # only an ack quorum
+        (10, 2, 11, -1, True),  # below the last fragment: committed
+        (10, 3, 5, 7, False),  # an untracked entry still in the last fragment holds it
+        (10, 3, 8, 7, True),  # ... until it lies below the last fragment
+    ],
+)
+def test_lafr_passes(entry, acks, first, hold, passes):
+    assert rules.lafr_passes(entry, acks, 3, first, hold) is passes
+
+
+@pytest.mark.parametrize(
+    ("entry", "first", "limit", "due"),
+    [
+        (9, 0, 10, False),
+        (10, 0, 10, True),
+        (25, 20, 10, False),
+        (30, 20, 10, True),
+        (10_000, 0, None, False),
+    ],
+)
+def test_rollover_due(entry, first, limit, due):
+    assert rules.rollover_due(entry, first, limit) is due
+
+
+def test_trim_plan_drops_whole_fragments_below_only():
+    frags = [(0, ("a",)), (10, ("b",)), (20, ("c",)), (30, ("d",))]
+    assert rules.trim_plan(frags, 0) == (tuple(frags), (), 0)
+    assert rules.trim_plan(frags, 15) == (tuple(frags[1:]), tuple(frags[:1]), 10)
+    assert rules.trim_plan(frags, 20) == (tuple(frags[2:]), tuple(frags[:2]), 20)
+    # the last fragment stays, however far the trim point lies
+    assert rules.trim_plan(frags, 10**9) == (tuple(frags[3:]), tuple(frags[:3]), 30)
+
+
+def test_no_ops_are_invisible():
+    assert rules.visible(False) and not rules.visible(True)

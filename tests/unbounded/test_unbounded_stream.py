@@ -1,0 +1,107 @@
+"""A long-lived stream: fragment rollover, trimming, bounded metadata and bookie disk."""
+
+from __future__ import annotations
+
+# 20,000 entries keep this test at a few seconds on two cores; the behaviour it checks
+# (space stays flat while the stream grows) is the same at 100,000 (run it with
+# STREAM_ENTRIES=100000 to see).
+import os
+
+import pytest
+from unbounded_helpers import wait_until
+
+from embedlog import NoSuchEntryError
+from embedlog.unbounded import layout
+
+STREAM_ENTRIES = int(os.environ.get("STREAM_ENTRIES", "20000"))
+FRAGMENT = 500
+KEEP = 1000  # the stream keeps about the last KEEP entries
+PAYLOAD = b"p" * 200
+
+
+def disk_use(path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def test_long_stream_trimmed_as_it_goes_stays_bounded(make_cluster, tmp_path):
+    cluster = make_cluster(
+        4,
+        data_dir=tmp_path / "stream",
+        entry_log_max_size=64 * 1024,
+        journal_max_file_size=256 * 1024,
+        flush_interval=0.2,
+    )
+    ul = cluster.client("w").create_unbounded(3, 3, 2, fragment_max_entries=FRAGMENT)
+    samples: list[tuple[int, int, int]] = []  # (entries, metadata bytes, max bookie bytes)
+    batch = 1000
+    for done in range(0, STREAM_ENTRIES, batch):
+        futures = [ul.append_async(PAYLOAD) for _ in range(batch)]
+        last = futures[-1].result()
+        assert last == done + batch - 1
+        ul.trim(last + 1 - KEEP)
+        md = cluster.metadata.read_ledger(ul.ledger_id)
+        per_bookie = [disk_use(tmp_path / "stream" / b) for b in cluster.bookie_ids]
+        samples.append((last + 1, len(md.to_bytes()), max(per_bookie)))
+    md = cluster.metadata.read_ledger(ul.ledger_id)
+    # Fragments rolled over and the trimmed ones left the metadata.
+    assert ul.writer.rollovers >= STREAM_ENTRIES // FRAGMENT - 1
+    assert len(md.fragments) <= KEEP // FRAGMENT + 1
+    assert layout.first_entry(md) >= STREAM_ENTRIES - KEEP - FRAGMENT
+    assert md.bookies() <= set(cluster.bookie_ids)
+    # Bounded: the metadata and each bookie's disk use at the end are no larger than
+    # early on (with slack), while the bytes written grew twentyfold.
+    early_md = max(s[1] for s in samples[1:4])
+    early_disk = max(s[2] for s in samples[1:4])
+    late_md = max(s[1] for s in samples[-5:])
+    late_disk = max(s[2] for s in samples[-5:])
+    written = STREAM_ENTRIES * len(PAYLOAD)
+    assert late_md <= early_md * 1.5, samples
+    assert late_disk <= early_disk * 3, samples
+    assert late_disk < written / 3, samples
+    # The retained tail reads back; trimmed entries are gone.
+    low = layout.first_entry(md)
+    assert [e.entry_id for e in ul.read(low, low + 2)] == [low, low + 1, low + 2]
+    with pytest.raises(NoSuchEntryError):
+        ul.read(0, 0)
+    follower = cluster.client("f").open_unbounded(ul.ledger_id, takeover=False)
+    wait_until(lambda: follower.read_last_add_confirmed() >= STREAM_ENTRIES - 1)
+    tail = follower.tail(0, timeout=1.0)
+    assert next(tail).entry_id == low  # a tail from 0 starts at the low-water mark
+
+
+def test_fragments_roll_over_onto_fresh_ensembles(make_cluster):
+    cluster = make_cluster(5)
+    ul = cluster.client("w").create_unbounded(3, 3, 2, fragment_max_entries=20)
+    futures = [ul.append_async(b"x%d" % i) for i in range(200)]
+    assert futures[-1].result() == 199
+    md = cluster.metadata.read_ledger(ul.ledger_id)
+    assert [first for first, _ in md.fragments] == list(range(0, 200, 20))
+    assert md.bookies() == set(cluster.bookie_ids)
+    # Each fragment's ensemble differs from the one before it (a fresh one from placement).
+    for (_, a), (_, b) in zip(md.fragments, md.fragments[1:], strict=False):
+        assert set(a) != set(b)
+    # A takeover keeps the setting.
+    ul2 = cluster.client("c2").open_unbounded(ul.ledger_id)
+    assert ul2.writer.fragment_max_entries == 20
+    ids = [ul2.append(b"y") for _ in range(25)]
+    md = cluster.metadata.read_ledger(ul.ledger_id)
+    assert md.fragments[-1][0] > ids[0]
+    assert [e.data for e in ul2.read(0, 199)] == [b"x%d" % i for i in range(200)]
+
+
+def test_trim_drops_whole_fragments_only(make_cluster):
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2, fragment_max_entries=10)
+    for f in [ul.append_async(b"%d" % i) for i in range(35)]:
+        f.result()
+    ul.trim(25)  # fragments 0-9 and 10-19 go; 20-29 holds 25, so it stays whole
+    md = cluster.metadata.read_ledger(ul.ledger_id)
+    assert [first for first, _ in md.fragments] == [20, 30]
+    assert [e.entry_id for e in ul.read(20, 21)] == [20, 21]
+    for b in cluster.bookie_ids:
+        assert all(e >= 20 for e in cluster.bookie(b).ledger_entries(ul.ledger_id))
+    with pytest.raises(NoSuchEntryError):
+        ul.read(19, 20)
+    ul.trim(10_000)  # never the last fragment
+    md = cluster.metadata.read_ledger(ul.ledger_id)
+    assert [first for first, _ in md.fragments] == [30]

@@ -1,0 +1,70 @@
+"""tail(): followers see new entries promptly, across quiet spells, rollovers and takeovers."""
+
+from __future__ import annotations
+
+import threading
+
+from embedlog.ledger.reader import read_lac
+
+IDLE = 30.0  # tail's idle timeout: only reached if an entry never arrives
+
+
+def test_tail_follows_a_quiet_writer(cluster):
+    """The writer appends one entry and goes quiet: the LAC would only travel with the
+    next entry; the writer's explicit LAC after its idle interval brings it to the follower."""
+    writer = cluster.client("w").create_unbounded(3, 3, 2)
+    follower = cluster.client("f").open_unbounded(writer.ledger_id, takeover=False)
+    assert writer.append(b"only one") == 0
+    got = next(follower.tail(0, timeout=IDLE), None)
+    assert got is not None and (got.entry_id, got.data) == (0, b"only one")
+
+
+def test_tail_without_explicit_lac_misses_the_quiet_writers_last_entry(cluster):
+    """The protection removed (explicit_lac_interval=0): the follower waits for ever."""
+    writer = cluster.client("w", explicit_lac_interval=0).create_unbounded(3, 3, 2)
+    follower = cluster.client("f").open_unbounded(writer.ledger_id, takeover=False)
+    writer.append(b"first")
+    writer.append(b"second")
+    seen = [e.data for e in follower.tail(0, timeout=1.0)]
+    assert seen == [b"first"]  # "second" waits for an entry that never comes
+
+
+def test_tail_uses_long_poll_lac_reads(cluster):
+    writer = cluster.client("w").create_unbounded(3, 3, 2)
+    writer.append(b"a")
+    f = cluster.client("f")
+    md = f.ledger_metadata(writer.ledger_id)
+    result = []
+
+    def poll() -> None:
+        result.append(f.runtime.run(read_lac(f.ctx, md, timeout_ms=30_000, previous=0)))
+
+    t = threading.Thread(target=poll)
+    t.start()
+    writer.append(b"b")  # entry 1; its LAC reaches the bookies explicitly after idling
+    t.join()
+    assert result == [1]  # the bookie held the poll open and answered on progress
+
+
+def test_tail_across_rollovers_and_takeovers(make_cluster):
+    cluster = make_cluster(4)
+    w1 = cluster.client("w1").create_unbounded(3, 3, 2, fragment_max_entries=7)
+    follower = cluster.client("f").open_unbounded(w1.ledger_id, takeover=False)
+    received: list[tuple[int, bytes]] = []
+    want = 50
+
+    def follow() -> None:
+        for e in follower.tail(0, timeout=IDLE):
+            received.append((e.entry_id, e.data))
+            if len(received) == want:
+                return
+
+    t = threading.Thread(target=follow)
+    t.start()
+    acked = [(w1.append(b"one-%d" % i), b"one-%d" % i) for i in range(20)]
+    w2 = cluster.client("w2").open_unbounded(w1.ledger_id)
+    acked += [(w2.append(b"two-%d" % i), b"two-%d" % i) for i in range(20)]
+    w3 = cluster.client("w3").open_unbounded(w1.ledger_id)
+    acked += [(w3.append(b"three-%d" % i), b"three-%d" % i) for i in range(10)]
+    t.join()
+    assert received == acked  # every acked entry, in order, no no-ops, ids as acked

@@ -1,0 +1,142 @@
+"""Terms: takeovers, InvalidTermError, clients fighting over one ledger."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from unbounded_helpers import replicas, stored, wait_until
+
+from embedlog import BKError, InvalidTermError, LedgerState
+
+
+def test_append_after_a_takeover_raises_invalid_term_and_reopening_continues(cluster):
+    c1, c2 = cluster.client("c1"), cluster.client("c2")
+    ul1 = c1.create_unbounded(3, 3, 2)
+    assert ul1.term == 1
+    assert [ul1.append(b"a%d" % i) for i in range(3)] == [0, 1, 2]
+    ul2 = c2.open_unbounded(ul1.ledger_id)
+    assert ul2.term == 2
+    assert c2.ledger_metadata(ul1.ledger_id).state is LedgerState.OPEN
+    with pytest.raises(InvalidTermError):
+        ul1.append(b"too late")
+    with pytest.raises(InvalidTermError):
+        ul1.append_async(b"still too late").result()
+    assert ul2.append(b"b") == 4  # after the no-op at 3
+    # The displaced writer takes over again and continues the same stream.
+    ul1 = c1.open_unbounded(ul1.ledger_id)
+    assert ul1.term == 3
+    assert ul1.append(b"c") == 6
+    with pytest.raises(InvalidTermError):
+        ul2.append(b"x")
+    r = cluster.client("r").open_unbounded(ul1.ledger_id, takeover=False)
+    wait_until(lambda: r.read_last_add_confirmed() >= 6)
+    assert [(e.entry_id, e.data) for e in r.read(0, 6)] == [
+        (0, b"a0"),
+        (1, b"a1"),
+        (2, b"a2"),
+        (4, b"b"),
+        (6, b"c"),
+    ]
+
+
+def test_a_follower_never_disturbs_the_writer(cluster):
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    ul.append(b"x")
+    f = cluster.client("f").open_unbounded(ul.ledger_id, takeover=False)
+    assert f.term == 1 and not f.is_writer
+    with pytest.raises(InvalidTermError):
+        f.append(b"followers hold no term")
+    assert ul.append(b"y") == 1  # still the writer: the follower raised no term
+    assert cluster.client("m").ledger_metadata(ul.ledger_id).term == 1
+
+
+def test_stale_writer_is_refused_by_bookies_it_alone_can_reach(make_cluster):
+    """The old writer's adds are refused by every bookie whose term was raised."""
+    cluster = make_cluster(3)
+    c1 = cluster.client("c1", request_timeout=0.5)
+    ul1 = c1.create_unbounded(3, 3, 2)
+    ul1.append(b"a")
+    ul2 = cluster.client("c2").open_unbounded(ul1.ledger_id)
+    fut = ul1.append_async(b"old term")
+    with pytest.raises(InvalidTermError):
+        fut.result()
+    md = ul2.metadata
+    for b in md.last_fragment[1]:
+        assert stored(cluster, b, md.ledger_id, 2) is None  # never stored anywhere
+
+
+def test_recovery_writes_reach_the_whole_write_set(make_cluster):
+    """Guaranteed write quorum: a bookie that loses the no-op is retried or replaced
+    before the takeover completes; every bookie of the last fragment holds the no-op."""
+    cluster = make_cluster(4)
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2)
+    for i in range(5):
+        ul1.append(b"e%d" % i)
+    victim = ul1.metadata.last_fragment[1][0]
+    c2 = cluster.client("c2", request_timeout=0.3)
+    cluster.network.drop_next("c2", victim, "recovery_add", 100)
+    ul2 = c2.open_unbounded(ul1.ledger_id)
+    md = ul2.metadata
+    noop = ul2.last_add_confirmed
+    assert noop == 5
+    for b in md.ensemble_for(noop):
+        assert stored(cluster, b, md.ledger_id, noop) == b""
+    for eid in range(noop + 1):
+        assert len(set(replicas(cluster, md, eid).values())) == 1
+
+
+def test_two_clients_fighting_over_the_ledger(make_cluster):
+    """Alternating takeovers while both append: every entry acknowledged to either client
+    is readable, at its id, in one order, by every reader."""
+    cluster = make_cluster(4)
+    lid = cluster.client("setup").create_unbounded(3, 3, 2).ledger_id
+    acked: dict[int, bytes] = {}
+    refused = []
+    lock = threading.Lock()
+
+    def fight(name: str) -> None:
+        client = cluster.client(name, request_timeout=1.0)
+        for rnd in range(6):
+            try:
+                ul = client.open_unbounded(lid)
+            except BKError:
+                continue  # the other client moved the term on mid-takeover
+            futures = [
+                (ul.append_async(b"%s-%d-%d" % (name.encode(), rnd, i)), i) for i in range(40)
+            ]
+            for fut, i in futures:
+                try:
+                    eid = fut.result()
+                except InvalidTermError:
+                    with lock:
+                        refused.append((name, rnd, i))
+                    continue
+                with lock:
+                    data = b"%s-%d-%d" % (name.encode(), rnd, i)
+                    assert acked.setdefault(eid, data) == data, f"id {eid} acknowledged twice"
+
+    threads = [threading.Thread(target=fight, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert acked
+    last = max(acked)
+    views = []
+    for name in ("r1", "r2"):
+        r = cluster.client(name).open_unbounded(lid, takeover=False)
+        wait_until(lambda r=r: r.read_last_add_confirmed() >= last)
+        views.append([(e.entry_id, e.data) for e in r.read(0, last)])
+    # A final takeover recovers whatever the last writer left and reads the same.
+    closer = cluster.client("closer").open_unbounded(lid)
+    views.append([(e.entry_id, e.data) for e in closer.read(0, last)])
+    assert views[0] == views[1] == views[2]
+    seen = dict(views[0])
+    for eid, data in acked.items():
+        assert seen.get(eid) == data, f"acknowledged entry {eid} not readable as written"
+    ids = [eid for eid, _ in views[0]]
+    assert ids == sorted(ids)
+    md = closer.metadata
+    for eid in range(closer.last_add_confirmed + 1):
+        assert len({v for v in replicas(cluster, md, eid).values() if v is not None}) <= 1
