@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
@@ -113,6 +113,7 @@ class FaultInjector:
     def __init__(self, faults: NetworkFaults) -> None:
         self.faults = faults
         self._inflight: set[asyncio.Task[None]] = set()
+        self.deadlines = Deadlines()
 
     async def request(
         self, src: str, bookie_id: str, req: Request, timeout: float, send: Send
@@ -145,15 +146,11 @@ class FaultInjector:
     async def _direct(
         self, src: str, bookie_id: str, req: Request, timeout: float, send: Send
     ) -> Response:
-        """The path with no fault configured: no delivery task, a timer instead of wait_for."""
-        loop = asyncio.get_running_loop()
+        """The path with no fault configured: no delivery task, a deadline instead of wait_for."""
         answer = await send(bookie_id, req)
         # Expiring sets an error on our own future; the bookie's work goes on untouched.
-        timer = loop.call_later(timeout, expire_answer, answer, req, bookie_id, timeout)
-        try:
-            resp = await answer
-        finally:
-            timer.cancel()
+        self.deadlines.add(answer, req, bookie_id, timeout)
+        resp = await answer
         if self.faults.active and self.faults.is_blocked(src, bookie_id):
             await asyncio.sleep(timeout)  # blocked while the reply travelled: it is lost
             raise _timeout_error(req, bookie_id, timeout)
@@ -192,22 +189,64 @@ class FaultInjector:
             reply.set_result(answer.result())
 
     async def close(self) -> None:
+        self.deadlines.close()
         tasks = list(self._inflight)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+class Deadlines:
+    """Times out many answers with one timer instead of a timer per request.
+
+    Requests of one timeout expire in the order they were sent, so a FIFO per timeout
+    value holds them in deadline order; a sweep every ``tick`` pops the answered ones
+    from the front and fails the expired ones. A timeout fires up to one tick late.
+    Only what the error message needs is kept, not the request (its body may be large).
+    """
+
+    def __init__(self, tick: float = 0.05) -> None:
+        self.tick = tick
+        self._queues: dict[float, deque[tuple[float, asyncio.Future[Response], str, str]]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(
+        self, answer: asyncio.Future[Response], req: Request, bookie_id: str, timeout: float
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        queue = self._queues.get(timeout)
+        if queue is None:
+            queue = self._queues[timeout] = deque()
+        what = f"{req.kind} {req.ledger_id}:{req.entry_id}"
+        queue.append((loop.time() + timeout, answer, what, bookie_id))
+        if self._timer is None:
+            self._timer = loop.call_later(min(self.tick, timeout), self._sweep, loop)
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        shortest = None
+        for timeout, queue in self._queues.items():
+            while queue and (queue[0][1].done() or queue[0][0] <= now):
+                _deadline, answer, what, bookie_id = queue.popleft()
+                _fail(answer, BKTimeoutError(f"{what} to {bookie_id}: no answer in {timeout}s"))
+            if queue and (shortest is None or timeout < shortest):
+                shortest = timeout
+        self._timer = (
+            None
+            if shortest is None
+            else loop.call_later(min(self.tick, shortest), self._sweep, loop)
+        )
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 def _timeout_error(req: Request, bookie_id: str, timeout: float) -> BKTimeoutError:
     return BKTimeoutError(
         f"{req.kind} {req.ledger_id}:{req.entry_id} to {bookie_id}: no answer in {timeout}s"
     )
-
-
-def expire_answer(
-    answer: asyncio.Future[Response], req: Request, bookie_id: str, timeout: float
-) -> None:
-    _fail(answer, _timeout_error(req, bookie_id, timeout))
 
 
 def _fail(reply: asyncio.Future[Response], exc: BaseException) -> None:

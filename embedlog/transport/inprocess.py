@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from embedlog.errors import BookieUnavailableError
 from embedlog.transport.base import Transport
-from embedlog.transport.faults import FaultInjector, NetworkFaults, expire_answer
+from embedlog.transport.faults import FaultInjector, NetworkFaults
 from embedlog.transport.server import RequestHandler, serve_frame
 from embedlog.wire.messages import FrameError, Request, Response
 
@@ -48,8 +48,7 @@ class InProcessTransport(Transport):
             failed: asyncio.Future[Response] = loop.create_future()
             failed.set_exception(exc)
             return failed
-        timer = loop.call_later(timeout, expire_answer, answer, req, bookie_id, timeout)
-        answer.add_done_callback(lambda _f: timer.cancel())
+        self._injector.deadlines.add(answer, req, bookie_id, timeout)
         return answer
 
     def _start(self, bookie_id: str, req: Request) -> asyncio.Future[Response]:
