@@ -7,7 +7,10 @@ import time
 from auditor_helpers import replace_disks, set_rack, write_closed
 
 from embedlog.auditor.checker import MetadataChecker
-from embedlog.auditor.rules import assigned_entries, format_ids
+from embedlog.auditor.replication import LedgerRepair, Replicator
+from embedlog.auditor.rules import assigned_entries, format_ids, replace_bookie
+from embedlog.transport.base import Transport
+from embedlog.wire.messages import OpCode
 
 
 def checker(cluster, **options) -> MetadataChecker:
@@ -116,3 +119,58 @@ def test_marked_ledger_is_skipped_not_reported(cluster) -> None:
 
     cluster.metadata.mark_underreplicated(lid, [victim])
     assert checker(cluster).run().violations == []
+
+
+class _Hooked(Transport):
+    """Delegates to the cluster's transport; runs ``hook`` before the first LIST_ENTRIES to
+    ``bookie`` (something changing the cluster while the checker looks at it)."""
+
+    def __init__(self, inner: Transport, bookie: str, hook) -> None:
+        self.inner, self.bookie, self.hook, self.fired = inner, bookie, hook, 0
+
+    async def request(self, src, bookie_id, req, timeout):
+        if req.op == OpCode.LIST_ENTRIES and bookie_id == self.bookie and not self.fired:
+            self.fired += 1
+            self.hook()
+        return await self.inner.request(src, bookie_id, req, timeout)
+
+
+def test_metadata_changed_during_the_check_is_analysed_again(make_cluster) -> None:
+    # BP-34: before reporting, re-read the metadata; if it changed (here: the wiped bookie
+    # was replaced by a spare that holds its entries), analyse again instead of reporting.
+    cluster = make_cluster(4)
+    lid = write_closed(cluster, 12)
+    md = cluster.metadata.read_ledger(lid)
+    victim = md.ensembles[0][0]
+    spare = next(b for b in cluster.bookie_ids if b not in md.ensembles[0])
+    first = checker(cluster).run()
+    held = first.ledgers[lid].held
+    repair = LedgerRepair(lid)
+    copy = Replicator(cluster.metadata, cluster.transport, cluster.runtime)._copy
+    ids = assigned_entries(md)[victim]
+    assert cluster.runtime.run(copy(md, spare, ids, held, repair)) == len(ids)
+    replace_disks(cluster, victim)
+
+    def swap() -> None:
+        cluster.metadata.write_ledger(
+            replace_bookie(cluster.metadata.read_ledger(lid), victim, spare)
+        )
+
+    hooked = _Hooked(cluster.transport, victim, swap)
+    report = MetadataChecker(cluster.metadata, hooked, cluster.runtime, recheck_delay=0).run()
+
+    assert hooked.fired == 1
+    assert report.violations == []
+    assert spare in report.ledgers[lid].metadata.bookies()
+
+
+def test_ledger_marked_during_the_check_is_not_reported(cluster) -> None:
+    lid = write_closed(cluster, 6)
+    victim = cluster.metadata.read_ledger(lid).ensembles[0][1]
+    replace_disks(cluster, victim)
+    hooked = _Hooked(
+        cluster.transport, victim, lambda: cluster.metadata.mark_underreplicated(lid, [victim])
+    )
+    report = MetadataChecker(cluster.metadata, hooked, cluster.runtime, recheck_delay=0).run()
+    assert hooked.fired == 1
+    assert report.violations == [] and report.skipped_underreplicated == 1

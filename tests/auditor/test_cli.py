@@ -35,3 +35,18 @@ def test_clear_error_without_a_cluster(tmp_path, capsys) -> None:
     assert "--metadata-uri" in capsys.readouterr().err
     assert main(["auditor", "check", "--data-dir", str(tmp_path)]) == 2
     assert "holds no bookies" in capsys.readouterr().err
+
+
+def test_over_tcp_with_zookeeper_metadata(make_cluster, zk_uri, capsys) -> None:
+    # The auditor in "another process": it finds the bookies through the metadata only.
+    cluster = make_cluster(3, transport="tcp", metadata_uri=zk_uri)
+    lid = write_closed(cluster, 10)
+    victim = cluster.metadata.read_ledger(lid).ensembles[0][2]
+    replace_disks(cluster, victim)
+    args = ["--metadata-uri", zk_uri, "--recheck-delay", "0", "-q"]
+
+    assert main(["auditor", "check", *args]) == 1
+    assert f"durability\t{lid}\t" in capsys.readouterr().out
+    assert main(["auditor", "replicate", *args]) == 0
+    assert main(["auditor", "check", *args]) == 0
+    assert cluster.read_from_bookie(victim, lid, 1) == b"entry 1"
