@@ -15,8 +15,10 @@ hold; nothing here talks to a bookie or to the metadata store.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Container, Iterator, Mapping, Sequence
 
+from embedlog.auditor.availability import AvailabilityOfEntries, SequenceGroup
 from embedlog.ledger.quorum import write_set
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.wire.codes import StatusCode
@@ -44,57 +46,119 @@ def fragment_ranges(md: LedgerMetadata) -> list[tuple[int, int, tuple[str, ...]]
     return out
 
 
+def slot_stripes(
+    first: int, last: int, ensemble_size: int, write_quorum: int, index: int
+) -> list[SequenceGroup]:
+    """The entries in ``[first, last]`` whose write set includes ensemble slot ``index``.
+
+    Slot ``index`` stores entry ``e`` when ``(index - e) mod E < WQ``: the stripe
+    ``[s - WQ + 1, s]`` for every ``s`` congruent to ``index`` mod E. As BP-34
+    SequenceGroups: the whole stripes form one group of size WQ and period E,
+    the stripes cut by ``first`` or ``last`` one group each. So a fragment slot
+    is described in O(1), whatever the number of entries.
+    """
+    if first > last:
+        return []
+    e, wq = ensemble_size, write_quorum
+    start = first + ((index - first) % e) - (wq - 1)  # first stripe reaching `first`
+    out: list[SequenceGroup] = []
+    if start < first:  # cut at the front
+        out.append(SequenceGroup(first, first, min(start + wq - 1, last) - first + 1, 0))
+        start += e
+    if start > last:
+        return out
+    # Whole stripes: start + wq - 1 <= last.
+    n_whole = (last - wq + 1 - start) // e + 1 if start + wq - 1 <= last else 0
+    if n_whole > 0:
+        last_start = start + (n_whole - 1) * e
+        out.append(SequenceGroup(start, last_start, wq, e if n_whole > 1 else 0))
+        start = last_start + e
+    if start <= last:  # cut at the back
+        out.append(SequenceGroup(start, start, last - start + 1, 0))
+    return out
+
+
 def slot_entries(
     first: int, last: int, ensemble_size: int, write_quorum: int, index: int
 ) -> Iterator[int]:
-    """Entry ids in ``[first, last]`` whose write set includes ensemble slot ``index``.
+    """The entry ids of ``slot_stripes``, ascending."""
+    for g in slot_stripes(first, last, ensemble_size, write_quorum, index):
+        yield from g.entry_ids()
 
-    Slot ``index`` stores entry ``e`` when ``(index - e) mod E < WQ``: it walks
-    the range a stripe at a time instead of testing every entry's write set.
-    """
-    if first > last:
-        return
-    # The first entry at or after `first` whose write set starts at slot `index`.
-    e = first + ((index - first) % ensemble_size)
-    # Slot `index` is the k-th member of the write set starting at slot index-k, i.e. of
-    # entries e - k for k in 0..WQ-1. Walk stripes: each stripe [s - WQ + 1, s] where s is an
-    # entry starting at this slot.
-    start = e - (write_quorum - 1)
-    while start <= last:
-        yield from range(max(start, first), min(start + write_quorum - 1, last) + 1)
-        start += ensemble_size
+
+def assigned_stripes(md: LedgerMetadata) -> dict[str, list[SequenceGroup]]:
+    """Bookie -> the groups of entries its write sets assign it (in entry order)."""
+    out: dict[str, list[SequenceGroup]] = {}
+    for first, last, ensemble in fragment_ranges(md):  # fragments are in entry order
+        for index, bookie in enumerate(ensemble):
+            out.setdefault(bookie, []).extend(
+                slot_stripes(first, last, len(ensemble), md.write_quorum, index)
+            )
+    return {b: groups for b, groups in out.items() if groups}
 
 
 def assigned_entries(md: LedgerMetadata) -> dict[str, list[int]]:
     """Bookie -> the entry ids its write sets assign it, over every fragment (sorted)."""
-    out: dict[str, list[int]] = {}
-    for first, last, ensemble in fragment_ranges(md):
-        for index, bookie in enumerate(ensemble):
-            ids = out.setdefault(bookie, [])
-            ids.extend(slot_entries(first, last, len(ensemble), md.write_quorum, index))
-    return {b: sorted(set(ids)) for b, ids in out.items() if ids}
+    return {
+        b: sorted(e for g in groups for e in g.entry_ids())
+        for b, groups in assigned_stripes(md).items()
+    }
 
 
 def bookies_to_ask(md: LedgerMetadata) -> list[str]:
     """The bookies a closed ledger's write sets assign at least one entry (sorted)."""
-    return sorted(assigned_entries(md))
+    return sorted(assigned_stripes(md))
 
 
-def missing_entries(md: LedgerMetadata, held: Mapping[str, Container[int]]) -> dict[str, list[int]]:
+def covers(held: AvailabilityOfEntries, want: SequenceGroup) -> bool:
+    """Whether one of ``held``'s groups holds every entry of ``want``, by arithmetic.
+
+    False means "not shown by this shortcut", not "missing": the caller then
+    checks entry by entry.
+    """
+    groups = held.groups
+    if not groups:
+        return False
+    starts = [g.first_sequence_start for g in groups]
+    i = bisect.bisect_right(starts, want.first_sequence_start) - 1
+    if i < 0:
+        return False
+    g = groups[i]
+    if want.last_entry > g.last_entry:
+        return False
+    if g.first_sequence_start == g.last_sequence_start:  # one contiguous run
+        return True
+    offset = (want.first_sequence_start - g.first_sequence_start) % g.sequence_period
+    if offset + want.sequence_size > g.sequence_size:
+        return False
+    single = want.first_sequence_start == want.last_sequence_start
+    return single or want.sequence_period == g.sequence_period
+
+
+def missing_entries(
+    md: LedgerMetadata, held: Mapping[str, AvailabilityOfEntries]
+) -> dict[str, list[int]]:
     """Bookie -> entries assigned to it that it answered it does not hold.
 
     ``held`` has an entry only for bookies that answered (EOK or ENOLEDGER, the
-    latter as an empty container); bookies missing from it are unknown and
-    never reported here.
+    latter as an empty list); bookies missing from it are unknown and never
+    reported here. A fragment slot that one of the bookie's groups covers is
+    settled by arithmetic; only the others are checked entry by entry.
     """
     out: dict[str, list[int]] = {}
-    for bookie, ids in assigned_entries(md).items():
+    for bookie, stripes in assigned_stripes(md).items():
         have = held.get(bookie)
         if have is None:
             continue
-        lacking = [e for e in ids if e not in have]
+        lacking = [
+            e
+            for want in stripes
+            if not covers(have, want)
+            for e in want.entry_ids()
+            if not have.contains(e)
+        ]
         if lacking:
-            out[bookie] = lacking
+            out[bookie] = sorted(lacking)
     return out
 
 

@@ -127,3 +127,39 @@ def test_violation_unpacks_as_a_triple() -> None:
     category, ledger_id, detail = Violation("durability", 3, "x")
     assert (category, ledger_id, detail) == ("durability", 3, "x")
     assert Violation("placement", 1, "y") == ("placement", 1, "y")
+
+
+@st.composite
+def ledgers_and_holdings(draw):
+    e = draw(st.integers(1, 5))
+    wq = draw(st.integers(1, e))
+    last = draw(st.integers(-1, 60))
+    starts = sorted(draw(st.sets(st.integers(1, 60), max_size=3)))
+    pool = [f"b{i}" for i in range(7)]
+    frags = [(0, tuple(draw(st.permutations(pool))[:e]))]
+    frags += [(s, tuple(draw(st.permutations(pool))[:e])) for s in starts]
+    md = closed(frags, last, e=e, wq=wq, aq=1)
+    truth = {}
+    for eid in range(last + 1):
+        ens = md.ensemble_for(eid)
+        for i in write_set(eid, e, wq):
+            truth.setdefault(ens[i], set()).add(eid)
+    held = {}
+    for b in pool:
+        if draw(st.booleans()):  # this bookie answered
+            have = truth.get(b, set()) - draw(st.sets(st.integers(0, 60)))
+            have |= draw(st.sets(st.integers(0, 70), max_size=5))  # extra entries are harmless
+            held[b] = AvailabilityOfEntries.from_entry_ids(have)
+    return md, truth, held
+
+
+@given(ledgers_and_holdings())
+def test_missing_entries_match_a_brute_force_count(case) -> None:
+    md, truth, held = case
+    want = {
+        b: sorted(ids - set(held[b].entry_ids()))
+        for b, ids in truth.items()
+        if b in held and ids - set(held[b].entry_ids())
+    }
+    assert missing_entries(md, held) == want
+    assert assigned_entries(md) == {b: sorted(ids) for b, ids in truth.items()}
