@@ -221,6 +221,8 @@ class MetadataChecker:
         self.include_underreplicated = include_underreplicated
         self.name = name
         self.progress = progress
+        # Registered bookies and their racks, read once per pass over the ledgers.
+        self._infos: dict[str, dict[str, object]] | None = None
 
     # -- entry points --------------------------------------------------------------------------
 
@@ -246,7 +248,11 @@ class MetadataChecker:
             if self.progress is not None:
                 self.progress(done, total, lid)
 
-        await asyncio.gather(*(one(lid) for lid in ledger_ids))
+        self._infos = await self._meta(self._bookie_infos)
+        try:
+            await asyncio.gather(*(one(lid) for lid in ledger_ids))
+        finally:
+            self._infos = None
 
         # BP-34: ledgers with silent bookies are checked again later, and only then reported.
         for _ in range(self.rechecks):
@@ -259,7 +265,9 @@ class MetadataChecker:
                 self.recheck_delay,
             )
             await asyncio.sleep(self.recheck_delay)
-            again = await asyncio.gather(*(self.check_ledger(lid) for lid in faulty))
+            again = await gather_limited(
+                self.concurrency, (self.check_ledger(lid) for lid in faulty)
+            )
             for lid, check in zip(faulty, again, strict=True):
                 report.ledgers[lid] = check
 
@@ -325,7 +333,7 @@ class MetadataChecker:
 
     async def _analyse(self, md: LedgerMetadata) -> LedgerCheck:
         check = LedgerCheck(md.ledger_id, "checked", md)
-        infos = await self._meta(self._bookie_infos)
+        infos = self._infos if self._infos is not None else await self._meta(self._bookie_infos)
         check.placement = placement_problems(self.placement, md, infos)
         bookies = bookies_to_ask(md)
         answers = await asyncio.gather(*(self.list_entries(b, md.ledger_id) for b in bookies))

@@ -144,7 +144,7 @@ class Replicator:
         ]
         marked = await self.checker._meta(self.metadata.underreplicated)
         for c in report.ledgers.values():
-            if c.outcome == "checked" and c.clean and c.ledger_id in marked:
+            if c.outcome == "checked" and _replicated(c) and c.ledger_id in marked:
                 # Marked, yet every bookie holds what it should: someone repaired it.
                 await self.checker._meta(self.metadata.clear_underreplicated, c.ledger_id)
                 result.unmarked.append(c.ledger_id)
@@ -179,7 +179,8 @@ class Replicator:
             repair.copied[target] = repair.copied.get(target, 0) + copied
 
         after = await self.checker.check_ledger(lid)
-        if (after.outcome == "checked" and after.clean) or after.outcome == "deleted":
+        # Placement is the checker's to report; replication restores copies only.
+        if (after.outcome == "checked" and _replicated(after)) or after.outcome == "deleted":
             await self.checker._meta(self.metadata.clear_underreplicated, lid)
             repair.repaired = True
         else:
@@ -341,6 +342,11 @@ def check_entry(body: bytes, ledger_id: int, entry_id: int, digest: DigestType) 
             )
         return
     Digester(digest).unpack(body, ledger_id, entry_id)
+
+
+def _replicated(check: LedgerCheck) -> bool:
+    """Every bookie answered and holds every entry its write sets assign it."""
+    return not check.missing and not check.unavailable
 
 
 def _status_name(status: int) -> str:

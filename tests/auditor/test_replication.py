@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from auditor_helpers import replace_disks, write_closed
+from auditor_helpers import replace_disks, set_rack, write_closed
 
 from embedlog.auditor.checker import MetadataChecker
 from embedlog.auditor.replication import Replicator, check_entry
@@ -127,3 +127,19 @@ def test_check_entry_refuses_corruption() -> None:
             assert "digest" in str(exc) or "asked for" in str(exc)
         else:
             raise AssertionError("corrupt entry accepted")
+
+
+def test_placement_violations_do_not_block_a_repair(cluster) -> None:
+    # Replication restores copies; placement stays the checker's to report.
+    lid = write_closed(cluster, 9)
+    victim = cluster.metadata.read_ledger(lid).ensembles[0][0]
+    replace_disks(cluster, victim)
+    a, b, c = cluster.bookie_ids
+    for bid, rack in ((a, "/r1"), (b, "/r1"), (c, "/r2")):
+        set_rack(cluster, bid, rack)
+
+    result = replicator(cluster).run()
+
+    assert result.ok and result.ledgers[lid].repaired
+    assert lid not in cluster.metadata.underreplicated()
+    assert {cat for cat, _, _ in checker(cluster).run().violations} == {"placement"}
