@@ -3,9 +3,11 @@
 Every piece here runs in a Spark Python worker, a process other than the
 application's: planning (``partitions``, ``latestOffset``, ``commit``/``abort``
 of a write) in one the driver starts, ``read``/``write`` in the executors'.
-So nothing holds a client across a pickle: each step connects with
-``embedlog.connect(metadataUri)`` and closes again, and the only state that
-travels is the parsed options and the partitions (plain numbers).
+So no client crosses a pickle: each step connects with
+``embedlog.connect(metadataUri)`` and closes again (the stream reader keeps one
+client for the life of its query, in the one process that plans its batches),
+and the only state that travels is the parsed options and the partitions
+(plain numbers).
 """
 
 from __future__ import annotations
@@ -197,12 +199,20 @@ def _read_limit_rows(limit: Any) -> int | None:
     return int(rows) if rows is not None else None
 
 
-try:  # PySpark >= 4.2
+try:  # PySpark >= 4.2: read limits and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+    READ_LIMITS = True
     _STREAM_BASES: tuple[type, ...] = (DataSourceStreamReader, SupportsTriggerAvailableNow)
-except ImportError:  # pragma: no cover - PySpark 4.0/4.1 (Spark wraps the source itself)
+except ImportError:  # PySpark 4.0/4.1: no limits; Spark wraps the source for AvailableNow
+    READ_LIMITS = False
     _STREAM_BASES = (DataSourceStreamReader,)
+
+
+def _pyspark_version() -> str:
+    import pyspark
+
+    return str(pyspark.__version__)
 
 
 class EmbedlogStreamReader(*_STREAM_BASES):  # type: ignore[misc]
@@ -487,7 +497,13 @@ class EmbedlogDataSource(DataSource):
         return EmbedlogBatchReader(ReadOptions.parse(self.options))
 
     def streamReader(self, schema: StructType) -> EmbedlogStreamReader:
-        return EmbedlogStreamReader(StreamOptions.parse(self.options))
+        opts = StreamOptions.parse(self.options)
+        if opts.max_entries_per_trigger is not None and not READ_LIMITS:
+            raise OptionError(
+                "option 'maxEntriesPerTrigger' needs PySpark >= 4.2 (where Spark passes read "
+                "limits to Python sources); this is PySpark " + _pyspark_version()
+            )
+        return EmbedlogStreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> EmbedlogWriter:
         if overwrite:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import ast
 import time
 import uuid
 from typing import Any
@@ -11,6 +11,7 @@ import pytest
 
 from spark_connector import EmbedlogStreamReader, LedgerRange, OptionError
 from spark_connector.options import StreamOptions
+from spark_connector.source import READ_LIMITS  # PySpark >= 4.2
 
 
 def wait_confirmed(view: Any, last: int) -> None:
@@ -61,8 +62,9 @@ def test_stream_follows_an_open_ledger_between_batches(
         wh.close()  # closed: the stream ends at its last entry
         query.processAllAvailable()
         assert _sink_rows(spark, name) == [(lid, i, b"e%d" % i) for i in range(18)]
-        offsets = [json.loads(p["sources"][0]["endOffset"]) for p in query.recentProgress]
-        assert offsets[-1] == {str(lid): 18}  # {ledger id: next entry id}
+        # {ledger id: next entry id}; progress shows it as JSON (PySpark 4.0: as a dict's repr)
+        last = query.recentProgress[-1]["sources"][0]["endOffset"]
+        assert ast.literal_eval(str(last)) == {str(lid): 18}
     finally:
         query.stop()
 
@@ -82,11 +84,11 @@ def test_stream_unbounded_ledger_available_now_resumes_from_checkpoint(
         ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
 
         def run() -> Any:
+            reader = spark.readStream.format("embedlog").option("metadataUri", metadata_uri)
+            if READ_LIMITS:
+                reader = reader.option("maxEntriesPerTrigger", "3")
             query = (
-                spark.readStream.format("embedlog")
-                .option("metadataUri", metadata_uri)
-                .option("ledger", str(lid))
-                .option("maxEntriesPerTrigger", "3")
+                reader.option("ledger", str(lid))
                 .load()
                 .writeStream.format("parquet")  # a sink that resumes from its checkpoint
                 .option("path", out)
@@ -104,7 +106,8 @@ def test_stream_unbounded_ledger_available_now_resumes_from_checkpoint(
 
         query = run()
         assert output() == [(lid, i, b"u%d" % i) for i in range(8)]
-        assert len([p for p in query.recentProgress if p["numInputRows"] > 0]) == 3  # 3+3+2
+        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
+        assert batches == ([3, 3, 2] if READ_LIMITS else [8])
 
         # A new writer takes the stream over (its truncate no-op is not data) and appends;
         # the query restarted on the same checkpoint reads only what is new.
@@ -126,8 +129,6 @@ def test_stream_unbounded_ledger_available_now_resumes_from_checkpoint(
 
 def test_stream_offsets_without_spark(client: Any, metadata_uri: str) -> None:
     # The offset logic, driven the way Spark drives it (no session needed).
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-
     wh = client.create_ledger(3, 3, 2)
     lid = wh.ledger_id
     for i in range(5):
@@ -143,9 +144,12 @@ def test_stream_offsets_without_spark(client: Any, metadata_uri: str) -> None:
     r = reader()
     try:
         assert r.initialOffset() == {key: 0}
-        assert r.latestOffset() == {key: 5}
-        assert r.latestOffset({key: 1}, ReadMaxRows(3)) == {key: 4}
-        assert r.latestOffset({key: 4}, ReadAllAvailable()) == {key: 5}
+        assert r.latestOffset() == {key: 5}  # PySpark 4.0/4.1 call it so
+        if READ_LIMITS:
+            from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+            assert r.latestOffset({key: 1}, ReadMaxRows(3)) == {key: 4}
+            assert r.latestOffset({key: 4}, ReadAllAvailable()) == {key: 5}
         parts = r.partitions({key: 1}, {key: 4})
         assert [(p.ledger_id, p.first, p.last) for p in parts] == [(lid, 1, 3)]
         assert r.partitions({key: 5}, {key: 5}) == []
