@@ -266,10 +266,8 @@ class Client:
             self._writers.append(writer)
             if start.last_entry_id >= 0:
                 # Followers learn the new term's LAC (the recovered entries) now, not with
-                # the next append.
-                await asyncio.gather(
-                    *(writer._send_lac(b, writer.lac) for b in start.md.last_fragment[1])
-                )
+                # the next append (in the background: a slow bookie must not delay us).
+                writer.announce_lac()
             return UnboundedLedger(self._runtime, self.ctx, start.md, password, writer=writer)
         md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
         check_password(md, password)

@@ -199,6 +199,9 @@ async def recover_term(ctx: ClientContext, md: LedgerMetadata, password: bytes) 
         await asyncio.gather(*writes)
     except BaseException:
         writer.stop()
+        for f in writes:  # their error is the one raised here
+            if f.done() and not f.cancelled():
+                f.exception()
         raise
     finally:
         for t in reads.values():

@@ -122,6 +122,14 @@ class TermWriter(LedgerWriter):
         super().fail(error)
         self._progress.set()
 
+    def announce_lac(self) -> None:
+        """Send the LAC explicitly to the last fragment now, in the background."""
+        loop = asyncio.get_running_loop()
+        for bookie in self.md.last_fragment[1]:
+            task = loop.create_task(self._send_lac(bookie, self.lac))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     # -- answers -----------------------------------------------------------------------------
 
     def _send(self, p: PendingAdd, idx: int, bookie: str) -> None:

@@ -7,7 +7,7 @@ import threading
 import pytest
 from unbounded_helpers import replicas, stored, wait_until
 
-from embedlog import BKError, InvalidTermError, LedgerState
+from embedlog import InvalidTermError, LedgerState
 
 
 def test_append_after_a_takeover_raises_invalid_term_and_reopening_continues(cluster):
@@ -87,56 +87,59 @@ def test_recovery_writes_reach_the_whole_write_set(make_cluster):
 
 
 def test_two_clients_fighting_over_the_ledger(make_cluster):
-    """Alternating takeovers while both append: every entry acknowledged to either client
-    is readable, at its id, in one order, by every reader."""
+    """Alternating takeovers while both append: each takeover lands while the other client
+    streams appends. Every entry acknowledged to either is readable, at its id, in one
+    order, by every reader; every displaced stream ends with InvalidTermError."""
     cluster = make_cluster(4)
     lid = cluster.client("setup").create_unbounded(3, 3, 2).ledger_id
+    clients = [cluster.client(n, request_timeout=1.0) for n in ("a", "b")]
     acked: dict[int, bytes] = {}
-    refused = []
+    counts: dict[int, int] = {}
+    refused: list[int] = []
     lock = threading.Lock()
 
-    def fight(name: str) -> None:
-        client = cluster.client(name, request_timeout=1.0)
-        for rnd in range(6):
-            try:
-                ul = client.open_unbounded(lid)
-            except BKError:
-                continue  # the other client moved the term on mid-takeover
-            futures = [
-                (ul.append_async(b"%s-%d-%d" % (name.encode(), rnd, i)), i) for i in range(40)
-            ]
-            for fut, i in futures:
+    def stream(ul, rnd: int) -> None:
+        for batch in range(400):  # until displaced (a safety bound, never reached)
+            datas = [b"%d-%d-%d" % (rnd, batch, i) for i in range(10)]
+            futures = [ul.append_async(d) for d in datas]
+            displaced = False
+            for fut, data in zip(futures, datas, strict=True):
                 try:
                     eid = fut.result()
                 except InvalidTermError:
-                    with lock:
-                        refused.append((name, rnd, i))
+                    displaced = True
                     continue
                 with lock:
-                    data = b"%s-%d-%d" % (name.encode(), rnd, i)
                     assert acked.setdefault(eid, data) == data, f"id {eid} acknowledged twice"
+                    counts[rnd] = counts.get(rnd, 0) + 1
+            if displaced:
+                with lock:
+                    refused.append(rnd)
+                return
 
-    threads = [threading.Thread(target=fight, args=(n,)) for n in ("a", "b")]
-    for t in threads:
+    rounds = 8
+    threads = []
+    for rnd in range(rounds):
+        ul = clients[rnd % 2].open_unbounded(lid)  # while the previous round streams
+        t = threading.Thread(target=stream, args=(ul, rnd))
         t.start()
+        threads.append(t)
+        wait_until(lambda rnd=rnd: counts.get(rnd, 0) >= 30)
+    closer = cluster.client("closer").open_unbounded(lid)  # displaces the last stream
     for t in threads:
         t.join()
-    assert acked
+    assert sorted(refused) == list(range(rounds))  # every stream was cut off by a term
     last = max(acked)
     views = []
     for name in ("r1", "r2"):
         r = cluster.client(name).open_unbounded(lid, takeover=False)
-        wait_until(lambda r=r: r.read_last_add_confirmed() >= last)
+        wait_until(lambda r=r: r.read_last_add_confirmed() >= closer.last_add_confirmed)
         views.append([(e.entry_id, e.data) for e in r.read(0, last)])
-    # A final takeover recovers whatever the last writer left and reads the same.
-    closer = cluster.client("closer").open_unbounded(lid)
     views.append([(e.entry_id, e.data) for e in closer.read(0, last)])
     assert views[0] == views[1] == views[2]
     seen = dict(views[0])
     for eid, data in acked.items():
         assert seen.get(eid) == data, f"acknowledged entry {eid} not readable as written"
-    ids = [eid for eid, _ in views[0]]
-    assert ids == sorted(ids)
     md = closer.metadata
     for eid in range(closer.last_add_confirmed + 1):
         assert len({v for v in replicas(cluster, md, eid).values() if v is not None}) <= 1
