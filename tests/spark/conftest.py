@@ -11,6 +11,7 @@ extra, and a silently skipped suite would hide the connector's bugs.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Iterator
@@ -46,6 +47,11 @@ def _import_pyspark() -> Any:
         pytest.fail(f"{INSTALL_HINT} ({exc})", pytrace=False)
     if int(pyspark.__version__.split(".")[0]) < 4:
         pytest.fail(f"{INSTALL_HINT} (found pyspark {pyspark.__version__})", pytrace=False)
+    java_home = os.environ.get("JAVA_HOME")
+    if not shutil.which("java") and not (java_home and Path(java_home, "bin", "java").exists()):
+        pytest.fail(
+            "Spark needs Java 17+: apt-get install -y openjdk-17-jre-headless", pytrace=False
+        )
     return SparkSession
 
 

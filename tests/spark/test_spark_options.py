@@ -59,3 +59,31 @@ def test_read_over_tls_with_tls_ca(make_cluster: Any, zk_uri: str) -> None:
     assert [(p.first, p.last) for p in parts] == [(0, 3), (4, 6)]
     rows = [row for p in parts for row in reader.read(p)]
     assert rows == [(wh.ledger_id, i, b"t%d" % i) for i in range(7)]
+
+
+def test_batch_plan_and_read_of_an_unbounded_ledger(spark_cluster: Any, metadata_uri: str) -> None:
+    # Followed without a takeover; the new writer's no-op is not a row.
+    first = spark_cluster.client("ub1")
+    second = spark_cluster.client("ub2")
+    try:
+        ul = first.create_unbounded(3, 3, 2)
+        for i in range(3):
+            ul.append(b"a%d" % i)
+        ul.close()
+        ul2 = second.open_unbounded(ul.ledger_id, takeover=True)
+        later = [ul2.append(b"b%d" % i) for i in range(2)]
+        ul2.close()  # sends the final LAC; the ledger stays open for the next writer
+        reader = EmbedlogBatchReader(
+            ReadOptions.parse({"metadataUri": metadata_uri, "ledgers": str(ul.ledger_id)})
+        )
+        (part,) = reader.partitions()
+        assert (part.first, part.last) == (0, later[-1])
+        rows = list(reader.read(part))
+        expected = [(0, b"a0"), (1, b"a1"), (2, b"a2")] + [
+            (eid, b"b%d" % i) for i, eid in enumerate(later)
+        ]
+        assert [(r[1], r[2]) for r in rows] == expected
+        assert later[0] == 4  # entry 3 is the no-op
+    finally:
+        first.close()
+        second.close()
