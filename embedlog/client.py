@@ -160,6 +160,13 @@ class Client:
         self, ledger_id: int, *, password: bytes = b"", recover: bool = True
     ) -> ReadHandle:
         if recover:
+            md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
+            if md.unbounded:
+                # Bounded recovery would fence and close the stream for good.
+                raise ValueError(
+                    f"ledger {ledger_id} is an unbounded ledger: open_unbounded() takes it "
+                    "over; open_ledger(recover=False) reads it without disturbing the writer"
+                )
             md = await recover_ledger(self.ctx, ledger_id, password)
             return ReadHandle(self._runtime, self.ctx, md, password, md.last_entry_id)
         md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)

@@ -40,6 +40,17 @@ def test_append_after_a_takeover_raises_invalid_term_and_reopening_continues(clu
     ]
 
 
+def test_bounded_recovery_refuses_an_unbounded_ledger(cluster):
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    ul.append(b"x")
+    other = cluster.client("o")
+    with pytest.raises(ValueError, match="unbounded"):
+        other.open_ledger(ul.ledger_id)  # would fence and close the stream
+    rh = other.open_ledger(ul.ledger_id, recover=False)  # plain reads are fine
+    assert not rh.is_closed
+    assert ul.append(b"y") == 1
+
+
 def test_a_follower_never_disturbs_the_writer(cluster):
     ul = cluster.client("w").create_unbounded(3, 3, 2)
     ul.append(b"x")
