@@ -85,7 +85,7 @@ def test_recovery_writes_reach_the_whole_write_set(make_cluster):
     for i in range(5):
         ul1.append(b"e%d" % i)
     victim = ul1.metadata.last_fragment[1][0]
-    c2 = cluster.client("c2", request_timeout=0.3)
+    c2 = cluster.client("c2", request_timeout=1.0)
     cluster.network.drop_next("c2", victim, "recovery_add", 100)
     ul2 = c2.open_unbounded(ul1.ledger_id)
     md = ul2.metadata
