@@ -86,6 +86,7 @@ def test_write_keeps_partition_order_strings_password_and_digest(
     assert md.digest_type is DigestType.MAC
     entries = client.open_ledger(lid, password=b"pw").read(0, md.last_entry_id)
     assert [e.data.decode() for e in entries] == texts
+    client.delete_ledger(lid)  # reading every ledger takes one password
 
 
 def test_failed_task_deletes_its_partial_ledger(spark: Any, client: Any, metadata_uri: str) -> None:
