@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # Acknowledged entries whose remaining write-set answers are tracked for the LAFR; past
 # this many (a bookie that never answers and cannot be replaced) the oldest are dropped
 # and the LAFR waits until they lie below the last fragment.
-MAX_TRACKED = 50_000
+MAX_TRACKED = 10_000
 
 
 class TermWriter(LedgerWriter):
@@ -93,6 +93,7 @@ class TermWriter(LedgerWriter):
             if self.gwq:
                 self.lafr = p.entry_id
             else:
+                p.packed = b""  # never resent once acknowledged; only its acks matter now
                 self._replicating.append(p)
             if not p.future.done():
                 p.future.set_result(p.entry_id)
