@@ -35,7 +35,15 @@ from embedlog.metadata.store import MetadataStore
 from embedlog.transport.server import BookieGoneError
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import parse_header
-from embedlog.wire.messages import NO_TERM, AddFlags, OpCode, ReadFlags, Request, Response
+from embedlog.wire.messages import (
+    NO_TERM,
+    AddFlags,
+    OpCode,
+    ReadFlags,
+    Request,
+    Response,
+    TrimFlags,
+)
 
 if TYPE_CHECKING:
     from embedlog.client import Client
@@ -646,6 +654,8 @@ class Bookie:
     async def _cut(self, req: Request) -> Response:
         assert self.storage is not None and self.journal is not None
         lid = req.ledger_id
+        if req.op == OpCode.TRIM and req.flags & TrimFlags.ABOVE:
+            return await self._clean_above(req)
         if self.storage.info(lid) is None:
             return self._missing(req, None, StatusCode.ENOLEDGER)
         if req.op == OpCode.DELETE_LEDGER:
@@ -653,6 +663,34 @@ class Bookie:
         else:
             await self.storage.cut(lid, "below", req.entry_id, self.journal.lsn)
         return Response.to(req, StatusCode.EOK)
+
+    async def _clean_above(self, req: Request) -> Response:
+        """Unbounded ledgers: drop entries above req.entry_id, once per term (TrimFlags)."""
+        assert self.storage is not None and self.journal is not None
+        lid = req.ledger_id
+        if req.term == NO_TERM:
+            return Response.to(req, StatusCode.EBADREQ)
+        info = self.storage.info(lid)
+        if info is None:
+            info = LedgerInfo(master_key=req.master_key.hex())
+        elif req.master_key and info.master_key and info.master_key != req.master_key.hex():
+            return Response.to(req, StatusCode.EUA)
+        refused, changed = self._check_term(req, info)
+        if refused:
+            return Response.to(req, StatusCode.EINVALIDTERM, term=info.term)
+        if req.term > info.truncated_term:
+            # Durable first: a duplicate of this request must never cut again in this term
+            # (by then the writer may have stored the new fragment's entries here).
+            info.truncated_term = req.term
+            fut = self._journal_state(lid, info, wait=True)
+            assert fut is not None
+            await fut
+            await self.storage.cut(lid, "above", req.entry_id, self.journal.lsn)
+        elif changed:
+            fut = self._journal_state(lid, info, wait=True)
+            assert fut is not None
+            await fut
+        return Response.to(req, StatusCode.EOK, term=req.term)
 
     # -- inspection --------------------------------------------------------------------------
 

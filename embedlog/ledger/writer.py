@@ -317,14 +317,26 @@ class LedgerWriter:
                 ensemble,
             )
             self.md = new_md
+            ready = await self.prepare_bookies(set(replaced.values()), first)
+            # A new member that could not be readied is replaced in turn; its entries wait.
+            self._failed |= set(replaced.values()) - ready
             for p in self.pending:
                 ws = write_set(p.entry_id, new_md.ensemble_size, new_md.write_quorum)
                 for idx, bookie in replaced.items():
                     if idx in ws and p.sent:
                         p.acks.discard(idx)
-                        self._send(p, idx, bookie)
+                        if bookie in ready:
+                            self._send(p, idx, bookie)
         for b in failed - set(replaced.values()) - {md.last_fragment[1][i] for i in replaced}:
             self._retry_later(b)
+
+    async def prepare_bookies(self, bookies: set[str], first: int) -> set[str]:
+        """Ready new members of a fragment starting at ``first``; returns those that are.
+
+        Nothing to do for bounded ledgers (unbounded ones clean stale entries, see
+        ``embedlog/unbounded/writer.py``).
+        """
+        return bookies
 
     def _retry_later(self, bookie: str) -> None:
         """No replacement for ``bookie``: resend its missing entries after a pause."""

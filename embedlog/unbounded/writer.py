@@ -34,12 +34,13 @@ from embedlog.errors import (
     NotEnoughBookiesError,
     UnauthorizedAccessError,
 )
+from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.writer import LedgerWriter, PendingAdd
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.unbounded import rules
 from embedlog.wire.codes import StatusCode
-from embedlog.wire.messages import NO_TERM, Response
+from embedlog.wire.messages import NO_TERM, OpCode, Response, TrimFlags
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,44 @@ class TermWriter(LedgerWriter):
             error = InvalidTermError(f"{error}; a client with a higher term took over")
         super().fail(error)
         self._progress.set()
+
+    async def prepare_bookies(self, bookies: set[str], first: int) -> set[str]:
+        """Before a new fragment's first entry, each new member drops whatever it holds of
+        this ledger at or above ``first`` (once per term, TrimFlags.ABOVE).
+
+        A bookie that missed a takeover's truncate no-op (it was not in the last fragment,
+        or was replaced during the recovery) may still hold an older term's entries at ids
+        this term writes again; if one of this term's adds to it then failed while the
+        entry still reached its ack quorum, readers asking it first would read the old
+        payload. Bookies that applied this term's no-op (or an earlier cleanup) ignore it.
+        """
+        if self.term == NO_TERM or not bookies:
+            return set(bookies)
+        lid = self.md.ledger_id
+
+        async def one(bookie: str) -> str | None:
+            try:
+                resp = await self.ctx.bookies.call(
+                    bookie,
+                    OpCode.TRIM,
+                    lid,
+                    first - 1,
+                    flags=TrimFlags.ABOVE,
+                    term=self.term,
+                    master_key=self.key,
+                )
+            except UNKNOWN_OUTCOMES:
+                return None
+            if resp.status == StatusCode.EINVALIDTERM:
+                raise InvalidTermError(
+                    f"ledger {lid}: {bookie} has term {resp.term} above {self.term}"
+                )
+            if resp.status == StatusCode.EUA:
+                raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
+            return bookie if resp.status == StatusCode.EOK else None
+
+        answers = await asyncio.gather(*(one(b) for b in sorted(bookies)))
+        return {b for b in answers if b is not None}
 
     def announce_lac(self) -> None:
         """Send the LAC explicitly to the last fragment now, in the background."""
@@ -237,13 +276,17 @@ class TermWriter(LedgerWriter):
                 self.md = await self.ctx.meta(
                     self.ctx.metadata.write_ledger, md.with_ensemble(at, tuple(ensemble))
                 )
-                self.rollovers += 1
-                log.debug("ledger %s: new fragment at %s on %s", md.ledger_id, at, ensemble)
-                return
             except MetadataVersionError:
                 md = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
                 check_still_ours(md, self.term)
                 self.md = md
+                continue
+            self.rollovers += 1
+            log.debug("ledger %s: new fragment at %s on %s", md.ledger_id, at, ensemble)
+            ready = await self.prepare_bookies(set(ensemble), at)
+            # Not ready: replaced by an ensemble change before the fragment's first entry.
+            self._failed |= set(ensemble) - ready
+            return
 
 
 def fresh_ensemble(

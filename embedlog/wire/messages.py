@@ -55,6 +55,15 @@ class ReadFlags(enum.IntFlag):
     RECOVERY = 2  # a ledger-recovery read
 
 
+class TrimFlags(enum.IntFlag):
+    NONE = 0
+    # Unbounded ledgers: delete the entries ABOVE entry_id, at most once per term (the
+    # request's term, which must not be below the bookie's). A writer sends it to each
+    # bookie of a new fragment before the fragment's first entry: a bookie that missed a
+    # takeover's truncate no-op may hold an older term's entries at the fragment's ids.
+    ABOVE = 1
+
+
 NO_TERM = -1
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from unbounded_helpers import wait_until
+from unbounded_helpers import raw_add, stored, wait_until
 
 from embedlog import NoSuchEntryError
 from embedlog.unbounded import layout
@@ -105,3 +105,29 @@ def test_trim_drops_whole_fragments_only(make_cluster):
     ul.trim(10_000)  # never the last fragment
     md = cluster.metadata.read_ledger(ul.ledger_id)
     assert [first for first, _ in md.fragments] == [30]
+
+
+def test_a_new_fragment_drops_an_older_terms_leftovers(make_cluster):
+    """A bookie outside the last fragment at a takeover misses its truncate no-op and may
+    keep an older term's entries (say, adds of the old writer to a bookie its ensemble
+    change then dropped). Before a new fragment that includes the bookie is written, the
+    writer has it drop what it holds from the fragment's first id up (once per term), so
+    such an id can never be read back stale from it."""
+    cluster = make_cluster(4)
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2, fragment_max_entries=10)
+    lid = ul1.ledger_id
+    outsider = (set(cluster.bookie_ids) - set(ul1.metadata.last_fragment[1])).pop()
+    for i in range(5):
+        ul1.append(b"old-%d" % i)
+    for eid in (12, 13):  # what term 1 left there
+        assert raw_add(cluster, outsider, lid, eid, 1, b"stale").status == 0
+    ul2 = cluster.client("c2").open_unbounded(lid)  # term 2, no-op at 5 (not on outsider)
+    assert stored(cluster, outsider, lid, 12) == b"stale"
+    assert [ul2.append(b"new-%d" % i) for i in range(5)] == [6, 7, 8, 9, 10]
+    md = cluster.metadata.read_ledger(lid)
+    assert md.fragments[-1][0] == 10 and outsider in md.fragments[-1][1]
+    assert stored(cluster, outsider, lid, 12) is None  # gone before id 12 is written
+    assert stored(cluster, outsider, lid, 13) is None
+    more = [ul2.append(b"new-%d" % i) for i in range(5, 8)]
+    assert more == [11, 12, 13]
+    assert [e.data for e in ul2.read(12, 13)] == [b"new-6", b"new-7"]

@@ -32,3 +32,15 @@ def replicas(cluster, md, entry_id: int) -> dict[str, bytes | None]:
         b: stored(cluster, b, md.ledger_id, entry_id)
         for b in write_set_bookies(entry_id, ensemble, md.write_quorum)
     }
+
+
+def raw_add(cluster, bookie: str, ledger_id: int, entry_id: int, term: int, payload: bytes):
+    """One ADD request straight to one bookie (password b"", CRC32C), as a writer of
+    ``term`` would send it; returns the bookie's response."""
+    from embedlog.transport.base import next_txn
+    from embedlog.wire.entry import Digester, DigestType, master_key
+    from embedlog.wire.messages import OpCode, Request
+
+    body = Digester(DigestType.CRC32C).pack(ledger_id, entry_id, -1, payload)
+    req = Request(OpCode.ADD, next_txn(), ledger_id, entry_id, 0, term, 0, master_key(b""), body)
+    return cluster.runtime.run(cluster.transport.request("raw", bookie, req, 5.0))
