@@ -286,7 +286,7 @@ class LedgerWriter:
             if b in failed:
                 try:
                     nb = self.ctx.placement.replace_bookie(
-                        ensemble, idx, md.write_quorum, available, exclude=failed | self._retrying
+                        ensemble, idx, md.write_quorum, available, exclude=failed | self._avoid()
                     )
                 except NotEnoughBookiesError:
                     continue
@@ -329,6 +329,10 @@ class LedgerWriter:
                             self._send(p, idx, bookie)
         for b in failed - set(replaced.values()) - {md.last_fragment[1][i] for i in replaced}:
             self._retry_later(b)
+
+    def _avoid(self) -> set[str]:
+        """Bookies not to pick as replacements (those this writer is waiting to retry)."""
+        return set(self._retrying)
 
     async def prepare_bookies(self, bookies: set[str], first: int) -> set[str]:
         """Ready new members of a fragment starting at ``first``; returns those that are.

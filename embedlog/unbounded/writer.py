@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 # this many (a bookie that never answers and cannot be replaced) the oldest are dropped
 # and the LAFR waits until they lie below the last fragment.
 MAX_TRACKED = 10_000
+# How long a bookie that failed this writer is left out of new fragments and replacements
+# (when enough others are available).
+SUSPECT_SECONDS = 10.0
 
 
 class TermWriter(LedgerWriter):
@@ -76,6 +79,7 @@ class TermWriter(LedgerWriter):
         self._roll_at: int | None = None
         self._progress = asyncio.Event()
         self.rollovers = 0
+        self._suspects: dict[str, float] = {}  # bookie -> when it last failed this writer
 
     # -- completion --------------------------------------------------------------------------
 
@@ -160,7 +164,22 @@ class TermWriter(LedgerWriter):
             return bookie if resp.status == StatusCode.EOK else None
 
         answers = await asyncio.gather(*(one(b) for b in sorted(bookies)))
-        return {b for b in answers if b is not None}
+        ready = {b for b in answers if b is not None}
+        now = time.monotonic()
+        for b in bookies - ready:
+            self._suspects[b] = now
+        return ready
+
+    def _bookie_failed(self, bookie: str) -> None:
+        self._suspects[bookie] = time.monotonic()
+        super()._bookie_failed(bookie)
+
+    def _avoid(self) -> set[str]:
+        """Bookies that failed this writer lately: new fragments and replacements avoid
+        them while others are available (each would cost a request timeout first)."""
+        now = time.monotonic()
+        recent = {b for b, t in self._suspects.items() if now - t < SUSPECT_SECONDS}
+        return super()._avoid() | recent
 
     def announce_lac(self) -> None:
         """Send the LAC explicitly to the last fragment now, in the background."""
@@ -271,6 +290,10 @@ class TermWriter(LedgerWriter):
         md = self.md
         while True:
             available = await self.ctx.writable_bookies()
+            avoid = self._avoid()
+            healthy = {b: info for b, info in available.items() if b not in avoid}
+            if len(healthy) >= md.ensemble_size:
+                available = healthy
             ensemble = fresh_ensemble(self.ctx, md, available)
             try:
                 self.md = await self.ctx.meta(
