@@ -25,14 +25,14 @@ from embedlog.bookie import cookie as cookies
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
 from embedlog.bookie.integrity import protection_for, suspicion_reasons
-from embedlog.bookie.journal import Journal, replay
+from embedlog.bookie.journal import Durable, Journal, replay, settle
 from embedlog.bookie.repair import Repairer
 from embedlog.bookie.storage import LedgerStorage
 from embedlog.errors import BookieIOError, NoSuchLedgerInMetadataError
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.store import MetadataStore
-from embedlog.transport.server import BookieGoneError
+from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import parse_header
 from embedlog.wire.messages import (
@@ -52,6 +52,22 @@ log = logging.getLogger(__name__)
 
 _ADD = struct.Struct(">cqq")
 _STATE = struct.Struct(">cq")
+
+
+class _AddPlan:
+    """What admitting an add decided, carried to storing and answering it."""
+
+    __slots__ = ("changed", "info", "lac", "old_lac", "term_changed", "truncate")
+
+    def __init__(
+        self, info: LedgerInfo, lac: int, changed: bool, term_changed: bool, truncate: bool
+    ) -> None:
+        self.info = info
+        self.lac = lac
+        self.changed = changed
+        self.term_changed = term_changed
+        self.truncate = truncate
+        self.old_lac = -1
 
 
 class BookieState(enum.Enum):
@@ -461,15 +477,58 @@ class Bookie:
             if req.op in (OpCode.DELETE_LEDGER, OpCode.TRIM):
                 return await self._cut(req)
             return Response.to(req, StatusCode.EBADREQ)
-        except BookieIOError as exc:
+        except (BookieIOError, OSError) as exc:
+            return self._failed(req, exc)
+
+    def handle_nowait(self, req: Request, reply: Reply) -> asyncio.Task[Response] | None:
+        """``handle`` for transports that take a callback: ``reply`` gets the answer or the
+        exception ``handle`` would raise.
+
+        A plain add, the hot path, runs here without a task of its own and is answered
+        from the journal's group commit; anything else runs ``handle`` as a task, which is
+        returned so the transport can cancel it on shutdown.
+        """
+        if req.op != OpCode.ADD or req.flags & AddFlags.TRUNCATE:
+            return handle_as_task(self.handle(req), reply)
+        if self._state is not BookieState.SERVING:
+            reply(BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}"))
+            return None
+        try:
+            plan = self._admit_add(req)
+            if isinstance(plan, Response):
+                reply(plan)
+                return None
+
+            def durable(exc: BaseException | None) -> None:
+                if exc is None:
+                    reply(self._added(req, plan))
+                    return
+                try:
+                    reply(self._failed(req, exc))
+                except BookieGoneError as gone:
+                    reply(gone)
+
+            self._store_add(req, plan, durable)
+        except (BookieIOError, OSError) as exc:
+            try:
+                reply(self._failed(req, exc))
+            except BookieGoneError as gone:
+                reply(gone)
+        return None
+
+    def _failed(self, req: Request, exc: BaseException) -> Response:
+        """The answer to a request that hit a disk error; raises BookieGoneError if the
+        error is this bookie crashing or stopping (then there is no answer at all)."""
+        if isinstance(exc, BookieIOError):
             log.error("bookie %s: %s", self.bookie_id, exc)
             return Response.to(req, StatusCode.EIO, entry_id=req.entry_id)
-        except OSError as exc:
-            if self._state is not BookieState.SERVING:
-                raise BookieGoneError(str(exc)) from exc
-            log.error("bookie %s: disk error: %s; going read-only", self.bookie_id, exc)
-            self._go_readonly()
-            return Response.to(req, StatusCode.EIO, entry_id=req.entry_id)
+        if self._state is not BookieState.SERVING:
+            raise BookieGoneError(str(exc)) from exc
+        if not isinstance(exc, OSError):
+            raise exc
+        log.error("bookie %s: disk error: %s; going read-only", self.bookie_id, exc)
+        self._go_readonly()
+        return Response.to(req, StatusCode.EIO, entry_id=req.entry_id)
 
     def _missing(self, req: Request, info: LedgerInfo | None, status: StatusCode) -> Response:
         """An explicit negative, unless the ledger is in limbo: then we cannot know."""
@@ -490,8 +549,25 @@ class Bookie:
         return False, False
 
     async def _add(self, req: Request) -> Response:
-        storage, journal = self.storage, self.journal
-        assert storage is not None and journal is not None
+        plan = self._admit_add(req)
+        if isinstance(plan, Response):
+            return plan
+        if plan.truncate:
+            assert self.storage is not None and self.journal is not None
+            await self.storage.cut(req.ledger_id, "above", req.entry_id, self.journal.lsn)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._store_add(req, plan, settle(fut))
+        await fut
+        return self._added(req, plan)
+
+    # An add in three steps, so that the hot path (handle_nowait) and ``_add`` share them:
+    # admit (every check, and the state changes the add implies), store (write cache and
+    # journal; the callback fires once it is durable), answer.
+
+    def _admit_add(self, req: Request) -> Response | _AddPlan:
+        """A refusal, or the plan for an add that passed every check."""
+        storage = self.storage
+        assert storage is not None
         lid, eid = req.ledger_id, req.entry_id
         if self.readonly:
             return Response.to(req, StatusCode.EREADONLY, entry_id=eid)
@@ -521,33 +597,46 @@ class Bookie:
             info.lafr = req.lafr
             if not changed:
                 storage.set_info(lid, info)
-        truncate = req.flags & AddFlags.TRUNCATE
-        if truncate and (req.term == NO_TERM or req.term > info.truncated_term):
+        truncate = False
+        if req.flags & AddFlags.TRUNCATE and (
+            req.term == NO_TERM or req.term > info.truncated_term
+        ):
             # Once per term: a delayed duplicate of this term's no-op (its sender retried)
             # must not delete what the new writer appended after the takeover completed.
             info.truncated_term = req.term
             term_changed = True
-            await storage.cut(lid, "above", eid, journal.lsn)
-        state_fut = None
-        if changed or term_changed:
-            state_fut = self._journal_state(lid, info, wait=term_changed)
-        old_lac = info.known_lac
-        storage.put(lid, eid, req.body)
+            truncate = True
+        return _AddPlan(info, header.lac, changed, term_changed, truncate)
+
+    def _store_add(self, req: Request, plan: _AddPlan, on_durable: Durable) -> None:
+        storage, journal = self.storage, self.journal
+        assert storage is not None and journal is not None
+        lid, eid, info = req.ledger_id, req.entry_id, plan.info
+        state_waits = plan.term_changed
+        if plan.changed or plan.term_changed:
+            storage.set_info(lid, info)
+            # With the add journaled behind it, the add's fsync covers the state record.
+            journal.append_then(
+                _STATE.pack(b"S", lid) + info.to_json(),
+                on_durable if state_waits and not self.config.journal_write_data else None,
+            )
+        plan.old_lac = info.known_lac
+        storage.put(lid, eid, req.body, lac=plan.lac)
         if info.limbo and lid not in self._first_live and not req.flags & AddFlags.RECOVERY:
             self._first_live[lid] = eid
         if self.config.journal_write_data:
-            fut = journal.append(_ADD.pack(b"A", lid, eid) + req.body)
-            assert fut is not None
-            await fut
-        elif state_fut is not None:
-            await state_fut
-        if info.known_lac > old_lac:
-            self._notify_lac(lid)
+            journal.append_then(_ADD.pack(b"A", lid, eid) + req.body, on_durable)
+        elif not state_waits:
+            on_durable(None)  # acknowledged from the write cache (BP-46)
+
+    def _added(self, req: Request, plan: _AddPlan) -> Response:
+        if plan.info.known_lac > plan.old_lac:
+            self._notify_lac(req.ledger_id)
         self._maybe_flush_early()
         # The request's term (the model's response term): the client discards answers of
         # another term, and a takeover that raced this add must not make its ack look stale.
-        term = req.term if req.term != NO_TERM else info.term
-        return Response.to(req, StatusCode.EOK, entry_id=eid, term=term)
+        term = req.term if req.term != NO_TERM else plan.info.term
+        return Response.to(req, StatusCode.EOK, entry_id=req.entry_id, term=term)
 
     async def _read(self, req: Request) -> Response:
         storage = self.storage

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from pathlib import Path
 
@@ -31,6 +31,24 @@ log = logging.getLogger(__name__)
 
 FRAME = struct.Struct(">II")
 SUFFIX = ".jnl"
+
+# Called once a record is durable (None) or can never be (the error). A plain callback
+# rather than a future: the bookie's hot path answers an add from it without a task.
+Durable = Callable[[BaseException | None], None]
+
+
+def settle(fut: asyncio.Future[None]) -> Durable:
+    """A ``Durable`` that completes ``fut``."""
+
+    def done(exc: BaseException | None) -> None:
+        if fut.done():
+            return
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc)
+
+    return done
 
 
 def frame(payload: bytes) -> bytes:
@@ -85,8 +103,9 @@ class Journal:
         self._file_start = start_lsn
         self._buf: list[bytes] = []
         self._buf_bytes = 0
-        self._waiters: list[asyncio.Future[None]] = []
-        self._inflight: list[asyncio.Future[None]] = []
+        self._waiters: list[Durable] = []
+        self._inflight: list[Durable] = []
+        self._writing = False
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.error: OSError | None = None
@@ -98,6 +117,15 @@ class Journal:
 
     def append(self, payload: bytes, *, wait: bool = True) -> asyncio.Future[None] | None:
         """Queue a record; with ``wait`` return a future that resolves once it is fsync'd."""
+        if not wait:
+            self.append_then(payload, None)
+            return None
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.append_then(payload, settle(fut))
+        return fut
+
+    def append_then(self, payload: bytes, on_durable: Durable | None) -> None:
+        """Queue a record; ``on_durable`` is called from the journal's task after the fsync."""
         if self.error is not None:
             raise self.error
         data = frame(payload)
@@ -105,19 +133,16 @@ class Journal:
         self._buf_bytes += len(data)
         self.lsn += len(data)
         self._wakeup.set()
-        if not wait:
-            return None
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        return fut
+        if on_durable is not None:
+            self._waiters.append(on_durable)
 
     async def sync(self) -> None:
         """Wait until everything appended so far is durable."""
-        fut = asyncio.get_running_loop().create_future()
-        if not self._buf and not self._waiters:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not self._buf and not self._waiters and not self._writing:
             fut.set_result(None)
-        else:
-            self._waiters.append(fut)
+        else:  # a batch being written is not durable yet either: wait for the next group
+            self._waiters.append(settle(fut))
             self._wakeup.set()
         await fut
 
@@ -134,22 +159,23 @@ class Journal:
             self._inflight = waiters  # so that crash() can fail them
             self._buf, self._buf_bytes, self._waiters = [], 0, []
             batch_lsn = self.lsn - len(batch)
+            self._writing = True
             try:
                 await asyncio.get_running_loop().run_in_executor(
                     self._executor, self._write, batch, batch_lsn
                 )
             except OSError as exc:
+                self._writing = False
                 log.error("journal write failed: %s", exc)
                 self.error = exc
-                for w in waiters:
-                    if not w.done():
-                        w.set_exception(exc)
+                self._inflight = []
+                _notify(waiters, exc)
                 continue
+            self._writing = False
+            self._inflight = []
             self.batches += 1
             self.records += len(waiters)
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
+            _notify(waiters, None)
 
     def _write(self, batch: bytes, batch_lsn: int) -> None:
         if batch and self._file.size + len(batch) > self.max_file_size and self._file.size:
@@ -184,12 +210,17 @@ class Journal:
     def crash(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        exc = OSError("bookie crashed")
-        for w in self._waiters + self._inflight:
-            if not w.done():
-                w.set_exception(exc)
-        self._waiters.clear()
+        waiters, self._waiters, self._inflight = self._waiters + self._inflight, [], []
+        _notify(waiters, OSError("bookie crashed"))
         self._buf.clear()
         # On the journal's own thread, after any write it is doing: a crash must not race
         # a write into the file it truncates (bytes never fsync'd would then survive).
         self._executor.submit(self._file.crash).result()
+
+
+def _notify(waiters: list[Durable], exc: BaseException | None) -> None:
+    for w in waiters:
+        try:
+            w(exc)
+        except Exception:  # one broken waiter must not leave the rest of its group hanging
+            log.exception("journal waiter failed")

@@ -59,14 +59,16 @@ class LedgerStorage:
 
     # -- entries -----------------------------------------------------------------------------
 
-    def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
+    def put(self, ledger_id: int, entry_id: int, data: bytes, *, lac: int | None = None) -> None:
+        """Cache an entry; ``lac`` is the one in its header when the caller parsed it already."""
         entries = self.cache.setdefault(ledger_id, {})
         old = entries.get(entry_id)
         entries[entry_id] = data
         self.cache_bytes += len(data) - (len(old) if old is not None else 0)
         info = self._infos.get(ledger_id) or self.info(ledger_id)
         if info is not None:
-            lac = parse_header(data).lac
+            if lac is None:
+                lac = parse_header(data).lac
             if lac > info.lac:
                 info.lac = lac
                 self._dirty.add(ledger_id)

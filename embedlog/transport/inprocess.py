@@ -1,9 +1,11 @@
 """The in-process transport: bookies in this process, reached through the same frames as TCP.
 
 Every request is encoded, passed through the fault injector and decoded by
-the bookie; the reply travels back the same way. Delivery runs as its own
-task, so a request the client stopped waiting for can still arrive (late)
-and a bookie never sees a request cancelled halfway.
+the bookie; the reply travels back the same way. The bookie's work on a
+request never belongs to the caller's task, so a request the client stopped
+waiting for can still arrive (late) and a bookie never sees a request
+cancelled halfway. Plain adds are answered by callback from the journal's
+group commit, without a task per request.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class InProcessTransport(Transport):
         self._lookup = lookup
         self.faults = faults or NetworkFaults()
         self._injector = FaultInjector(self.faults)
-        self._serving: set[asyncio.Task[bytes | None]] = set()
+        self._serving: set[asyncio.Task[Response]] = set()
 
     async def request(self, src: str, bookie_id: str, req: Request, timeout: float) -> Response:
         return await self._injector.request(src, bookie_id, req, timeout, self._send)
@@ -55,29 +57,28 @@ class InProcessTransport(Transport):
         bookie = self._lookup(bookie_id)  # looked up at delivery time: after any delay
         if bookie is None:
             raise BookieUnavailableError(f"bookie {bookie_id} is not running")
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(serve_frame(bookie, req.encode()))
-        self._serving.add(task)
-        task.add_done_callback(self._serving.discard)
         # A separate future: the caller may cancel it (it gave up waiting) without
         # cancelling the bookie's work on the request.
-        answer: asyncio.Future[Response] = loop.create_future()
+        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
 
-        def done(t: asyncio.Task[bytes | None]) -> None:
+        def reply(frame: bytes | None, gone: BaseException | None) -> None:
             if answer.done():
                 return
-            if t.cancelled():
-                answer.set_exception(BookieUnavailableError(f"bookie {bookie_id} went away"))
-            elif (exc := t.exception()) is not None:  # the bookie went away mid-request (crash)
-                answer.set_exception(BookieUnavailableError(f"bookie {bookie_id} went away: {exc}"))
-            elif (frame := t.result()) is not None:
+            if gone is not None:  # the bookie went away mid-request (crash, stop)
+                answer.set_exception(
+                    BookieUnavailableError(f"bookie {bookie_id} went away: {gone!r}")
+                )
+            elif frame is not None:
                 try:
                     answer.set_result(Response.decode(frame))
                 except FrameError as exc:  # a bookie bug; say so rather than time out
                     answer.set_exception(BookieUnavailableError(f"bookie {bookie_id}: {exc}"))
             # else: an undecodable request gets no answer; the caller times out
 
-        task.add_done_callback(done)
+        task = serve_frame(bookie, req.encode(), reply)
+        if task is not None:
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
         return answer
 
     async def close(self) -> None:

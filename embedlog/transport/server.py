@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import FrameError, Request, Response
@@ -19,19 +21,58 @@ class RequestHandler(Protocol):
     async def handle(self, req: Request) -> Response: ...
 
 
-async def serve_frame(handler: RequestHandler, frame: bytes) -> bytes | None:
-    """Decode, handle and encode. A frame that cannot be decoded gets no answer (it has no
-    trustworthy transaction id); the caller's timeout turns that into an unknown outcome."""
+# What a handler's ``handle_nowait`` passes back: the answer or the exception ``handle``
+# would have raised.
+Reply = Callable[[Response | BaseException], None]
+
+# What a transport learns about one request frame: the answer frame, None for "no answer
+# ever" (an undecodable frame), or the exception that means the bookie went away.
+FrameReply = Callable[[bytes | None, BaseException | None], None]
+
+
+def handle_as_task(coro: Coroutine[Any, Any, Response], reply: Reply) -> asyncio.Task[Response]:
+    """Run a handler coroutine as a task whose outcome goes to ``reply``."""
+    task = asyncio.get_running_loop().create_task(coro)
+
+    def done(t: asyncio.Task[Response]) -> None:
+        if t.cancelled():
+            reply(asyncio.CancelledError())
+        else:
+            reply(t.exception() or t.result())
+
+    task.add_done_callback(done)
+    return task
+
+
+def serve_frame(
+    handler: RequestHandler, frame: bytes, reply: FrameReply
+) -> asyncio.Task[Response] | None:
+    """Decode, handle, encode; the answer frame goes to ``reply``.
+
+    A frame that cannot be decoded gets no answer (it has no trustworthy transaction
+    id); the caller's timeout turns that into an unknown outcome. A handler error is
+    answered with EIO: a bookie must answer, not crash, on a request it chokes on.
+    Handlers with ``handle_nowait`` (bookies) serve plain adds without a task; the
+    task serving the request, if there is one, is returned for cancelling at shutdown.
+    """
     try:
         req = Request.decode(frame)
     except FrameError as exc:
         log.warning("dropping undecodable request frame: %s", exc)
+        reply(None, None)
         return None
-    try:
-        resp = await handler.handle(req)
-    except BookieGoneError:
-        raise  # no answer: the transport reports the bookie unavailable
-    except Exception:  # a bookie must answer, not crash, on a request it chokes on
-        log.exception("bookie failed handling %s", req.op.name)
-        resp = Response.to(req, StatusCode.EIO)
-    return resp.encode()
+
+    def answered(result: Response | BaseException) -> None:
+        if isinstance(result, Response):
+            reply(result.encode(), None)
+        elif isinstance(result, BookieGoneError | asyncio.CancelledError):
+            reply(None, result)  # no answer: the transport reports the bookie unavailable
+        else:
+            log.error("bookie failed handling %s", req.op.name, exc_info=result)
+            reply(Response.to(req, StatusCode.EIO).encode(), None)
+
+    handle_nowait = getattr(handler, "handle_nowait", None)
+    if handle_nowait is not None:
+        task: asyncio.Task[Response] | None = handle_nowait(req, answered)
+        return task
+    return handle_as_task(handler.handle(req), answered)  # type: ignore[arg-type]

@@ -27,7 +27,7 @@ from typing import Any
 from embedlog.errors import BookieUnavailableError
 from embedlog.transport.base import Transport
 from embedlog.transport.faults import FaultInjector, NetworkFaults
-from embedlog.transport.server import RequestHandler, serve_frame
+from embedlog.transport.server import FrameReply, RequestHandler, serve_frame
 from embedlog.wire.messages import FrameError, Request, Response
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,8 @@ LENGTH = struct.Struct(">I")
 # below what would let one bad length prefix make a peer allocate gigabytes.
 MAX_FRAME = 64 * 1024 * 1024
 ADDRESS_FILE = "address"
+# Answers a bookie holds for one connection before it stops reading that client's requests.
+_WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
 
 # bookie id -> "host:port" (None if unknown); may be a coroutine function, e.g. a metadata read.
 Resolver = Callable[[str], "str | Awaitable[str | None] | None"]
@@ -128,11 +130,15 @@ class BookieServer:
         try:
             while True:
                 frame = await _read_frame(reader, self.max_frame)
-                # Its own task: a slow request (a long-poll LAC read, an fsync) must not
-                # hold up the ones behind it. Answers leave in completion order.
-                t = asyncio.get_running_loop().create_task(self._serve(frame, writer, peer))
-                self._handling.add(t)
-                t.add_done_callback(self._handling.discard)
+                # Never awaited here: a slow request (a long-poll LAC read, an fsync) must
+                # not hold up the ones behind it. Answers leave in completion order.
+                t = serve_frame(self.handler, frame, self._answer_to(writer, peer))
+                if t is not None:
+                    self._handling.add(t)
+                    t.add_done_callback(self._handling.discard)
+                if writer.transport.get_write_buffer_size() > _WRITE_BUFFER_LIMIT:
+                    # A client that reads its answers slowly: stop reading its requests.
+                    await writer.drain()
         except asyncio.IncompleteReadError:
             pass  # the client hung up
         except FrameError as exc:
@@ -143,20 +149,22 @@ class BookieServer:
             self._readers.pop(writer, None)
             writer.transport.abort()
 
-    async def _serve(self, frame: bytes, writer: asyncio.StreamWriter, peer: object) -> None:
-        answer = await serve_frame(self.handler, frame)
-        if answer is None:
-            # Garbage: the stream can no longer be trusted to be in step with its frames.
-            log.warning("closing connection from %s: undecodable request frame", peer)
-            writer.transport.abort()
-            return
-        if writer.is_closing():
-            return  # the client went away or we are closing; the answer is lost
-        writer.write(_frame(answer))  # one write per frame: frames never interleave
-        try:
-            await writer.drain()
-        except (ConnectionError, OSError):
-            pass  # the reader loop sees the broken connection and cleans up
+    @staticmethod
+    def _answer_to(writer: asyncio.StreamWriter, peer: object) -> FrameReply:
+        def answer(frame: bytes | None, gone: BaseException | None) -> None:
+            if gone is not None:
+                writer.transport.abort()  # the bookie went away: so does its connection
+                return
+            if frame is None:
+                # Garbage: the stream can no longer be trusted to be in step with its frames.
+                log.warning("closing connection from %s: undecodable request frame", peer)
+                writer.transport.abort()
+                return
+            if writer.is_closing():
+                return  # the client went away or we are closing; the answer is lost
+            writer.write(_frame(frame))  # one write per frame: frames never interleave
+
+        return answer
 
 
 # -- client --------------------------------------------------------------------------------------
