@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-from typing import Any
 
 from embedlog.errors import BKError, ReadPastLastConfirmedError
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
+from embedlog.ledger.inbox import AddInbox
 from embedlog.ledger.reader import read_lac, read_range
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime
 from embedlog.wire.entry import Digester
-
-
-def chain(afut: asyncio.Future[Any], cfut: concurrent.futures.Future[Any]) -> None:
-    """Complete a concurrent future from an asyncio one (called on the loop)."""
-
-    def done(f: asyncio.Future[Any]) -> None:
-        if f.cancelled():
-            cfut.cancel()
-        elif f.exception() is not None:
-            cfut.set_exception(f.exception())  # type: ignore[arg-type]
-        else:
-            cfut.set_result(f.result())
-
-    afut.add_done_callback(done)
 
 
 def check_range(first: int, last: int) -> None:
@@ -50,6 +35,7 @@ class WriteHandle:
         self._ctx = ctx
         self._writer = writer
         self._loop = runtime.loop
+        self._inbox = AddInbox(runtime.loop)
 
     @property
     def ledger_id(self) -> int:
@@ -67,14 +53,7 @@ class WriteHandle:
         """Queue ``data``; the future gives its entry id once it (and all before it) is acked."""
         if not isinstance(data, bytes | bytearray | memoryview):
             raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
-        cfut: concurrent.futures.Future[int] = concurrent.futures.Future()
-        payload = bytes(data)
-
-        def enqueue() -> None:
-            chain(self._writer.add(payload), cfut)
-
-        self._loop.call_soon_threadsafe(enqueue)
-        return cfut
+        return self._inbox.submit(self._writer, bytes(data))
 
     def add(self, data: bytes) -> int:
         return self.add_async(data).result()

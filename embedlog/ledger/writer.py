@@ -15,6 +15,7 @@ changes stay in memory until recovery's closing compare-and-swap.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections import deque
@@ -39,12 +40,17 @@ from embedlog.wire.messages import NO_TERM, AddFlags, OpCode, Response
 log = logging.getLogger(__name__)
 
 
+# Where an add's outcome goes: an asyncio future (callers on the loop), or the blocking
+# API's concurrent future, completed directly (no asyncio future and callback between).
+# A concurrent future must already be RUNNING (set_running_or_notify_cancel), so that the
+# caller can no longer cancel it under the writer.
+Completion = asyncio.Future[int] | concurrent.futures.Future[int]
+
+
 class PendingAdd:
     __slots__ = ("acks", "created", "entry_id", "flags", "future", "packed", "sent")
 
-    def __init__(
-        self, entry_id: int, packed: bytes, future: asyncio.Future[int], flags: int
-    ) -> None:
+    def __init__(self, entry_id: int, packed: bytes, future: Completion, flags: int) -> None:
         self.entry_id = entry_id
         self.flags = flags
         self.packed = packed
@@ -82,9 +88,10 @@ class LedgerWriter:
         self.term = term
         self.lac = lac
         self.next_entry_id = lac + 1
-        self.pending: deque[PendingAdd] = deque()
+        self.pending: deque[PendingAdd] = deque()  # added, not yet acknowledged (in order)
+        self._waiting: deque[PendingAdd] = deque()  # the tail of pending not yet sent
         self.error: BKError | None = None
-        self._add_flags = AddFlags.RECOVERY if recovery else AddFlags.NONE
+        self._add_flags: int = AddFlags.RECOVERY if recovery else AddFlags.NONE
         self._failed: set[str] = set()  # bookies awaiting replacement
         self._retrying: set[str] = set()  # bookies with no replacement, retried after a pause
         self._changing: asyncio.Task[None] | None = None
@@ -103,14 +110,21 @@ class LedgerWriter:
     ) -> asyncio.Future[int]:
         """Queue an entry; the future resolves to its id once it is acknowledged in order."""
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.add_to(future, payload, entry_flags=entry_flags, add_flags=add_flags)
+        return future
+
+    def add_to(
+        self, future: Completion, payload: bytes, *, entry_flags: int = 0, add_flags: int = 0
+    ) -> None:
+        """``add`` with the caller's future (see ``Completion``)."""
         if self.error is not None:
             future.set_exception(self.error)
-            return future
+            return
         eid = self.next_entry_id
         self.next_entry_id += 1
         lac = self.lac if self.fixed_lac is None else self.fixed_lac
         packed = self.digester.pack(self.md.ledger_id, eid, lac, payload, entry_flags)
-        return self._queue(PendingAdd(eid, packed, future, self._add_flags | add_flags))
+        self._queue(PendingAdd(eid, packed, future, self._add_flags | add_flags))
 
     def add_packed(
         self, entry_id: int, packed: bytes, *, add_flags: int = 0
@@ -123,28 +137,27 @@ class LedgerWriter:
         if entry_id != self.next_entry_id:
             raise ValueError(f"entry {entry_id} out of order, expected {self.next_entry_id}")
         self.next_entry_id += 1
-        return self._queue(PendingAdd(entry_id, packed, future, self._add_flags | add_flags))
+        self._queue(PendingAdd(entry_id, packed, future, self._add_flags | add_flags))
+        return future
 
-    def _queue(self, p: PendingAdd) -> asyncio.Future[int]:
+    def _queue(self, p: PendingAdd) -> None:
         self.pending.append(p)
+        self._waiting.append(p)
         self._drained.clear()
-        if self._changing is None and self._in_flight < self.ctx.max_outstanding_adds:
-            self._send_write_set(p)
-        return p.future
+        self._send_queued()
 
     def _send_queued(self) -> None:
-        """Send entries that waited for an ensemble change or for room in the window."""
+        """Send waiting entries, in order, while the window has room and no ensemble
+        change is under way."""
         if self._changing is not None or self.error is not None:
             return
         room = self.ctx.max_outstanding_adds - self._in_flight
-        if room <= 0:
-            return
-        for p in self.pending:
-            if not p.sent:
-                self._send_write_set(p)
-                room -= 1
-                if room <= 0:
-                    break
+        waiting = self._waiting
+        while room > 0 and waiting:
+            if not self._send_write_set(waiting[0]):
+                break
+            waiting.popleft()
+            room -= 1
 
     async def drain(self) -> None:
         """Wait until every queued entry was acknowledged or failed."""
@@ -153,7 +166,8 @@ class LedgerWriter:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def _send_write_set(self, p: PendingAdd) -> None:
+    def _send_write_set(self, p: PendingAdd) -> bool:
+        """Send ``p`` to its write set; False if it must wait (unbounded: a new fragment)."""
         p.sent = True
         self._in_flight += 1
         md = self.md
@@ -161,6 +175,7 @@ class LedgerWriter:
         for idx in write_set(p.entry_id, md.ensemble_size, md.write_quorum):
             if idx not in p.acks:
                 self._send(p, idx, ensemble[idx])
+        return True
 
     def _send(self, p: PendingAdd, idx: int, bookie: str) -> None:
         fut = self.ctx.bookies.add_nowait(
@@ -216,23 +231,32 @@ class LedgerWriter:
         return self.md.ack_quorum
 
     def _complete(self) -> None:
-        aq = self._needed_acks()
+        """Acknowledge, in order, every entry at the head that has enough acks."""
+        need = self._needed_acks()
         pending = self.pending
         completed = False
-        while pending and len(pending[0].acks) >= aq:
+        while pending and len(pending[0].acks) >= need:
             p = pending.popleft()
             self._in_flight -= 1
             self.lac = p.entry_id
             completed = True
+            self._acknowledged(p)
             if not p.future.done():
                 p.future.set_result(p.entry_id)
         if not pending:
             self._drained.set()
         if completed:
+            self._progressed()
             self._last_completion = time.monotonic()
             self._schedule_explicit_lac()
-            if len(pending) > self._in_flight:
+            if self._waiting:
                 self._send_queued()
+
+    def _acknowledged(self, p: PendingAdd) -> None:
+        """Hook: ``p`` was just acknowledged to its caller."""
+
+    def _progressed(self) -> None:
+        """Hook: one or more entries were just acknowledged."""
 
     def fail(self, error: BKError) -> None:
         """Fail every outstanding and future add with ``error``."""
@@ -242,6 +266,7 @@ class LedgerWriter:
             p = self.pending.popleft()
             if not p.future.done():
                 p.future.set_exception(error)
+        self._waiting.clear()
         self._in_flight = 0
         self._drained.set()
         if self._lac_timer is not None:

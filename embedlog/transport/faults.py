@@ -12,7 +12,7 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
-from embedlog.wire.messages import Request, Response
+from embedlog.wire.messages import OpCode, Request, Response
 
 REQUEST_KINDS = ("add", "read", "read_lac", "fence", "recovery_read", "recovery_add")
 
@@ -196,18 +196,23 @@ class FaultInjector:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+# What Deadlines keeps of a request: op, flags, ledger, entry, term.
+_Sent = tuple[OpCode, int, int, int, int]
+
+
 class Deadlines:
     """Times out many answers with one timer instead of a timer per request.
 
     Requests of one timeout expire in the order they were sent, so a FIFO per timeout
     value holds them in deadline order; a sweep every ``tick`` pops the answered ones
     from the front and fails the expired ones. A timeout fires up to one tick late.
-    Only what the error message needs is kept, not the request (its body may be large).
+    Only what the error message needs is kept, not the request: its body may be large,
+    and answered requests stay queued until the sweep reaches them.
     """
 
     def __init__(self, tick: float = 0.05) -> None:
         self.tick = tick
-        self._queues: dict[float, deque[tuple[float, asyncio.Future[Response], str, str]]] = {}
+        self._queues: dict[float, deque[tuple[float, asyncio.Future[Response], _Sent, str]]] = {}
         self._timer: asyncio.TimerHandle | None = None
 
     def add(
@@ -217,8 +222,8 @@ class Deadlines:
         queue = self._queues.get(timeout)
         if queue is None:
             queue = self._queues[timeout] = deque()
-        what = f"{req.kind} {req.ledger_id}:{req.entry_id}"
-        queue.append((loop.time() + timeout, answer, what, bookie_id))
+        sent = (req.op, req.flags, req.ledger_id, req.entry_id, req.term)
+        queue.append((loop.time() + timeout, answer, sent, bookie_id))
         if self._timer is None:
             self._timer = loop.call_later(min(self.tick, timeout), self._sweep, loop)
 
@@ -227,8 +232,11 @@ class Deadlines:
         shortest = None
         for timeout, queue in self._queues.items():
             while queue and (queue[0][1].done() or queue[0][0] <= now):
-                _deadline, answer, what, bookie_id = queue.popleft()
-                _fail(answer, BKTimeoutError(f"{what} to {bookie_id}: no answer in {timeout}s"))
+                _deadline, answer, sent, bookie_id = queue.popleft()
+                if not answer.done():
+                    op, flags, ledger_id, entry_id, term = sent
+                    req = Request(op, 0, ledger_id, entry_id, flags, term)
+                    answer.set_exception(_timeout_error(req, bookie_id, timeout))
             if queue and (shortest is None or timeout < shortest):
                 shortest = timeout
         self._timer = (

@@ -17,7 +17,8 @@ from embedlog.errors import InvalidTermError, LedgerClosedError, ReadPastLastCon
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
-from embedlog.ledger.handles import chain, check_range
+from embedlog.ledger.handles import check_range
+from embedlog.ledger.inbox import AddInbox
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime
 from embedlog.unbounded import follow, layout
@@ -41,6 +42,7 @@ class UnboundedLedger:
     ) -> None:
         self._runtime = runtime
         self._loop = runtime.loop
+        self._inbox = AddInbox(runtime.loop)
         self._ctx = ctx
         self._md = md
         self._password = password
@@ -95,10 +97,7 @@ class UnboundedLedger:
             )
         if self._closed:
             raise LedgerClosedError(f"this handle of ledger {self.ledger_id} was closed")
-        cfut: concurrent.futures.Future[int] = concurrent.futures.Future()
-        payload = bytes(data)
-        self._loop.call_soon_threadsafe(lambda: chain(writer.add(payload), cfut))
-        return cfut
+        return self._inbox.submit(writer, bytes(data))
 
     def append(self, data: bytes) -> int:
         return self.append_async(data).result()

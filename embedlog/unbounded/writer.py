@@ -86,31 +86,16 @@ class TermWriter(LedgerWriter):
     def _needed_acks(self) -> int:
         return self.md.write_quorum if self.gwq else self.md.ack_quorum
 
-    def _complete(self) -> None:
-        need = self._needed_acks()
-        pending = self.pending
-        completed = False
-        while pending and len(pending[0].acks) >= need:
-            p = pending.popleft()
-            self._in_flight -= 1
-            self.lac = p.entry_id
-            completed = True
-            if self.gwq:
-                self.lafr = p.entry_id
-            else:
-                p.packed = b""  # never resent once acknowledged; only its acks matter now
-                self._replicating.append(p)
-            if not p.future.done():
-                p.future.set_result(p.entry_id)
-        if not pending:
-            self._drained.set()
-        if completed:
-            self._advance_lafr()
-            self._last_completion = time.monotonic()
-            self._schedule_explicit_lac()
-            self._progress.set()
-            if len(pending) > self._in_flight:
-                self._send_queued()
+    def _acknowledged(self, p: PendingAdd) -> None:
+        if self.gwq:
+            self.lafr = p.entry_id
+        else:
+            p.packed = b""  # never resent once acknowledged; only its acks matter now
+            self._replicating.append(p)
+
+    def _progressed(self) -> None:
+        self._advance_lafr()
+        self._progress.set()
 
     def _advance_lafr(self) -> None:
         rep = self._replicating
@@ -245,17 +230,17 @@ class TermWriter(LedgerWriter):
 
     # -- fragment rollover -------------------------------------------------------------------
 
-    def _send_write_set(self, p: PendingAdd) -> None:
+    def _send_write_set(self, p: PendingAdd) -> bool:
         if self._roll_at is not None and p.entry_id >= self._roll_at:
-            return  # waits for the new fragment
+            return False  # waits for the new fragment
         first = self.md.last_fragment[0]
         if rules.rollover_due(p.entry_id, first, self.fragment_max_entries):
             self._roll_at = p.entry_id
             task = asyncio.get_running_loop().create_task(self._rollover(p.entry_id))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            return
-        super()._send_write_set(p)
+            return False
+        return super()._send_write_set(p)
 
     async def _rollover(self, at: int) -> None:
         try:

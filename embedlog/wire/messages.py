@@ -42,20 +42,26 @@ class OpCode(enum.IntEnum):
     TRIM = 7  # unbounded ledgers: drop entries below entry_id
 
 
-class AddFlags(enum.IntFlag):
+_OPS = {op.value: op for op in OpCode}  # decoding by dict: OpCode(n) is slow on the hot path
+
+# Flag bits are plain ints, not enum.IntFlag: they are tested on every request, and an
+# IntFlag operation builds a new enum member each time (a measurable share of an add).
+
+
+class AddFlags:
     NONE = 0
     RECOVERY = 1  # accepted on a fenced ledger (ledger recovery writes back)
     TRUNCATE = 2  # unbounded ledgers: delete every entry above this one
     NOOP = 4  # the entry is a no-op (informational; readers also see it in the entry header)
 
 
-class ReadFlags(enum.IntFlag):
+class ReadFlags:
     NONE = 0
     FENCE = 1  # fence the ledger before answering (creates it if unknown)
     RECOVERY = 2  # a ledger-recovery read
 
 
-class TrimFlags(enum.IntFlag):
+class TrimFlags:
     NONE = 0
     # Unbounded ledgers: delete the entries ABOVE entry_id, at most once per term (the
     # request's term, which must not be below the bookie's). A writer sends it to each
@@ -120,10 +126,9 @@ class Request:
         )
         if version != PROTOCOL_VERSION:
             raise FrameError(f"unsupported protocol version {version}")
-        try:
-            opcode = OpCode(op)
-        except ValueError:
-            raise FrameError(f"unknown op code {op}") from None
+        opcode = _OPS.get(op)
+        if opcode is None:
+            raise FrameError(f"unknown op code {op}")
         end = _REQ.size + klen
         if len(frame) < end:
             raise FrameError("request frame truncated inside the master key")
@@ -178,10 +183,9 @@ class Response:
         version, op, txn, status, ledger, entry, lac, last, term, lafr = _RESP.unpack_from(frame)
         if version != PROTOCOL_VERSION:
             raise FrameError(f"unsupported protocol version {version}")
-        try:
-            opcode = OpCode(op)
-        except ValueError:
-            raise FrameError(f"unknown op code {op}") from None
+        opcode = _OPS.get(op)
+        if opcode is None:
+            raise FrameError(f"unknown op code {op}")
         return cls(
             opcode, txn, status, ledger, entry, lac, last, term, bytes(frame[_RESP.size :]), lafr
         )

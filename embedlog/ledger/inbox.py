@@ -1,0 +1,47 @@
+"""Adds handed from the caller's thread to the runtime loop, in order, in batches.
+
+The blocking API's ``add_async`` runs on the caller's thread; the writer lives on
+the loop. Waking the loop for every add (``call_soon_threadsafe``) costs a
+self-pipe write and a callback each; the inbox wakes it once for whatever queued
+up meanwhile, and hands each add's concurrent future to the writer to complete
+directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from embedlog.ledger.writer import LedgerWriter
+
+
+class AddInbox:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: deque[tuple[LedgerWriter, bytes, concurrent.futures.Future[int]]] = deque()
+        self._scheduled = False
+
+    def submit(self, writer: LedgerWriter, payload: bytes) -> concurrent.futures.Future[int]:
+        """Queue ``payload`` for ``writer`` (from any thread); the future gives its entry id."""
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._queue.append((writer, payload, future))
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon_threadsafe(self._take)
+        return future
+
+    def _take(self) -> None:
+        # Cleared before taking: an add queued after the last take sees False and wakes
+        # the loop again (at worst one take finds the queue empty). Appends and pops of a
+        # deque are atomic, so no lock is needed.
+        self._scheduled = False
+        queue = self._queue
+        while queue:
+            writer, payload, future = queue.popleft()
+            # RUNNING from here on: the caller can no longer cancel it under the writer.
+            # One cancelled before this point is simply not written.
+            if future.set_running_or_notify_cancel():
+                writer.add_to(future, payload)
