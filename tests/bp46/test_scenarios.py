@@ -14,6 +14,10 @@ from embedlog.cluster import repair_client_name
 from embedlog.errors import NoSuchEntryError, NoSuchLedgerError, UnknownError
 
 NO_FLUSH = 3600.0  # nothing reaches ledger storage unless the test asks: a crash loses it
+# Request timeouts far above what a loaded machine needs (a fence waits for a journal fsync).
+# Only a blocked bookie ever runs into them, and the outcomes below never wait for one,
+# except where a test says so.
+TIMEOUT = 30.0
 
 
 def _scenario_one(make_cluster, *, skip_fence: bool):
@@ -31,11 +35,11 @@ def _scenario_one(make_cluster, *, skip_fence: bool):
         unsafe_skip_fence_on_boot=skip_fence,
     )
     b1, b2, b3 = cluster.bookie_ids
-    c1 = cluster.client("c1", request_timeout=2.0)
+    c1 = cluster.client("c1", request_timeout=TIMEOUT)
     wh = c1.create_ledger(3, 3, 2)
     assert wh.add(b"E0") == 0  # reaches all three
 
-    c2 = cluster.client("c2", request_timeout=0.5)
+    c2 = cluster.client("c2", request_timeout=TIMEOUT)
     cluster.network.block("c2", b3)  # the fence (and every recovery read) to B3 is lost
     rh = c2.open_ledger(wh.ledger_id)
     assert rh.is_closed and rh.last_add_confirmed == 0
@@ -44,7 +48,8 @@ def _scenario_one(make_cluster, *, skip_fence: bool):
     cluster.wipe_bookie(b2, "all")
     cluster.start_bookie(b2)  # suspicious boot: cookies missing
 
-    cluster.network.delay("c1", b1, 0.3)  # B1's EFENCED arrives after B2's and B3's answers
+    # B1's EFENCED arrives after B2's and B3's answers (well within c1's request timeout).
+    cluster.network.delay("c1", b1, 2.0)
     return cluster, wh
 
 
@@ -76,7 +81,10 @@ def _scenario_two(make_cluster, *, skip_limbo: bool):
         repair_retry_interval=0.2,
     )
     b1, b2, b3 = cluster.bookie_ids
-    c1 = cluster.client("c1", request_timeout=30.0)
+    # No explicit LAC (BookKeeper's default): no bookie learns that E0 was acknowledged.
+    # Sent 0.2 s after the ack, it would reach B1 whenever B1's reboot took that long, and
+    # recovery would then keep E0 without reading it: a slow machine would change the story.
+    c1 = cluster.client("c1", request_timeout=TIMEOUT, explicit_lac_interval=0)
     cluster.network.block("c1", b2)  # B2 fails to respond
     wh = c1.create_ledger(3, 3, 2)
     assert wh.add(b"E0") == 0  # acknowledged by B1 and B3
@@ -85,6 +93,11 @@ def _scenario_two(make_cluster, *, skip_limbo: bool):
     # B3 is slow/unreachable for everyone recovering, B1's own repair included.
     cluster.network.block(repair_client_name(b1), b3)
     cluster.network.block("c2", b3)
+    if skip_limbo:
+        # Without limbo B1's own repair could recover the ledger as well (B1 and B2 both
+        # answer NoSuchEntry) and race c2 to close it. Keep it from B2 too: then c2's
+        # recovery is the one that decides, as in the run with limbo.
+        cluster.network.block(repair_client_name(b1), b2)
     cluster.start_bookie(b1)
     with pytest.raises(NoSuchEntryError) if skip_limbo else pytest.raises(UnknownError):
         cluster.read_from_bookie(b1, wh.ledger_id, 0)
@@ -94,7 +107,8 @@ def _scenario_two(make_cluster, *, skip_limbo: bool):
 def test_scenario_two_limbo_keeps_recovery_from_truncating_an_acknowledged_entry(make_cluster):
     cluster, wh = _scenario_two(make_cluster, skip_limbo=False)
     b1 = cluster.bookie_ids[0]
-    c2 = cluster.client("c2", request_timeout=0.5)
+    # c2 gives up on entry 0 only once B3 timed out: this timeout is waited for.
+    c2 = cluster.client("c2", request_timeout=3.0)
     with pytest.raises(LedgerRecoveryError, match="cannot tell whether entry 0 exists"):
         c2.open_ledger(wh.ledger_id)
     assert not cluster.metadata.read_ledger(wh.ledger_id).is_closed  # still recoverable
@@ -111,9 +125,12 @@ def test_scenario_two_limbo_keeps_recovery_from_truncating_an_acknowledged_entry
 
 def test_scenario_two_without_limbo_truncates_the_acknowledged_entry(make_cluster):
     cluster, wh = _scenario_two(make_cluster, skip_limbo=True)
-    c2 = cluster.client("c2", request_timeout=0.5)
+    b1, _b2, b3 = cluster.bookie_ids
+    c2 = cluster.client("c2", request_timeout=TIMEOUT)
     rh = c2.open_ledger(wh.ledger_id)  # B1 and B2 both say NoSuchEntry: QC=2 negatives
     assert rh.is_closed and rh.last_add_confirmed == -1  # entry 0 was acknowledged: lost
+    assert cluster.read_from_bookie(b3, wh.ledger_id, 0) == b"E0"  # B3 still holds it
+    assert cluster.bookie(b1).status()["repair"]["ledgers_recovered"] == 0  # c2 closed it
 
 
 def test_limbo_turns_only_negatives_into_unknown(make_cluster):
