@@ -15,7 +15,7 @@ from unbounded_helpers import replicas, stored, wait_until
 
 
 def article_scenario(cluster, *, unsafe: bool):
-    c1 = cluster.client("c1", request_timeout=1.0)
+    c1 = cluster.client("c1", request_timeout=5.0)
     ul1 = c1.create_unbounded(3, 3, 2)
     md = ul1.metadata
     ensemble = md.last_fragment[1]
@@ -30,7 +30,7 @@ def article_scenario(cluster, *, unsafe: bool):
     pending_b = ul1.append_async(b"B")  # reaches b1 only; never acknowledged
     wait_until(lambda: stored(cluster, b1, lid, 1) == b"B")
 
-    c2 = cluster.client("c2", request_timeout=1.0, unsafe_takeover_without_noop=unsafe)
+    c2 = cluster.client("c2", request_timeout=5.0, unsafe_takeover_without_noop=unsafe)
     cluster.network.drop_next("c2", b1, "fence", 5)
     cluster.network.drop_next("c2", b1, "recovery_read", 100)
     ul2 = c2.open_unbounded(lid)

@@ -65,7 +65,7 @@ def test_a_follower_never_disturbs_the_writer(cluster):
 def test_stale_writer_is_refused_by_bookies_it_alone_can_reach(make_cluster):
     """The old writer's adds are refused by every bookie whose term was raised."""
     cluster = make_cluster(3)
-    c1 = cluster.client("c1", request_timeout=0.5)
+    c1 = cluster.client("c1", request_timeout=5.0)
     ul1 = c1.create_unbounded(3, 3, 2)
     ul1.append(b"a")
     ul2 = cluster.client("c2").open_unbounded(ul1.ledger_id)
@@ -85,7 +85,7 @@ def test_recovery_writes_reach_the_whole_write_set(make_cluster):
     for i in range(5):
         ul1.append(b"e%d" % i)
     victim = ul1.metadata.last_fragment[1][0]
-    c2 = cluster.client("c2", request_timeout=1.0)
+    c2 = cluster.client("c2", request_timeout=2.0)
     cluster.network.drop_next("c2", victim, "recovery_add", 100)
     ul2 = c2.open_unbounded(ul1.ledger_id)
     md = ul2.metadata
@@ -103,7 +103,7 @@ def test_two_clients_fighting_over_the_ledger(make_cluster):
     order, by every reader; every displaced stream ends with InvalidTermError."""
     cluster = make_cluster(4)
     lid = cluster.client("setup").create_unbounded(3, 3, 2).ledger_id
-    clients = [cluster.client(n, request_timeout=1.0) for n in ("a", "b")]
+    clients = [cluster.client(n, request_timeout=5.0) for n in ("a", "b")]
     acked: dict[int, bytes] = {}
     counts: dict[int, int] = {}
     refused: list[int] = []
