@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from embedlog.errors import (
     DigestMismatchError,
@@ -45,10 +47,38 @@ log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
 
+T = TypeVar("T")
+
 
 def check_password(md: LedgerMetadata, password: bytes) -> None:
     if md.password_hash and md.password_hash != master_key(password).hex():
         raise UnauthorizedAccessError(f"ledger {md.ledger_id}: wrong password")
+
+
+async def until_covered(
+    ensemble: tuple[str, ...], ack_quorum: int, ask: Callable[[str], Awaitable[T | None]]
+) -> tuple[bool, list[T], int]:
+    """Ask every bookie of ``ensemble`` until ensemble coverage (E - AQ + 1) of them said
+    yes, or until AQ of them are unknown: then some ack quorum is not covered.
+
+    ``ask(bookie)`` returns its yes answer, None for unknown, or raises to abort. Returns
+    (covered, the yes answers counted, unknown count). Stragglers keep running after the
+    decision: their request still lands.
+    """
+    answers: list[T] = []
+    unknown = 0
+    for fut in asyncio.as_completed([ask(b) for b in ensemble]):
+        answer = await fut
+        if answer is None:
+            unknown += 1
+        else:
+            answers.append(answer)
+        decision = fencing_decision(len(ensemble), ack_quorum, len(answers), unknown)
+        if decision is Decision.YES:
+            return True, answers, unknown
+        if decision is Decision.STUCK:
+            break
+    return False, answers, unknown
 
 
 async def fence(
@@ -67,35 +97,26 @@ async def fence(
     """
     lid = md.ledger_id
 
-    async def one(bookie: str) -> tuple[str, int, int]:
+    async def ask(bookie: str) -> int | None:
         try:
             resp = await ctx.bookies.call(
                 bookie, OpCode.READ, lid, -1, flags=flags, term=term, master_key=key
             )
         except UNKNOWN_OUTCOMES:
-            return bookie, -1, -1
-        return bookie, resp.status, resp.lac
-
-    fenced = unknown = 0
-    max_lac = -1
-    for fut in asyncio.as_completed([one(b) for b in ensemble]):
-        bookie, status, lac = await fut
-        if status == StatusCode.EOK:
-            fenced += 1
-            max_lac = max(max_lac, lac)
-        elif status == StatusCode.EUA:
+            return None
+        if resp.status == StatusCode.EOK:
+            return resp.lac
+        if resp.status == StatusCode.EUA:
             raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
-        elif status == StatusCode.EINVALIDTERM:
+        if resp.status == StatusCode.EINVALIDTERM:
             raise InvalidTermError(f"ledger {lid}: {bookie} has a term above {term}")
-        else:
-            unknown += 1
-        decision = fencing_decision(len(ensemble), md.ack_quorum, fenced, unknown)
-        if decision is Decision.YES:
-            return max_lac
-        if decision is Decision.STUCK:
-            break
+        return None
+
+    covered, lacs, unknown = await until_covered(ensemble, md.ack_quorum, ask)
+    if covered:
+        return max([-1, *lacs])
     raise LedgerRecoveryError(
-        f"ledger {lid}: fenced only {fenced} of {list(ensemble)} ({unknown} unknown); need "
+        f"ledger {lid}: fenced only {len(lacs)} of {list(ensemble)} ({unknown} unknown); need "
         f"{len(ensemble) - md.ack_quorum + 1}. Retry when more bookies are reachable."
     )
 
@@ -157,6 +178,63 @@ async def recovery_read(
     return Decision.STUCK, None  # unreachable: every answer was counted
 
 
+async def read_forward(
+    ctx: ClientContext,
+    md: LedgerMetadata,
+    ensemble: tuple[str, ...],
+    digester: Digester,
+    key: bytes,
+    writer: LedgerWriter,
+    writes: list[asyncio.Future[int]],
+    *,
+    start: int,
+    lac: int,
+    term: int = NO_TERM,
+    flags: int,
+    aborted: str,
+) -> int:
+    """Recovery's read phase: from ``start + 1`` on, write every recoverable entry back
+    (stamped with ``lac``) through ``writer`` and return the first unrecoverable id.
+
+    Up to ``ctx.recovery_read_window`` reads run ahead. Each write's future is appended
+    to ``writes`` as it is made, so the caller sees them even when this raises. An entry
+    whose existence cannot be told aborts with LedgerRecoveryError (``aborted`` says what
+    that leaves behind).
+    """
+    lid = md.ledger_id
+    window = max(1, ctx.recovery_read_window)
+    reads: dict[int, asyncio.Task[tuple[Decision, bytes | None]]] = {}
+    eid = start + 1
+    try:
+        while True:
+            for ahead in range(eid, eid + window):
+                if ahead not in reads:
+                    reads[ahead] = asyncio.ensure_future(
+                        recovery_read(
+                            ctx, md, ensemble, digester, key, ahead, term=term, flags=flags
+                        )
+                    )
+            decision, body = await reads.pop(eid)
+            if decision is Decision.YES:
+                assert body is not None
+                header, payload = digester.unpack(body, lid, eid)
+                writes.append(
+                    writer.add_packed(eid, digester.pack(lid, eid, lac, payload, header.flags))
+                )
+                eid += 1
+            elif decision is Decision.NO:
+                return eid
+            else:
+                who = f"ledger {lid}" if term == NO_TERM else f"ledger {lid} term {term}"
+                raise LedgerRecoveryError(
+                    f"{who}: cannot tell whether entry {eid} exists (too many bookies of its "
+                    f"write set unknown); {aborted}"
+                )
+    finally:
+        for t in reads.values():
+            t.cancel()
+
+
 async def recover_ledger(ctx: ClientContext, ledger_id: int, password: bytes) -> LedgerMetadata:
     """Recover and close ``ledger_id``; returns its CLOSED metadata."""
     for _attempt in range(MAX_ATTEMPTS):
@@ -194,32 +272,21 @@ async def _recover_once(
     log.info("ledger %s: fenced; LAC %s, reading forward from %s", lid, lac, start + 1)
 
     writer = LedgerWriter(ctx, md, password, lac=start, recovery=True, fixed_lac=lac)
-    window = max(1, ctx.recovery_read_window)
-    reads: dict[int, asyncio.Task[tuple[Decision, bytes | None]]] = {}
     writes: list[asyncio.Future[int]] = []
-    eid = start + 1
     try:
-        while True:
-            for ahead in range(eid, eid + window):
-                if ahead not in reads:
-                    reads[ahead] = asyncio.ensure_future(
-                        recovery_read(ctx, md, ensemble, digester, key, ahead, flags=read_flags)
-                    )
-            decision, body = await reads.pop(eid)
-            if decision is Decision.YES:
-                assert body is not None
-                header, payload = digester.unpack(body, lid, eid)
-                writes.append(
-                    writer.add_packed(eid, digester.pack(lid, eid, lac, payload, header.flags))
-                )
-                eid += 1
-            elif decision is Decision.NO:
-                break
-            else:
-                raise LedgerRecoveryError(
-                    f"ledger {lid}: cannot tell whether entry {eid} exists (too many bookies "
-                    "of its write set unknown); recovery aborted, the ledger stays recoverable"
-                )
+        eid = await read_forward(
+            ctx,
+            md,
+            ensemble,
+            digester,
+            key,
+            writer,
+            writes,
+            start=start,
+            lac=lac,
+            flags=read_flags,
+            aborted="recovery aborted, the ledger stays recoverable",
+        )
         await writer.drain()
         if writer.error is not None:
             raise LedgerRecoveryError(
@@ -229,9 +296,6 @@ async def _recover_once(
     except BaseException:
         writer.stop()
         raise
-    finally:
-        for t in reads.values():
-            t.cancel()
     last = eid - 1
     closed = writer.md.evolve(state=LedgerState.CLOSED, last_entry_id=last)
     try:

@@ -37,8 +37,7 @@ from embedlog.errors import (
 )
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
-from embedlog.ledger.quorum import Decision, fencing_decision
-from embedlog.ledger.recovery import check_password, recovery_read
+from embedlog.ledger.recovery import check_password, read_forward, until_covered
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.unbounded import rules
 from embedlog.unbounded.writer import TermWriter
@@ -67,36 +66,26 @@ async def read_lafr_with_term(
     """Raise the term on the last fragment's bookies; (highest LAFR, highest LAC) they report."""
     lid = md.ledger_id
 
-    async def one(bookie: str) -> tuple[str, int, int, int, int]:
+    async def ask(bookie: str) -> tuple[int, int] | None:
         try:
             resp = await ctx.bookies.call(
                 bookie, OpCode.READ, lid, -1, flags=ReadFlags.NONE, term=term, master_key=key
             )
         except UNKNOWN_OUTCOMES:
-            return bookie, -1, -1, -1, -1
-        return bookie, resp.status, resp.term, resp.lafr, resp.lac
-
-    raised = unknown = 0
-    lafr = lac = -1
-    for fut in asyncio.as_completed([one(b) for b in ensemble]):
-        bookie, status, answer_term, b_lafr, b_lac = await fut
-        if status == StatusCode.EOK and rules.response_counts(term, answer_term):
-            raised += 1
-            lafr = max(lafr, b_lafr)
-            lac = max(lac, b_lac)
-        elif status == StatusCode.EINVALIDTERM:
-            raise InvalidTermError(f"ledger {lid}: {bookie} has term {answer_term} > {term}")
-        elif status == StatusCode.EUA:
+            return None
+        if resp.status == StatusCode.EOK and rules.response_counts(term, resp.term):
+            return resp.lafr, resp.lac
+        if resp.status == StatusCode.EINVALIDTERM:
+            raise InvalidTermError(f"ledger {lid}: {bookie} has term {resp.term} > {term}")
+        if resp.status == StatusCode.EUA:
             raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
-        else:
-            unknown += 1
-        decision = fencing_decision(len(ensemble), md.ack_quorum, raised, unknown)
-        if decision is Decision.YES:
-            return lafr, lac
-        if decision is Decision.STUCK:
-            break
+        return None  # unknown, or an answer of another term (discarded)
+
+    covered, raised, unknown = await until_covered(ensemble, md.ack_quorum, ask)
+    if covered:
+        return max([-1, *(lafr for lafr, _ in raised)]), max([-1, *(lac for _, lac in raised)])
     raise LedgerRecoveryError(
-        f"ledger {lid}: term {term} reached only {raised} of {list(ensemble)} ({unknown} "
+        f"ledger {lid}: term {term} reached only {len(raised)} of {list(ensemble)} ({unknown} "
         f"unknown); need {len(ensemble) - md.ack_quorum + 1}. Take over again when more "
         "bookies are reachable."
     )
@@ -144,43 +133,23 @@ async def recover_term(ctx: ClientContext, md: LedgerMetadata, password: bytes) 
         fixed_lac=fixed_lac,
         guaranteed_write_quorum=True,
     )
-    window = max(1, ctx.recovery_read_window)
-    reads: dict[int, asyncio.Task[tuple[Decision, bytes | None]]] = {}
     writes: list[asyncio.Future[int]] = []
-    eid = start + 1
     noop_id = -1
     try:
-        while True:
-            for ahead in range(eid, eid + window):
-                if ahead not in reads:
-                    reads[ahead] = asyncio.ensure_future(
-                        recovery_read(
-                            ctx,
-                            md,
-                            ensemble,
-                            digester,
-                            key,
-                            ahead,
-                            term=term,
-                            flags=ReadFlags.RECOVERY,
-                        )
-                    )
-            decision, body = await reads.pop(eid)
-            if decision is Decision.YES:
-                assert body is not None
-                header, payload = digester.unpack(body, lid, eid)
-                packed = digester.pack(lid, eid, fixed_lac, bytes(payload), header.flags)
-                writes.append(writer.add_packed(eid, packed))
-                eid += 1
-            elif decision is Decision.NO:
-                break
-            else:
-                raise LedgerRecoveryError(
-                    f"ledger {lid} term {term}: cannot tell whether entry {eid} exists (too "
-                    "many bookies of its write set unknown); take over again later"
-                )
-        for t in reads.values():
-            t.cancel()
+        eid = await read_forward(
+            ctx,
+            md,
+            ensemble,
+            digester,
+            key,
+            writer,
+            writes,
+            start=start,
+            lac=fixed_lac,
+            term=term,
+            flags=ReadFlags.RECOVERY,
+            aborted="take over again later",
+        )
         if not ctx.unsafe_takeover_without_noop:
             # The last write of the recovery: an empty no-op that makes every bookie of the
             # last fragment drop whatever the old terms left above it.
@@ -203,9 +172,6 @@ async def recover_term(ctx: ClientContext, md: LedgerMetadata, password: bytes) 
             if f.done() and not f.cancelled():
                 f.exception()
         raise
-    finally:
-        for t in reads.values():
-            t.cancel()
     last = noop_id if noop_id >= 0 else eid - 1
     try:
         opened = await ctx.meta(ctx.metadata.write_ledger, writer.md.evolve(state=LedgerState.OPEN))
