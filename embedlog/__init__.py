@@ -4,8 +4,9 @@ Start with ``LocalCluster`` (bookies in this process) and ``cluster.client()``;
 see README.md and docs/.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from embedlog._lazy import lazy_exports
 from embedlog.connect import connect
 from embedlog.errors import (
     BKError,
@@ -35,23 +36,16 @@ if TYPE_CHECKING:
 
 # The heavier pieces load on first use, so `import embedlog.wire` (or a bookie
 # process) does not pull in the whole client and cluster.
-_LAZY = {
-    "Client": "embedlog.client",
-    "LocalCluster": "embedlog.cluster",
-    "ReadHandle": "embedlog.ledger.handles",
-    "WriteHandle": "embedlog.ledger.handles",
-    "UnboundedLedger": "embedlog.unbounded.ledger",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'embedlog' has no attribute {name!r}")
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Client": "embedlog.client",
+        "LocalCluster": "embedlog.cluster",
+        "ReadHandle": "embedlog.ledger.handles",
+        "WriteHandle": "embedlog.ledger.handles",
+        "UnboundedLedger": "embedlog.unbounded.ledger",
+    },
+)
 
 __version__ = "0.1.0"
 
