@@ -169,15 +169,21 @@ class Client:
                 )
             md = await recover_ledger(self.ctx, ledger_id, password)
             return ReadHandle(self._runtime, self.ctx, md, password, md.last_entry_id)
+        md = await self._read_metadata(ledger_id, password)
+        lac = md.last_entry_id if md.state is LedgerState.CLOSED else await self._read_lac(md)
+        return ReadHandle(self._runtime, self.ctx, md, password, lac)
+
+    async def _read_metadata(self, ledger_id: int, password: bytes) -> LedgerMetadata:
         md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
         check_password(md, password)
-        lac = md.last_entry_id
-        if md.state is not LedgerState.CLOSED:
-            try:
-                lac = await read_lac(self.ctx, md)
-            except UNKNOWN_OUTCOMES:
-                lac = -1  # nobody answered yet: start from nothing confirmed
-        return ReadHandle(self._runtime, self.ctx, md, password, lac)
+        return md
+
+    async def _read_lac(self, md: LedgerMetadata) -> int:
+        """The LAC the bookies of an open ledger report; -1 while none answers."""
+        try:
+            return await read_lac(self.ctx, md)
+        except UNKNOWN_OUTCOMES:
+            return -1  # nobody answered yet: start from nothing confirmed
 
     # -- unbounded ledgers -------------------------------------------------------------------
 
@@ -276,14 +282,10 @@ class Client:
                 # the next append (in the background: a slow bookie must not delay us).
                 writer.announce_lac()
             return UnboundedLedger(self._runtime, self.ctx, start.md, password, writer=writer)
-        md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
-        check_password(md, password)
+        md = await self._read_metadata(ledger_id, password)
         if not md.unbounded:
             raise ValueError(f"ledger {ledger_id} is not an unbounded ledger; use open_ledger")
-        try:
-            lac = await read_lac(self.ctx, md)
-        except UNKNOWN_OUTCOMES:
-            lac = -1
+        lac = await self._read_lac(md)
         # Metadata read after the LAC places every entry up to it.
         md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
         return UnboundedLedger(self._runtime, self.ctx, md, password, lac=lac)
