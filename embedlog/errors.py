@@ -145,8 +145,13 @@ _BY_STATUS: dict[int, type[BKError]] = {
 }
 
 
+def status_name(status: int) -> str:
+    """A bookie status as its name ("EFENCED"), or the number when it has none."""
+    return StatusCode(status).name if status in StatusCode._value2member_map_ else str(status)
+
+
 def error_for_status(status: int, context: str = "") -> BKError:
     """The user-facing exception for a non-OK bookie status."""
     cls = _BY_STATUS.get(status, UnknownError)
-    name = StatusCode(status).name if status in StatusCode._value2member_map_ else str(status)
+    name = status_name(status)
     return cls(f"{context}: bookie answered {name}" if context else f"bookie answered {name}")

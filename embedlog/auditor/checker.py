@@ -43,7 +43,12 @@ from embedlog.auditor.rules import (
     missing_entries,
     underreplicated_too_long,
 )
-from embedlog.errors import BKTimeoutError, BookieUnavailableError, NoSuchLedgerInMetadataError
+from embedlog.errors import (
+    BKTimeoutError,
+    BookieUnavailableError,
+    NoSuchLedgerInMetadataError,
+    status_name,
+)
 from embedlog.ledger.placement import PlacementPolicy, RackAwarePlacement
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
@@ -234,7 +239,7 @@ class MetadataChecker:
     async def run_aio(self, ledger_ids: list[int] | None = None) -> Report:
         started = time.monotonic()
         if ledger_ids is None:
-            ledger_ids = await self._meta(lambda: sorted(self.metadata.list_ledgers()))
+            ledger_ids = await self.metadata.call(lambda: sorted(self.metadata.list_ledgers()))
         report = Report()
         total = len(ledger_ids)
         done = 0
@@ -248,7 +253,7 @@ class MetadataChecker:
             if self.progress is not None:
                 self.progress(done, total, lid)
 
-        self._infos = await self._meta(self._bookie_infos)
+        self._infos = await self.metadata.call(self._bookie_infos)
         try:
             await asyncio.gather(*(one(lid) for lid in ledger_ids))
         finally:
@@ -271,7 +276,7 @@ class MetadataChecker:
             for lid, check in zip(faulty, again, strict=True):
                 report.ledgers[lid] = check
 
-        registered = set(await self._meta(self._registered))
+        registered = set(await self.metadata.call(self._registered))
         for lid in sorted(report.ledgers):
             check = report.ledgers[lid]
             if check.outcome == "checked":
@@ -290,15 +295,11 @@ class MetadataChecker:
     # -- one ledger ----------------------------------------------------------------------------
 
     async def check_ledger(self, ledger_id: int) -> LedgerCheck:
-        mark = None if self.include_underreplicated else await self._meta(self._mark, ledger_id)
-        if mark is not None:
-            since = float(mark.get("since", 0.0))
-            too_long = underreplicated_too_long(since, self.clock(), self.threshold)
-            return LedgerCheck(
-                ledger_id, "underreplicated", underreplicated_since=since, too_long=too_long
-            )
+        marked = await self._marked(ledger_id)
+        if marked is not None:
+            return marked
         try:
-            md = await self._meta(self.metadata.read_ledger, ledger_id)
+            md = await self.metadata.call(self.metadata.read_ledger, ledger_id)
         except NoSuchLedgerInMetadataError:
             return LedgerCheck(ledger_id, "deleted")
         check = LedgerCheck(ledger_id, "open", md)
@@ -310,19 +311,11 @@ class MetadataChecker:
                 return check
             # Before reporting: a ledger marked meanwhile is being repaired; metadata that
             # changed meanwhile (an ensemble rewritten) is analysed again, not reported.
-            if not self.include_underreplicated:
-                mark = await self._meta(self._mark, ledger_id)
-            if mark is not None:
-                since = float(mark.get("since", 0.0))
-                return LedgerCheck(
-                    ledger_id,
-                    "underreplicated",
-                    md,
-                    underreplicated_since=since,
-                    too_long=underreplicated_too_long(since, self.clock(), self.threshold),
-                )
+            marked = await self._marked(ledger_id, md)
+            if marked is not None:
+                return marked
             try:
-                latest = await self._meta(self.metadata.read_ledger, ledger_id)
+                latest = await self.metadata.call(self.metadata.read_ledger, ledger_id)
             except NoSuchLedgerInMetadataError:
                 return LedgerCheck(ledger_id, "deleted")
             if latest.version == md.version:
@@ -331,9 +324,28 @@ class MetadataChecker:
             md = latest
         return check
 
+    async def _marked(self, ledger_id: int, md: LedgerMetadata | None = None) -> LedgerCheck | None:
+        """The outcome for a ledger marked under-replicated (being repaired: not analysed),
+        or None when it is not marked. The replicator analyses marked ledgers too."""
+        if self.include_underreplicated:
+            return None
+        mark = await self.metadata.call(self._mark, ledger_id)
+        if mark is None:
+            return None
+        since = float(mark.get("since", 0.0))
+        return LedgerCheck(
+            ledger_id,
+            "underreplicated",
+            md,
+            underreplicated_since=since,
+            too_long=underreplicated_too_long(since, self.clock(), self.threshold),
+        )
+
     async def _analyse(self, md: LedgerMetadata) -> LedgerCheck:
         check = LedgerCheck(md.ledger_id, "checked", md)
-        infos = self._infos if self._infos is not None else await self._meta(self._bookie_infos)
+        infos = self._infos
+        if infos is None:
+            infos = await self.metadata.call(self._bookie_infos)
         check.placement = placement_problems(self.placement, md, infos)
         bookies = bookies_to_ask(md)
         answers = await asyncio.gather(*(self.list_entries(b, md.ledger_id) for b in bookies))
@@ -363,18 +375,9 @@ class MetadataChecker:
                 return None, f"undecodable entry list: {exc}"
         if resp.status == HOLDS_NOTHING:
             return AvailabilityOfEntries(()), ""
-        try:
-            name = StatusCode(resp.status).name
-        except ValueError:
-            name = str(resp.status)
-        return None, f"answered {name}"
+        return None, f"answered {status_name(resp.status)}"
 
     # -- metadata ------------------------------------------------------------------------------
-
-    async def _meta(self, fn: Callable[..., T], *args: Any) -> T:
-        if self.metadata.store.blocking_io:
-            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-        return fn(*args)
 
     def _mark(self, ledger_id: int) -> dict[str, Any] | None:
         return self.metadata.underreplicated().get(ledger_id)
@@ -383,7 +386,7 @@ class MetadataChecker:
         return self.metadata.writable_bookies() + self.metadata.readonly_bookies()
 
     def _bookie_infos(self) -> dict[str, dict[str, object]]:
-        return {b: self.metadata.bookie_info(b) or {} for b in self._registered()}
+        return self.metadata.bookie_infos(readonly=True)
 
 
 def placement_problems(

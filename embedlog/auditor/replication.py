@@ -40,6 +40,7 @@ from embedlog.errors import (
     DigestMismatchError,
     MetadataVersionError,
     NotEnoughBookiesError,
+    status_name,
 )
 from embedlog.ledger.placement import PlacementPolicy, RackAwarePlacement
 from embedlog.metadata.client import MetadataClient
@@ -48,7 +49,7 @@ from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport, next_txn
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, DigestType, parse_header
-from embedlog.wire.messages import AddFlags, OpCode, Request
+from embedlog.wire.messages import AddFlags, OpCode, Request, Response
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +143,11 @@ class Replicator:
             for c in report.ledgers.values()
             if c.outcome == "checked" and (c.missing or c.unavailable)
         ]
-        marked = await self.checker._meta(self.metadata.underreplicated)
+        marked = await self.metadata.call(self.metadata.underreplicated)
         for c in report.ledgers.values():
             if c.outcome == "checked" and _replicated(c) and c.ledger_id in marked:
                 # Marked, yet every bookie holds what it should: someone repaired it.
-                await self.checker._meta(self.metadata.clear_underreplicated, c.ledger_id)
+                await self.metadata.call(self.metadata.clear_underreplicated, c.ledger_id)
                 result.unmarked.append(c.ledger_id)
         self.say(f"{len(todo)} ledger(s) to repair")
         for n, check in enumerate(sorted(todo, key=lambda c: c.ledger_id), 1):
@@ -167,7 +168,7 @@ class Replicator:
         lid = md.ledger_id
         repair = LedgerRepair(lid)
         concerned = sorted(set(check.missing) | set(check.unavailable))
-        await self.checker._meta(self.metadata.mark_underreplicated, lid, concerned)
+        await self.metadata.call(self.metadata.mark_underreplicated, lid, concerned)
         held: dict[str, AvailabilityOfEntries] = dict(check.held)
 
         if self.replace_unavailable:
@@ -181,7 +182,7 @@ class Replicator:
         after = await self.checker.check_ledger(lid)
         # Placement is the checker's to report; replication restores copies only.
         if (after.outcome == "checked" and _replicated(after)) or after.outcome == "deleted":
-            await self.checker._meta(self.metadata.clear_underreplicated, lid)
+            await self.metadata.call(self.metadata.clear_underreplicated, lid)
             repair.repaired = True
         else:
             still = [f"{b} lacks {format_ids(ids)}" for b, ids in sorted(after.missing.items())]
@@ -198,7 +199,7 @@ class Replicator:
         repair: LedgerRepair,
     ) -> LedgerMetadata:
         """Copy ``old``'s entries to a new bookie, then swap it into the fragments by CAS."""
-        available = await self.checker._meta(self._writable_infos)
+        available = await self.metadata.call(self.metadata.bookie_infos)
         ensemble, index = next((ens, ens.index(old)) for _, ens in md.fragments if old in ens)
         try:
             new = self.placement.replace_bookie(
@@ -218,7 +219,7 @@ class Replicator:
             )
             return md
         try:
-            updated = await self.checker._meta(
+            updated = await self.metadata.call(
                 self.metadata.write_ledger, replace_bookie(md, old, new)
             )
         except MetadataVersionError:
@@ -293,29 +294,29 @@ class Replicator:
                 master_key=master_key,
                 body=data,
             )
-            try:
-                resp = await self.transport.request(self.name, target, req, self.request_timeout)
-            except (BKTimeoutError, BookieUnavailableError) as exc:
-                errors.append(f"entry {eid}: {target} did not take it ({exc})")
-                return False
-            if resp.status != StatusCode.EOK:
-                errors.append(f"entry {eid}: {target} answered {_status_name(resp.status)}")
-                return False
-            return True
+            resp, why_not = await self._ask(target, req)
+            if resp is None:
+                errors.append(f"entry {eid}: {target} did not take it ({why_not})")
+            return resp is not None
         errors.append(f"entry {eid}: no replica could be read ({'; '.join(why)})")
         return False
+
+    async def _ask(self, bookie: str, req: Request) -> tuple[Response | None, str]:
+        """``bookie``'s EOK answer to ``req``, or None and why there is none."""
+        try:
+            resp = await self.transport.request(self.name, bookie, req, self.request_timeout)
+        except (BKTimeoutError, BookieUnavailableError) as exc:
+            return None, str(exc)
+        if resp.status != StatusCode.EOK:
+            return None, f"answered {status_name(resp.status)}"
+        return resp, ""
 
     async def _read(
         self, src: str, lid: int, eid: int, digest: DigestType, why: list[str]
     ) -> bytes | None:
-        req = Request(OpCode.READ, next_txn(), lid, eid)
-        try:
-            resp = await self.transport.request(self.name, src, req, self.request_timeout)
-        except (BKTimeoutError, BookieUnavailableError) as exc:
-            why.append(f"{src}: {exc}")
-            return None
-        if resp.status != StatusCode.EOK:
-            why.append(f"{src} answered {_status_name(resp.status)}")
+        resp, why_not = await self._ask(src, Request(OpCode.READ, next_txn(), lid, eid))
+        if resp is None:
+            why.append(f"{src}: {why_not}")
             return None
         try:
             check_entry(resp.body, lid, eid, digest)
@@ -323,9 +324,6 @@ class Replicator:
             why.append(f"{src}: {exc}")
             return None
         return resp.body
-
-    def _writable_infos(self) -> dict[str, dict[str, object]]:
-        return {b: self.metadata.bookie_info(b) or {} for b in self.metadata.writable_bookies()}
 
 
 def check_entry(body: bytes, ledger_id: int, entry_id: int, digest: DigestType) -> None:
@@ -347,13 +345,6 @@ def check_entry(body: bytes, ledger_id: int, entry_id: int, digest: DigestType) 
 def _replicated(check: LedgerCheck) -> bool:
     """Every bookie answered and holds every entry its write sets assign it."""
     return not check.missing and not check.unavailable
-
-
-def _status_name(status: int) -> str:
-    try:
-        return StatusCode(status).name
-    except ValueError:
-        return str(status)
 
 
 def check_cluster(cluster: Any, **options: Any) -> Report:

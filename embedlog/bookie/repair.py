@@ -23,6 +23,7 @@ from embedlog.errors import (
     DigestMismatchError,
     MetadataError,
     NoSuchLedgerInMetadataError,
+    status_name,
 )
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.wire.codes import StatusCode
@@ -62,13 +63,6 @@ class RepairProgress:
             else 0.0,
             "waiting": {str(k): v for k, v in sorted(self.waiting.items())[:20]},
         }
-
-
-def _status_name(status: int) -> str:
-    try:
-        return StatusCode(status).name
-    except ValueError:
-        return str(status)
 
 
 class Repairer:
@@ -248,7 +242,7 @@ class Repairer:
                 answers.append(f"{peer}: {type(exc).__name__}")
                 continue
             if resp.status != StatusCode.EOK:
-                answers.append(f"{peer}: {_status_name(resp.status)}")
+                answers.append(f"{peer}: {status_name(resp.status)}")
                 continue
             try:
                 if verify:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -42,12 +41,7 @@ class ClientContext:
 
     async def meta(self, fn: Callable[..., T], *args: Any) -> T:
         """Call the (blocking) metadata client without stalling the loop on slow stores."""
-        if self.metadata.store.blocking_io:
-            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-        return fn(*args)
+        return await self.metadata.call(fn, *args)
 
     async def writable_bookies(self) -> dict[str, dict[str, object]]:
-        def _load() -> dict[str, dict[str, object]]:
-            return {b: self.metadata.bookie_info(b) or {} for b in self.metadata.writable_bookies()}
-
-        return await self.meta(_load)
+        return await self.metadata.call(self.metadata.bookie_infos)

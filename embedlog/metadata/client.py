@@ -13,10 +13,12 @@ Layout of the tree::
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from embedlog.errors import NoSuchLedgerInMetadataError
 from embedlog.metadata.ledger_metadata import LedgerMetadata
@@ -35,6 +37,8 @@ COOKIES = "/cookies"
 UNDERREPLICATED = "/underreplicated"
 STATUS = "/bookies/status"
 
+T = TypeVar("T")
+
 
 def ledger_path(ledger_id: int) -> str:
     return f"{LEDGERS}/{ledger_id:020d}"
@@ -43,6 +47,13 @@ def ledger_path(ledger_id: int) -> str:
 class MetadataClient:
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (a call of this client) from the event loop: in a worker thread
+        when the store does network round trips (ZooKeeper), so the loop never stalls."""
+        if self.store.blocking_io:
+            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        return fn(*args)
 
     # -- cluster ---------------------------------------------------------------------------
 
@@ -153,6 +164,12 @@ class MetadataClient:
             except NoNodeError:
                 continue
         return None
+
+    def bookie_infos(self, *, readonly: bool = False) -> dict[str, dict[str, object]]:
+        """Writable bookies (with ``readonly``, read-only ones too) -> their registered info
+        (address, rack; {} when a bookie left meanwhile)."""
+        ids = self.writable_bookies() + (self.readonly_bookies() if readonly else [])
+        return {b: self.bookie_info(b) or {} for b in ids}
 
     def publish_bookie_status(self, bookie_id: str, status: dict[str, object]) -> None:
         """Persist a bookie's last status (boot, BP-46 repair progress) for ``bookie status``."""
