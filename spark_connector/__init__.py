@@ -17,6 +17,7 @@ from spark_connector.source import (
     EmbedlogStreamReader,
     EmbedlogWriter,
     LedgerRange,
+    ledgers_with,
     register,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "EmbedlogWriter",
     "LedgerRange",
     "OptionError",
+    "ledgers_with",
     "register",
 ]

@@ -442,18 +442,26 @@ class EmbedlogWriter(DataSourceWriter):
             client.close()
 
     def _ledgers_of_this_write(self, client: Client) -> list[int]:
-        from embedlog.errors import NoSuchLedgerError
+        return ledgers_with(client, "spark.writeId", self.write_id.encode())
 
-        mine = self.write_id.encode()
-        out = []
-        for lid in client.list_ledgers():
-            try:
-                md = client.ledger_metadata(lid)
-            except NoSuchLedgerError:
-                continue
-            if md.custom_metadata.get("spark.writeId") == mine:
-                out.append(lid)
-        return out
+
+def ledgers_with(client: Client, key: str, value: bytes) -> list[int]:
+    """Ids, ascending, of the ledgers whose custom metadata holds ``key`` = ``value``.
+
+    One metadata read per ledger in the cluster; ledgers deleted meanwhile are skipped.
+    ``ledgers_with(client, "spark.writeTag", tag.encode())`` finds what a tagged write made.
+    """
+    from embedlog.errors import NoSuchLedgerError
+
+    out = []
+    for lid in client.list_ledgers():
+        try:
+            md = client.ledger_metadata(lid)
+        except NoSuchLedgerError:
+            continue
+        if md.custom_metadata.get(key) == value:
+            out.append(lid)
+    return sorted(out)
 
 
 def _made(messages: list[WriterCommitMessage | None]) -> set[int]:

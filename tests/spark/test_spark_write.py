@@ -8,20 +8,12 @@ from typing import Any
 import pytest
 
 from embedlog import DigestType, LedgerState, NoSuchLedgerError
-from spark_connector import EmbedlogCommitMessage, EmbedlogWriter
+from spark_connector import EmbedlogCommitMessage, EmbedlogWriter, ledgers_with
 from spark_connector.options import WriteOptions
 
 
 def _ledgers_tagged(client: Any, tag: str) -> list[int]:
-    out = []
-    for lid in client.list_ledgers():
-        try:
-            md = client.ledger_metadata(lid)
-        except NoSuchLedgerError:
-            continue
-        if md.custom_metadata.get("spark.writeTag") == tag.encode():
-            out.append(lid)
-    return sorted(out)
+    return ledgers_with(client, "spark.writeTag", tag.encode())
 
 
 def test_write_then_read_back_with_the_client(spark: Any, client: Any, metadata_uri: str) -> None:
