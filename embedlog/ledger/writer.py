@@ -186,6 +186,7 @@ class LedgerWriter:
             term=self.term,
             master_key=self.key,
             body=p.packed,
+            lafr=self._lafr_for_adds(),
         )
         fut.add_done_callback(lambda f: self._on_add_answer(f, p, idx, bookie))
 
@@ -198,33 +199,48 @@ class LedgerWriter:
         if exc is not None:
             if isinstance(exc, UNKNOWN_OUTCOMES):
                 log.debug("add %s:%s to %s: %s", self.md.ledger_id, p.entry_id, bookie, exc)
-                self._bookie_failed(bookie)
             else:
                 log.error("add %s:%s to %s failed: %r", self.md.ledger_id, p.entry_id, bookie, exc)
-                self._bookie_failed(bookie)
-            return
-        if p.future.done():
+            self._bookie_failed(bookie)
             return
         resp = fut.result()
         status = resp.status
         if status == StatusCode.EOK:
-            if self.md.ensemble_for(p.entry_id)[idx] == bookie:
-                p.acks.add(idx)
-                self._complete()
+            # An ack from a bookie that was replaced meanwhile counts for nothing.
+            if self._counts(resp) and self.md.ensemble_for(p.entry_id)[idx] == bookie:
+                self._acked(p, idx)
+        elif status == StatusCode.EINVALIDTERM:
+            self.fail(
+                InvalidTermError(
+                    f"ledger {self.md.ledger_id}: {bookie} has term {resp.term}, above this "
+                    f"writer's {self.term}: another client took over"
+                )
+            )
+        elif p.future.done():
+            return
         elif status == StatusCode.EFENCED:
             self.fail(LedgerFencedError(f"ledger {self.md.ledger_id} was fenced ({bookie})"))
         elif status == StatusCode.EUA:
             self.fail(UnauthorizedAccessError(f"ledger {self.md.ledger_id}: wrong password"))
-        elif status == StatusCode.EINVALIDTERM:
-            self.fail(
-                InvalidTermError(
-                    f"ledger {self.md.ledger_id}: a client with a higher term than {self.term} "
-                    "took over"
-                )
-            )
         else:
             log.info("add %s:%s refused by %s: %s", self.md.ledger_id, p.entry_id, bookie, status)
             self._bookie_failed(bookie)
+
+    # Hooks the unbounded writer overrides (embedlog/unbounded/writer.py).
+
+    def _lafr_for_adds(self) -> int:
+        """The last add fully replicated, sent with every add (-1: not tracked)."""
+        return -1
+
+    def _counts(self, resp: Response) -> bool:
+        """Whether an EOK answer counts (unbounded: only answers of this writer's term)."""
+        return True
+
+    def _acked(self, p: PendingAdd, idx: int) -> None:
+        """Bookie ``idx`` of ``p``'s ensemble acknowledged it."""
+        if not p.future.done():
+            p.acks.add(idx)
+            self._complete()
 
     def _needed_acks(self) -> int:
         """Acks that complete an entry: AQ; unbounded recovery writes need the whole WQ."""

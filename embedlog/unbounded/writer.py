@@ -176,57 +176,19 @@ class TermWriter(LedgerWriter):
 
     # -- answers -----------------------------------------------------------------------------
 
-    def _send(self, p: PendingAdd, idx: int, bookie: str) -> None:
-        fut = self.ctx.bookies.add_nowait(
-            bookie,
-            self.md.ledger_id,
-            p.entry_id,
-            flags=p.flags,
-            term=self.term,
-            master_key=self.key,
-            body=p.packed,
-            lafr=self.lafr,
-        )
-        fut.add_done_callback(lambda f: self._on_add_answer(f, p, idx, bookie))
+    def _lafr_for_adds(self) -> int:
+        return self.lafr
 
-    def _on_add_answer(
-        self, fut: asyncio.Future[Response], p: PendingAdd, idx: int, bookie: str
-    ) -> None:
-        if fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            log.debug("add %s:%s to %s: %r", self.md.ledger_id, p.entry_id, bookie, exc)
-            self._bookie_failed(bookie)
-            return
-        resp = fut.result()
-        status = resp.status
-        if status == StatusCode.EINVALIDTERM:
-            self.fail(
-                InvalidTermError(
-                    f"ledger {self.md.ledger_id}: {bookie} has term {resp.term}, above this "
-                    f"writer's {self.term}: another client took over"
-                )
-            )
-            return
-        if status == StatusCode.EOK:
-            if self.term != NO_TERM and not rules.response_counts(self.term, resp.term):
-                return  # an answer of another term: discarded (model)
-            if self.md.ensemble_for(p.entry_id)[idx] != bookie:
-                return
-            p.acks.add(idx)
-            if p.future.done():
-                self._advance_lafr()
-            else:
-                self._complete()
-            return
+    def _counts(self, resp: Response) -> bool:
+        # An answer of another term is discarded (the model's response term).
+        return self.term == NO_TERM or rules.response_counts(self.term, resp.term)
+
+    def _acked(self, p: PendingAdd, idx: int) -> None:
+        p.acks.add(idx)
         if p.future.done():
-            return
-        if status == StatusCode.EUA:
-            self.fail(UnauthorizedAccessError(f"ledger {self.md.ledger_id}: wrong password"))
+            self._advance_lafr()  # acks after the ack quorum move the LAFR
         else:
-            log.info("add %s:%s refused by %s: %s", self.md.ledger_id, p.entry_id, bookie, status)
-            self._bookie_failed(bookie)
+            self._complete()
 
     # -- fragment rollover -------------------------------------------------------------------
 
