@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+Run = Callable[[Path], dict[str, float]]
+Report = Callable[[dict[str, float]], str]
 
 
 def raw_fsync_appends(directory: Path, entries: int, size: int, group: int) -> float:
@@ -28,3 +34,18 @@ def raw_fsync_appends(directory: Path, entries: int, size: int, group: int) -> f
         os.close(fd)
         path.unlink()
     return entries / elapsed
+
+
+def measure_once(benchmark: Any, run: Run, directory: Path, report: Report) -> dict[str, float]:
+    """Run a benchmark once under pytest-benchmark: its figures go to the saved results
+    (extra_info) and its report to the output."""
+    result = benchmark.pedantic(lambda: run(directory), rounds=1, iterations=1)
+    benchmark.extra_info.update(result)
+    print(report(result))
+    return result
+
+
+def main(run: Run, report: Report) -> None:
+    """``python benchmarks/bench_x.py``: one run in a temporary directory, reported."""
+    with tempfile.TemporaryDirectory() as d:
+        print(report(run(Path(d))))

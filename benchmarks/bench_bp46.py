@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from baseline import raw_fsync_appends
+from baseline import main, measure_once, raw_fsync_appends
 
 from embedlog import LocalCluster
 
@@ -113,12 +112,9 @@ def report(r: dict[str, float]) -> str:
 
 
 def test_bp46_journal_off_and_boot(benchmark, tmp_path):
-    result = benchmark.pedantic(lambda: run(tmp_path), rounds=1, iterations=1)
-    benchmark.extra_info.update(result)
-    print(report(result))
+    result = measure_once(benchmark, run, tmp_path, report)
     assert result["journal_off_entries_per_s"] > 0
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as d:
-        print(report(run(Path(d))))
+    main(run, report)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from baseline import raw_fsync_appends
+from baseline import main, measure_once, raw_fsync_appends
 
 from embedlog import LocalCluster
 from embedlog.bookie.bookie import Bookie
@@ -94,21 +93,19 @@ def run(directory: Path) -> dict[str, float]:
     }
 
 
-def test_pipelined_adds_vs_raw_disk(benchmark, tmp_path):
-    result = benchmark.pedantic(lambda: run(tmp_path), rounds=1, iterations=1)
-    benchmark.extra_info.update(result)
-    print(
-        f"\nledger adds {result['ledger_entries_per_s']:,.0f}/s; raw fsync'd appends of the "
-        f"same bytes (3 copies per entry, groups of {result['journal_group_size']:.0f}) "
-        f"{result['raw_appends_per_s']:,.0f}/s = {result['raw_entries_per_s']:,.0f} "
-        f"entries/s; ratio {result['ratio']:.2f}; with bookies "
-        f"that store nothing (client and transport alone) "
-        f"{result['client_and_transport_only_per_s']:,.0f}/s"
+def report(r: dict[str, float]) -> str:
+    return (
+        f"\nledger adds {r['ledger_entries_per_s']:,.0f}/s; raw fsync'd appends of the "
+        f"same bytes (3 copies per entry, groups of {r['journal_group_size']:.0f}) "
+        f"{r['raw_appends_per_s']:,.0f}/s = {r['raw_entries_per_s']:,.0f} entries/s; "
+        f"ratio {r['ratio']:.2f}; with bookies that store nothing (client and transport "
+        f"alone) {r['client_and_transport_only_per_s']:,.0f}/s"
     )
+
+def test_pipelined_adds_vs_raw_disk(benchmark, tmp_path):
+    result = measure_once(benchmark, run, tmp_path, report)
     assert result["ledger_entries_per_s"] > 0
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as d:
-        r = run(Path(d))
-        print(r)
+    main(run, report)

@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from baseline import main, measure_once
 
 from embedlog import LocalCluster
 
@@ -115,12 +116,9 @@ def report(r: dict[str, float]) -> str:
 
 
 def test_unbounded_vs_bounded(benchmark, tmp_path):
-    result = benchmark.pedantic(lambda: run(tmp_path), rounds=1, iterations=1)
-    benchmark.extra_info.update(result)
-    print(report(result))
+    result = measure_once(benchmark, run, tmp_path, report)
     assert result["unbounded_appends_per_s"] > 0
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as d:
-        print(report(run(Path(d))))
+    main(run, report)
