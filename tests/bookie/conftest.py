@@ -8,12 +8,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from harness import Harness
 
 
-@pytest.fixture
-def harness(tmp_path):
+@pytest.fixture(params=["frames", "handle"])
+def harness(request, tmp_path):
     made = []
 
     def make(**settings):
-        h = Harness(tmp_path, **settings)
+        h = Harness(tmp_path, via=request.param, **settings)
         made.append(h)
         return h
 

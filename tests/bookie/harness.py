@@ -11,6 +11,7 @@ from embedlog.bookie.config import BookieConfig
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.memory import MemoryMetadataStore
 from embedlog.transport.base import next_txn
+from embedlog.transport.server import BookieGoneError, serve_frame
 from embedlog.wire.entry import Digester, DigestType, master_key
 from embedlog.wire.messages import OpCode, Request, Response
 
@@ -23,8 +24,13 @@ def entry(lid: int, eid: int, payload: bytes = b"x", lac: int = -1) -> bytes:
 
 
 class Harness:
-    def __init__(self, root: Path, **settings: Any) -> None:
+    """``via="frames"`` sends requests as a transport does (encoded, through serve_frame,
+    where plain adds take the bookie's no-task path); ``via="handle"`` awaits
+    ``Bookie.handle``. The bookie tests run both ways: the two paths must agree."""
+
+    def __init__(self, root: Path, via: str = "frames", **settings: Any) -> None:
         self.root = root
+        self.via = via
         self.settings = settings
         self.store = MemoryMetadataStore()
         self.meta = MetadataClient(self.store)
@@ -54,7 +60,30 @@ class Harness:
     def request(self, op: OpCode, lid: int, eid: int = -1, **kw: Any) -> Response:
         assert self.bookie is not None
         kw.setdefault("master_key", KEY)
-        return self.run(self.bookie.handle(Request(op, next_txn(), lid, eid, **kw)))
+        return self.run(self.serve(Request(op, next_txn(), lid, eid, **kw)))
+
+    async def serve(self, req: Request) -> Response:
+        """One request the harness's way (see the class docstring)."""
+        assert self.bookie is not None
+        if self.via == "handle":
+            return await self.bookie.handle(req)
+        return await self.send_frame(req)
+
+    async def send_frame(self, req: Request) -> Response:
+        """One request as a transport delivers it; BookieGoneError if no answer will come."""
+        assert self.bookie is not None
+        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+        def reply(frame: bytes | None, gone: BaseException | None) -> None:
+            if gone is not None:
+                answer.set_exception(BookieGoneError(repr(gone)))
+            elif frame is None:
+                answer.set_exception(AssertionError("the bookie dropped the frame"))
+            else:
+                answer.set_result(Response.decode(frame))
+
+        serve_frame(self.bookie, req.encode(), reply)
+        return await answer
 
     def add(self, lid: int, eid: int, payload: bytes = b"x", **kw: Any) -> Response:
         return self.request(OpCode.ADD, lid, eid, body=entry(lid, eid, payload), **kw)

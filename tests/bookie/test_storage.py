@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from harness import entry
 
 from embedlog.errors import BookieIOError, CookieError
+from embedlog.transport.server import BookieGoneError
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import AddFlags, OpCode, ReadFlags, Request
 
@@ -36,9 +38,7 @@ def test_unsynced_journal_records_are_lost_in_a_crash(harness):
     async def add_and_crash():
         tasks = [
             asyncio.ensure_future(
-                h.bookie.handle(
-                    Request(OpCode.ADD, 100 + i, 7, i, master_key=b"k", body=entry(7, i))
-                )
+                h.serve(Request(OpCode.ADD, 100 + i, 7, i, master_key=b"k", body=entry(7, i)))
             )
             for i in range(5)
         ]
@@ -48,7 +48,8 @@ def test_unsynced_journal_records_are_lost_in_a_crash(harness):
         return await asyncio.gather(*tasks, return_exceptions=True)
 
     results = h.run(add_and_crash())
-    assert all(isinstance(r, Exception) for r in results)  # no answers from a crashed bookie
+    # No answers from a crashed bookie: "gone", which clients see as unavailable (unknown).
+    assert all(isinstance(r, BookieGoneError) for r in results), results
     h.boot()
     assert h.read(7, 0).status == StatusCode.ENOLEDGER  # the ledger itself was never durable
 
@@ -189,3 +190,35 @@ def test_cookie_catches_a_swapped_disk(harness):
     b.write_bytes(a_bytes)
     with pytest.raises(CookieError, match="belongs to bookie b2"):
         h.boot("b1")
+
+
+def test_journal_sync_waits_for_the_batch_being_written(harness, monkeypatch):
+    # sync() is what a clean stop and the checkpoint rely on: a batch already handed to
+    # the journal thread is not durable until its fsync returns.
+    h = harness(flush_interval=LONG)
+    h.boot()
+    journal = h.bookie.journal
+    writing, release = threading.Event(), threading.Event()
+    real_write = journal._write
+
+    def slow_write(batch: bytes, lsn: int) -> None:
+        writing.set()
+        release.wait(30)
+        real_write(batch, lsn)
+
+    monkeypatch.setattr(journal, "_write", slow_write)
+
+    async def scenario() -> list[str]:
+        events: list[str] = []
+        journal.append(b"record", wait=False)
+        while not writing.is_set():
+            await asyncio.sleep(0.001)
+        synced = asyncio.ensure_future(journal.sync())
+        synced.add_done_callback(lambda _: events.append("synced"))
+        await asyncio.sleep(0.05)
+        events.append("released")
+        release.set()
+        await synced
+        return events
+
+    assert h.run(scenario()) == ["released", "synced"]

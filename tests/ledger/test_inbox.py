@@ -1,0 +1,65 @@
+"""add_async from the caller's threads: order, ids and cancellation (embedlog/ledger/inbox.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+def test_adds_from_many_threads_keep_each_threads_order(cluster):
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    per_thread = 300
+    results: dict[int, list[tuple[int, bytes]]] = {}
+
+    def writer(t: int) -> None:
+        payloads = [b"t%d-%d" % (t, i) for i in range(per_thread)]
+        futures = [wh.add_async(p) for p in payloads]
+        results[t] = [(f.result(), p) for f, p in zip(futures, payloads, strict=True)]
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = sorted(eid for rows in results.values() for eid, _ in rows)
+    assert ids == list(range(4 * per_thread))  # every add got its own id, none skipped
+    for rows in results.values():
+        assert [eid for eid, _ in rows] == sorted(eid for eid, _ in rows)
+    stored = {e.entry_id: e.data for e in wh.read(0, 4 * per_thread - 1)}
+    for rows in results.values():
+        for eid, payload in rows:
+            assert stored[eid] == payload
+
+
+def test_an_add_cancelled_before_the_loop_takes_it_is_not_written(cluster):
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    loop_busy, release = threading.Event(), threading.Event()
+
+    def hold_the_loop() -> None:
+        loop_busy.set()
+        release.wait(30)
+
+    cluster.runtime.loop.call_soon_threadsafe(hold_the_loop)
+    assert loop_busy.wait(30)
+    first, second, third = (wh.add_async(b"%d" % i) for i in range(3))
+    assert second.cancel()  # still queued: the caller may take it back
+    release.set()
+    assert first.result(30) == 0
+    assert third.result(30) == 1  # ids stay contiguous: the cancelled add never got one
+    assert second.cancelled()
+    wh.close()
+    assert [e.data for e in wh.read(0, 1)] == [b"0", b"2"]
+
+
+def test_an_add_on_its_way_can_no_longer_be_cancelled(cluster):
+    # Once the writer has it, the entry may already sit on bookies: cancelling must not
+    # pretend otherwise, so the future refuses and still reports the entry's id.
+    c = cluster.client("c1", request_timeout=30.0)
+    wh = c.create_ledger(3, 3, 2)
+    for bookie in cluster.bookie_ids:
+        cluster.network.delay("c1", bookie, 0.5)
+    fut = wh.add_async(b"x")
+    while not fut.running():
+        time.sleep(0.001)
+    assert not fut.cancel()
+    assert fut.result(30) == 0
