@@ -1,0 +1,221 @@
+"""The asyncio flavour of the public API, for applications with an event loop of their own.
+
+The ledger protocol runs on the embedlog runtime's loop, in its own thread; these
+wrappers let a coroutine on *another* loop await it without blocking that loop:
+
+    from embedlog import LocalCluster
+    from embedlog.aio import AsyncClient
+
+    async def main(cluster: LocalCluster) -> None:
+        client = AsyncClient(cluster.client("app"))
+        wh = await client.create_ledger(3, 3, 2)
+        futures = [wh.add_nowait(b"event %d" % i) for i in range(1000)]  # pipelined
+        last = await futures[-1]
+        await wh.close()
+
+Adds and appends hand their entry to the runtime as the blocking ``add_async`` does
+and await its future directly (no thread per entry). Everything else (creating,
+opening, recovery, reads, trims, closes) runs the blocking call in a worker thread
+(``asyncio.to_thread``), so it has exactly the blocking API's meaning and errors.
+Do not call these from the runtime's own loop (``client.runtime.loop``): use the
+``*_aio`` methods of the blocking objects there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from embedlog.client import Client
+    from embedlog.ledger.entries import Entry
+    from embedlog.ledger.handles import ReadHandle, WriteHandle
+    from embedlog.metadata.ledger_metadata import LedgerMetadata
+    from embedlog.unbounded.ledger import UnboundedLedger
+    from embedlog.wire.entry import DigestType
+
+_DONE = object()
+
+
+class AsyncClient:
+    """``Client`` for coroutines; ``client`` is a blocking client (``cluster.client()``,
+    ``embedlog.connect()``), which this object uses and closes."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        *,
+        digest: DigestType | None = None,
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> AsyncWriteHandle:
+        options: dict[str, Any] = {"password": password, "custom_metadata": custom_metadata}
+        if digest is not None:
+            options["digest"] = digest
+        wh = await asyncio.to_thread(
+            self.client.create_ledger, ensemble_size, write_quorum, ack_quorum, **options
+        )
+        return AsyncWriteHandle(wh)
+
+    async def open_ledger(
+        self, ledger_id: int, *, password: bytes = b"", recover: bool = True
+    ) -> AsyncReadHandle:
+        rh = await asyncio.to_thread(
+            self.client.open_ledger, ledger_id, password=password, recover=recover
+        )
+        return AsyncReadHandle(rh)
+
+    async def create_unbounded(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        *,
+        password: bytes = b"",
+        fragment_max_entries: int | None = None,
+    ) -> AsyncUnboundedLedger:
+        ul = await asyncio.to_thread(
+            self.client.create_unbounded,
+            ensemble_size,
+            write_quorum,
+            ack_quorum,
+            password=password,
+            fragment_max_entries=fragment_max_entries,
+        )
+        return AsyncUnboundedLedger(ul)
+
+    async def open_unbounded(
+        self, ledger_id: int, *, password: bytes = b"", takeover: bool = True
+    ) -> AsyncUnboundedLedger:
+        ul = await asyncio.to_thread(
+            self.client.open_unbounded, ledger_id, password=password, takeover=takeover
+        )
+        return AsyncUnboundedLedger(ul)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        await asyncio.to_thread(self.client.delete_ledger, ledger_id)
+
+    async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        return await asyncio.to_thread(self.client.ledger_metadata, ledger_id)
+
+    async def list_ledgers(self) -> list[int]:
+        return await asyncio.to_thread(lambda: list(self.client.list_ledgers()))
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.client.close)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncWriteHandle:
+    def __init__(self, handle: WriteHandle) -> None:
+        self.handle = handle
+
+    @property
+    def ledger_id(self) -> int:
+        return self.handle.ledger_id
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self.handle.last_add_confirmed
+
+    def add_nowait(self, data: bytes) -> asyncio.Future[int]:
+        """Queue ``data`` at once (pipelining); the future gives its entry id once it and
+        every earlier entry are acknowledged. Call from a running loop."""
+        return asyncio.wrap_future(self.handle.add_async(data))
+
+    async def add(self, data: bytes) -> int:
+        return await self.add_nowait(data)
+
+    async def read(self, first: int, last: int) -> list[Entry]:
+        return await asyncio.to_thread(self.handle.read, first, last)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.handle.close)
+
+
+class AsyncReadHandle:
+    def __init__(self, handle: ReadHandle) -> None:
+        self.handle = handle
+
+    @property
+    def ledger_id(self) -> int:
+        return self.handle.ledger_id
+
+    @property
+    def is_closed(self) -> bool:
+        return self.handle.is_closed
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self.handle.last_add_confirmed
+
+    async def read(self, first: int, last: int) -> list[Entry]:
+        return await asyncio.to_thread(self.handle.read, first, last)
+
+    async def read_last_add_confirmed(self) -> int:
+        return await asyncio.to_thread(self.handle.read_last_add_confirmed)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.handle.close)
+
+
+class AsyncUnboundedLedger:
+    def __init__(self, ledger: UnboundedLedger) -> None:
+        self.ledger = ledger
+
+    @property
+    def ledger_id(self) -> int:
+        return self.ledger.ledger_id
+
+    @property
+    def term(self) -> int:
+        return self.ledger.term
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self.ledger.last_add_confirmed
+
+    def append_nowait(self, data: bytes) -> asyncio.Future[int]:
+        """Queue ``data`` at once (pipelining); the future gives its entry id."""
+        return asyncio.wrap_future(self.ledger.append_async(data))
+
+    async def append(self, data: bytes) -> int:
+        return await self.append_nowait(data)
+
+    async def read(self, first: int, last: int) -> list[Entry]:
+        return await asyncio.to_thread(self.ledger.read, first, last)
+
+    async def read_last_add_confirmed(self) -> int:
+        return await asyncio.to_thread(self.ledger.read_last_add_confirmed)
+
+    async def tail(self, start: int = 0, *, timeout: float | None = None) -> AsyncIterator[Entry]:
+        """``UnboundedLedger.tail`` as an async iterator (the waiting happens in a thread)."""
+        entries = self.ledger.tail(start, timeout=timeout)
+        try:
+            while True:
+                entry = await asyncio.to_thread(next, entries, _DONE)
+                if entry is _DONE:
+                    return
+                yield entry  # type: ignore[misc]
+        finally:
+            try:
+                await asyncio.to_thread(entries.close)
+            except ValueError:
+                pass  # cancelled while a thread still waits in it: it ends with that wait
+
+    async def trim(self, before_entry_id: int) -> None:
+        await asyncio.to_thread(self.ledger.trim, before_entry_id)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.ledger.close)
