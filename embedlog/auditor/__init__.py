@@ -1,4 +1,5 @@
-"""The auditor: BP-34 cluster metadata checker, its entry-availability encoding, re-replication.
+"""The auditor: BP-34 cluster metadata checker, its entry-availability encoding, re-replication,
+and the periodic daemon that runs them.
 
 ``AvailabilityOfEntries`` loads eagerly (bookies use it to answer LIST_ENTRIES);
 the checker and the replicator load on first use, so a bookie does not pull in
@@ -16,6 +17,7 @@ __getattr__ = lazy_exports(
         "Violation": "embedlog.auditor.checker",
         "LedgerCheck": "embedlog.auditor.checker",
         "CATEGORIES": "embedlog.auditor.checker",
+        "PeriodicAuditor": "embedlog.auditor.periodic",
         "Replicator": "embedlog.auditor.replication",
         "ReplicationResult": "embedlog.auditor.replication",
         "check_cluster": "embedlog.auditor.replication",
@@ -28,6 +30,7 @@ __all__ = [
     "AvailabilityOfEntries",
     "LedgerCheck",
     "MetadataChecker",
+    "PeriodicAuditor",
     "ReplicationResult",
     "Replicator",
     "Report",

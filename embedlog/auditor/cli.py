@@ -1,4 +1,4 @@
-"""``embedlog auditor check`` and ``embedlog auditor replicate``.
+"""``embedlog auditor check``, ``embedlog auditor replicate`` and ``embedlog auditor run``.
 
 Two ways to reach a cluster:
 
@@ -55,6 +55,21 @@ def add_auditor_commands(sub: Any) -> None:
         help="only copy to bookies that answer; leave silent bookies in their ensembles",
     )
     p.set_defaults(func=_replicate)
+    p = auditor.add_parser(
+        "run",
+        help="the auditor as a daemon: check and repair every --interval seconds",
+        description="Run a replicate pass (or, with --check-only, a check) now and then every "
+        "--interval seconds, printing one summary line per pass, until interrupted (Ctrl-C) "
+        "or --passes have run. A failed pass is reported and the next one runs on schedule.",
+    )
+    _options(p)
+    p.add_argument(
+        "--interval", type=float, default=600.0, metavar="SECONDS", help="default 600"
+    )
+    p.add_argument("--passes", type=int, default=None, help="stop after this many passes")
+    p.add_argument("--check-only", action="store_true", help="report, never repair")
+    p.add_argument("--no-replace", action="store_true", help="as for replicate")
+    p.set_defaults(func=_run)
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -199,3 +214,43 @@ def _replicate(args: argparse.Namespace) -> int:
         print(f"ledger {lid}: {state}" + (": " + "; ".join(parts) if parts else ""))
     print(result.summary())
     return 0 if result.ok else 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    from embedlog.auditor.periodic import PeriodicAuditor
+
+    if args.passes is not None and args.passes < 1:
+        raise ValueError(f"--passes must be >= 1, got {args.passes}")
+    progress = _Progress(args.quiet)
+    options = _checker_options(args, progress)
+    if not args.check_only:
+        options["replace_unavailable"] = not args.no_replace
+
+    def report(outcome: Any) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        print(f"{stamp} {'check' if args.check_only else 'replicate'}: {outcome.summary()}")
+        sys.stdout.flush()
+
+    with _cluster(args) as (meta, transport, runtime):
+        auditor = PeriodicAuditor(
+            meta,
+            transport,
+            runtime,
+            interval=args.interval,
+            repair=not args.check_only,
+            on_pass=report,
+            **options,
+        ).start()
+        progress.say(f"auditor running: a pass every {args.interval:g}s (Ctrl-C stops it)")
+        try:
+            if args.passes is None:
+                while True:
+                    time.sleep(3600)
+            auditor.wait_for_passes(args.passes)
+        except KeyboardInterrupt:
+            progress.say("stopping after the pass under way")
+        finally:
+            auditor.stop()
+    if auditor.last_error is not None:
+        print(f"{auditor.errors} pass(es) failed; last error: {auditor.last_error}")
+    return 0 if auditor.errors == 0 else 1
