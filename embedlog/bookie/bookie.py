@@ -625,7 +625,7 @@ class Bookie:
         if info.limbo and lid not in self._first_live and not req.flags & AddFlags.RECOVERY:
             self._first_live[lid] = eid
         if self.config.journal_write_data:
-            journal.append_then(_ADD.pack(b"A", lid, eid) + req.body, on_durable)
+            journal.append_then(req.body, on_durable, prefix=_ADD.pack(b"A", lid, eid))
         elif not state_waits:
             on_durable(None)  # acknowledged from the write cache (BP-46)
 

@@ -124,14 +124,24 @@ class Journal:
         self.append_then(payload, settle(fut))
         return fut
 
-    def append_then(self, payload: bytes, on_durable: Durable | None) -> None:
-        """Queue a record; ``on_durable`` is called from the journal's task after the fsync."""
+    def append_then(
+        self, payload: bytes, on_durable: Durable | None, *, prefix: bytes = b""
+    ) -> None:
+        """Queue the record ``prefix + payload``; ``on_durable`` is called from the journal's
+        task after the fsync. The parts are framed without joining them (the batch write
+        joins everything once)."""
         if self.error is not None:
             raise self.error
-        data = frame(payload)
-        self._buf.append(data)
-        self._buf_bytes += len(data)
-        self.lsn += len(data)
+        length = len(prefix) + len(payload)
+        crc = crc32c.crc32c(payload, crc32c.crc32c(prefix)) if prefix else crc32c.crc32c(payload)
+        buf = self._buf
+        buf.append(FRAME.pack(length, crc))
+        if prefix:
+            buf.append(prefix)
+        buf.append(payload)
+        size = FRAME.size + length
+        self._buf_bytes += size
+        self.lsn += size
         self._wakeup.set()
         if on_durable is not None:
             self._waiters.append(on_durable)
