@@ -70,6 +70,29 @@ class _AddPlan:
         self.old_lac = -1
 
 
+class _AddAnswer:
+    """Answers one add of the no-task path once the journal reports it durable.
+
+    A small object rather than a closure: adds in flight live long enough for the
+    garbage collector to move them to its oldest generation, and a closure is
+    several tracked objects (function, cells, tuple) where this is one.
+    """
+
+    __slots__ = ("bookie", "plan", "reply", "req")
+
+    def __init__(self, bookie: Bookie, req: Request, plan: _AddPlan, reply: Reply) -> None:
+        self.bookie = bookie
+        self.req = req
+        self.plan = plan
+        self.reply = reply
+
+    def __call__(self, exc: BaseException | None) -> None:
+        if exc is None:
+            self.reply(self.bookie._added(self.req, self.plan))
+        else:
+            self.bookie._answer_failure(self.req, exc, self.reply)
+
+
 class BookieState(enum.Enum):
     NEW = "new"
     BOOTING = "booting"
@@ -498,23 +521,16 @@ class Bookie:
             if isinstance(plan, Response):
                 reply(plan)
                 return None
-
-            def durable(exc: BaseException | None) -> None:
-                if exc is None:
-                    reply(self._added(req, plan))
-                    return
-                try:
-                    reply(self._failed(req, exc))
-                except BookieGoneError as gone:
-                    reply(gone)
-
-            self._store_add(req, plan, durable)
+            self._store_add(req, plan, _AddAnswer(self, req, plan, reply))
         except (BookieIOError, OSError) as exc:
-            try:
-                reply(self._failed(req, exc))
-            except BookieGoneError as gone:
-                reply(gone)
+            self._answer_failure(req, exc, reply)
         return None
+
+    def _answer_failure(self, req: Request, exc: BaseException, reply: Reply) -> None:
+        try:
+            reply(self._failed(req, exc))
+        except BookieGoneError as gone:
+            reply(gone)
 
     def _failed(self, req: Request, exc: BaseException) -> Response:
         """The answer to a request that hit a disk error; raises BookieGoneError if the

@@ -188,7 +188,7 @@ class LedgerWriter:
             body=p.packed,
             lafr=self._lafr_for_adds(),
         )
-        fut.add_done_callback(lambda f: self._on_add_answer(f, p, idx, bookie))
+        fut.add_done_callback(_AnswerFor(self, p, idx, bookie))
 
     def _on_add_answer(
         self, fut: asyncio.Future[Response], p: PendingAdd, idx: int, bookie: str
@@ -503,3 +503,19 @@ class LedgerWriter:
             task.cancel()
         if self._lac_timer is not None:
             self._lac_timer.cancel()
+
+
+class _AnswerFor:
+    """Routes one bookie's answer to an add back to the writer (an object, not a closure:
+    see embedlog/bookie/bookie.py _AddAnswer)."""
+
+    __slots__ = ("bookie", "idx", "p", "writer")
+
+    def __init__(self, writer: LedgerWriter, p: PendingAdd, idx: int, bookie: str) -> None:
+        self.writer = writer
+        self.p = p
+        self.idx = idx
+        self.bookie = bookie
+
+    def __call__(self, fut: asyncio.Future[Response]) -> None:
+        self.writer._on_add_answer(fut, self.p, self.idx, self.bookie)

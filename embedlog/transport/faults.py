@@ -196,8 +196,9 @@ class FaultInjector:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-# What Deadlines keeps of a request: op, flags, ledger, entry, term.
-_Sent = tuple[OpCode, int, int, int, int]
+# What Deadlines keeps per request, flat (one tracked object): deadline, the answer's
+# future, bookie, and of the request only op, flags, ledger, entry and term.
+_Slot = tuple[float, "asyncio.Future[Response]", str, OpCode, int, int, int, int]
 
 
 class Deadlines:
@@ -212,7 +213,7 @@ class Deadlines:
 
     def __init__(self, tick: float = 0.05) -> None:
         self.tick = tick
-        self._queues: dict[float, deque[tuple[float, asyncio.Future[Response], _Sent, str]]] = {}
+        self._queues: dict[float, deque[_Slot]] = {}
         self._timer: asyncio.TimerHandle | None = None
 
     def add(
@@ -222,8 +223,18 @@ class Deadlines:
         queue = self._queues.get(timeout)
         if queue is None:
             queue = self._queues[timeout] = deque()
-        sent = (req.op, req.flags, req.ledger_id, req.entry_id, req.term)
-        queue.append((loop.time() + timeout, answer, sent, bookie_id))
+        queue.append(
+            (
+                loop.time() + timeout,
+                answer,
+                bookie_id,
+                req.op,
+                req.flags,
+                req.ledger_id,
+                req.entry_id,
+                req.term,
+            )
+        )
         if self._timer is None:
             self._timer = loop.call_later(min(self.tick, timeout), self._sweep, loop)
 
@@ -232,9 +243,8 @@ class Deadlines:
         shortest = None
         for timeout, queue in self._queues.items():
             while queue and (queue[0][1].done() or queue[0][0] <= now):
-                _deadline, answer, sent, bookie_id = queue.popleft()
+                _deadline, answer, bookie_id, op, flags, ledger_id, entry_id, term = queue.popleft()
                 if not answer.done():
-                    op, flags, ledger_id, entry_id, term = sent
                     req = Request(op, 0, ledger_id, entry_id, flags, term)
                     answer.set_exception(_timeout_error(req, bookie_id, timeout))
             if queue and (shortest is None or timeout < shortest):

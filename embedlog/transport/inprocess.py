@@ -61,21 +61,7 @@ class InProcessTransport(Transport):
         # cancelling the bookie's work on the request.
         answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
 
-        def reply(frame: bytes | None, gone: BaseException | None) -> None:
-            if answer.done():
-                return
-            if gone is not None:  # the bookie went away mid-request (crash, stop)
-                answer.set_exception(
-                    BookieUnavailableError(f"bookie {bookie_id} went away: {gone!r}")
-                )
-            elif frame is not None:
-                try:
-                    answer.set_result(Response.decode(frame))
-                except FrameError as exc:  # a bookie bug; say so rather than time out
-                    answer.set_exception(BookieUnavailableError(f"bookie {bookie_id}: {exc}"))
-            # else: an undecodable request gets no answer; the caller times out
-
-        task = serve_frame(bookie, req.encode(), reply)
+        task = serve_frame(bookie, req.encode(), _Delivery(answer, bookie_id))
         if task is not None:
             self._serving.add(task)
             task.add_done_callback(self._serving.discard)
@@ -85,3 +71,29 @@ class InProcessTransport(Transport):
         await self._injector.close()
         for task in list(self._serving):
             task.cancel()
+
+
+class _Delivery:
+    """Completes the caller's future from the bookie's answer frame (an object, not a
+    closure: see embedlog/bookie/bookie.py _AddAnswer)."""
+
+    __slots__ = ("answer", "bookie_id")
+
+    def __init__(self, answer: asyncio.Future[Response], bookie_id: str) -> None:
+        self.answer = answer
+        self.bookie_id = bookie_id
+
+    def __call__(self, frame: bytes | None, gone: BaseException | None) -> None:
+        answer = self.answer
+        if answer.done():
+            return
+        if gone is not None:  # the bookie went away mid-request (crash, stop)
+            answer.set_exception(
+                BookieUnavailableError(f"bookie {self.bookie_id} went away: {gone!r}")
+            )
+        elif frame is not None:
+            try:
+                answer.set_result(Response.decode(frame))
+            except FrameError as exc:  # a bookie bug; say so rather than time out
+                answer.set_exception(BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"))
+        # else: an undecodable request gets no answer; the caller times out

@@ -62,17 +62,29 @@ def serve_frame(
         reply(None, None)
         return None
 
-    def answered(result: Response | BaseException) -> None:
-        if isinstance(result, Response):
-            reply(result.encode(), None)
-        elif isinstance(result, BookieGoneError | asyncio.CancelledError):
-            reply(None, result)  # no answer: the transport reports the bookie unavailable
-        else:
-            log.error("bookie failed handling %s", req.op.name, exc_info=result)
-            reply(Response.to(req, StatusCode.EIO).encode(), None)
-
+    answered = _FrameAnswer(req, reply)
     handle_nowait = getattr(handler, "handle_nowait", None)
     if handle_nowait is not None:
         task: asyncio.Task[Response] | None = handle_nowait(req, answered)
         return task
     return handle_as_task(handler.handle(req), answered)  # type: ignore[arg-type]
+
+
+class _FrameAnswer:
+    """Turns a handler's answer into the transport's frame reply (an object, not a
+    closure: see embedlog/bookie/bookie.py _AddAnswer)."""
+
+    __slots__ = ("reply", "req")
+
+    def __init__(self, req: Request, reply: FrameReply) -> None:
+        self.req = req
+        self.reply = reply
+
+    def __call__(self, result: Response | BaseException) -> None:
+        if isinstance(result, Response):
+            self.reply(result.encode(), None)
+        elif isinstance(result, BookieGoneError | asyncio.CancelledError):
+            self.reply(None, result)  # no answer: the transport reports the bookie unavailable
+        else:
+            log.error("bookie failed handling %s", self.req.op.name, exc_info=result)
+            self.reply(Response.to(self.req, StatusCode.EIO).encode(), None)
