@@ -34,7 +34,7 @@ from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.store import MetadataStore
 from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
 from embedlog.wire.codes import StatusCode
-from embedlog.wire.entry import parse_header
+from embedlog.wire.entry import header_fields
 from embedlog.wire.messages import (
     NO_TERM,
     AddFlags,
@@ -55,9 +55,25 @@ _STATE = struct.Struct(">cq")
 
 
 class _AddPlan:
-    """What admitting an add decided, carried to storing and answering it."""
+    """What admitting an add decided, carried to storing and answering it.
 
-    __slots__ = ("changed", "info", "lac", "old_lac", "term_changed", "truncate")
+    On the no-task path (``answer_by``) it is also the journal's callback that answers
+    the add once durable. One small object rather than a closure per add: adds in
+    flight live long enough for the garbage collector to move them to its oldest
+    generation, and a closure is several tracked objects (function, cells, tuple).
+    """
+
+    __slots__ = (
+        "bookie",
+        "changed",
+        "info",
+        "lac",
+        "old_lac",
+        "reply",
+        "req",
+        "term_changed",
+        "truncate",
+    )
 
     def __init__(
         self, info: LedgerInfo, lac: int, changed: bool, term_changed: bool, truncate: bool
@@ -69,26 +85,13 @@ class _AddPlan:
         self.truncate = truncate
         self.old_lac = -1
 
-
-class _AddAnswer:
-    """Answers one add of the no-task path once the journal reports it durable.
-
-    A small object rather than a closure: adds in flight live long enough for the
-    garbage collector to move them to its oldest generation, and a closure is
-    several tracked objects (function, cells, tuple) where this is one.
-    """
-
-    __slots__ = ("bookie", "plan", "reply", "req")
-
-    def __init__(self, bookie: Bookie, req: Request, plan: _AddPlan, reply: Reply) -> None:
-        self.bookie = bookie
-        self.req = req
-        self.plan = plan
-        self.reply = reply
+    def answer_by(self, bookie: Bookie, req: Request, reply: Reply) -> _AddPlan:
+        self.bookie, self.req, self.reply = bookie, req, reply
+        return self
 
     def __call__(self, exc: BaseException | None) -> None:
         if exc is None:
-            self.reply(self.bookie._added(self.req, self.plan))
+            self.reply(self.bookie._added(self.req, self))
         else:
             self.bookie._answer_failure(self.req, exc, self.reply)
 
@@ -521,7 +524,7 @@ class Bookie:
             if isinstance(plan, Response):
                 reply(plan)
                 return None
-            self._store_add(req, plan, _AddAnswer(self, req, plan, reply))
+            self._store_add(req, plan, plan.answer_by(self, req, reply))
         except (BookieIOError, OSError) as exc:
             self._answer_failure(req, exc, reply)
         return None
@@ -588,10 +591,10 @@ class Bookie:
         if self.readonly:
             return Response.to(req, StatusCode.EREADONLY, entry_id=eid)
         try:
-            header = parse_header(req.body)
+            h_ledger, h_entry, h_lac, _flags = header_fields(req.body)
         except ValueError:
             return Response.to(req, StatusCode.EBADREQ, entry_id=eid)
-        if header.ledger_id != lid or header.entry_id != eid:
+        if h_ledger != lid or h_entry != eid:
             return Response.to(req, StatusCode.EBADREQ, entry_id=eid)
         info = storage.info(lid)
         changed = info is None
@@ -622,7 +625,7 @@ class Bookie:
             info.truncated_term = req.term
             term_changed = True
             truncate = True
-        return _AddPlan(info, header.lac, changed, term_changed, truncate)
+        return _AddPlan(info, h_lac, changed, term_changed, truncate)
 
     def _store_add(self, req: Request, plan: _AddPlan, on_durable: Durable) -> None:
         storage, journal = self.storage, self.journal

@@ -52,6 +52,14 @@ class EntryHeader:
         return bool(self.flags & FLAG_NOOP)
 
 
+def header_fields(entry: bytes | memoryview) -> tuple[int, int, int, int]:
+    """(ledger id, entry id, LAC, flags) of an entry: ``parse_header`` without the object,
+    for the bookie's add path."""
+    if len(entry) < HEADER.size:
+        raise ValueError(f"entry too short for its header: {len(entry)} bytes")
+    return HEADER.unpack_from(entry)  # type: ignore[return-value]
+
+
 def parse_header(entry: bytes | memoryview) -> EntryHeader:
     if len(entry) < HEADER.size:
         raise ValueError(f"entry too short for its header: {len(entry)} bytes")
