@@ -38,11 +38,14 @@ from embedlog.wire.entry import header_fields
 from embedlog.wire.messages import (
     NO_TERM,
     AddFlags,
+    FrameError,
     OpCode,
     ReadFlags,
     Request,
     Response,
     TrimFlags,
+    pack_results,
+    unpack_entries,
 )
 
 if TYPE_CHECKING:
@@ -94,6 +97,57 @@ class _AddPlan:
             self.reply(self.bookie._added(self.req, self))
         else:
             self.bookie._answer_failure(self.req, exc, self.reply)
+
+
+class _BatchAnswer:
+    """Collects the answers to the entries of one ADD_BATCH (each answer names its entry)
+    and replies once for all; if the bookie goes away, the whole batch gets no answer."""
+
+    __slots__ = ("done", "left", "positions", "reply", "req", "results")
+
+    def __init__(self, req: Request, positions: dict[int, int], reply: Reply) -> None:
+        self.req = req
+        self.positions = positions  # entry id -> its place in the batch
+        self.reply = reply
+        self.results: list[tuple[int, int]] = [(StatusCode.EIO, NO_TERM)] * len(positions)
+        self.left = len(positions)
+        self.done = False
+
+    def __call__(self, result: Response | BaseException) -> None:
+        if self.done:
+            return
+        if isinstance(result, BaseException):
+            self.done = True
+            self.reply(result)
+            return
+        self.results[self.positions[result.entry_id]] = (result.status, result.term)
+        self.left -= 1
+        if self.left:
+            return
+        self.done = True
+        failed = [status for status, _ in self.results if status != StatusCode.EOK]
+        self.reply(
+            Response.to(
+                self.req,
+                failed[0] if failed else StatusCode.EOK,
+                entry_id=self.req.entry_id,
+                body=pack_results(self.results),
+            )
+        )
+
+
+def settle_answer(fut: asyncio.Future[Response]) -> Reply:
+    """A Reply that completes ``fut`` (with the answer, or the exception)."""
+
+    def done(result: Response | BaseException) -> None:
+        if fut.done():
+            return
+        if isinstance(result, BaseException):
+            fut.set_exception(result)
+        else:
+            fut.set_result(result)
+
+    return done
 
 
 class BookieState(enum.Enum):
@@ -492,6 +546,10 @@ class Bookie:
         try:
             if req.op == OpCode.ADD:
                 return await self._add(req)
+            if req.op == OpCode.ADD_BATCH:
+                answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+                self._add_batch(req, settle_answer(answer))
+                return await answer
             if req.op == OpCode.READ:
                 return await self._read(req)
             if req.op == OpCode.READ_LAC:
@@ -514,20 +572,59 @@ class Bookie:
         from the journal's group commit; anything else runs ``handle`` as a task, which is
         returned so the transport can cancel it on shutdown.
         """
+        if req.op == OpCode.ADD_BATCH:
+            self._add_batch(req, reply)
+            return None
         if req.op != OpCode.ADD or req.flags & AddFlags.TRUNCATE:
             return handle_as_task(self.handle(req), reply)
+        self._add_nowait(req, reply)
+        return None
+
+    def _add_nowait(self, req: Request, reply: Reply) -> None:
+        """A plain add without a task: refused at once, or answered once durable."""
         if self._state is not BookieState.SERVING:
             reply(BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}"))
-            return None
+            return
         try:
             plan = self._admit_add(req)
             if isinstance(plan, Response):
                 reply(plan)
-                return None
+                return
             self._store_add(req, plan, plan.answer_by(self, req, reply))
         except (BookieIOError, OSError) as exc:
             self._answer_failure(req, exc, reply)
-        return None
+
+    def _add_batch(self, req: Request, reply: Reply) -> None:
+        """ADD_BATCH: each entry is a plain add of its own; one answer for them all."""
+        try:
+            bodies = unpack_entries(req.body)
+        except FrameError:
+            bodies = []
+        if not bodies or req.flags & AddFlags.TRUNCATE:
+            # Truncating adds are never batched: their cut needs the slow path.
+            reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
+            return
+        positions = {entry_id: i for i, (entry_id, _) in enumerate(bodies)}
+        if len(positions) != len(bodies):
+            reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
+            return
+        answer = _BatchAnswer(req, positions, reply)
+        for entry_id, body in bodies:
+            if answer.done:
+                break  # the bookie went away: no answer for the rest either
+            one = Request(
+                OpCode.ADD,
+                req.txn,
+                req.ledger_id,
+                entry_id,
+                req.flags,
+                req.term,
+                0,
+                req.master_key,
+                body,
+                req.lafr,
+            )
+            self._add_nowait(one, answer)
 
     def _answer_failure(self, req: Request, exc: BaseException, reply: Reply) -> None:
         try:

@@ -6,7 +6,7 @@ import asyncio
 
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
 from embedlog.transport.base import Transport, next_txn
-from embedlog.wire.messages import NO_TERM, OpCode, Request, Response
+from embedlog.wire.messages import NO_TERM, OpCode, Request, Response, pack_entries
 
 # Transport failures that say nothing about the bookie's state: the outcome is unknown.
 UNKNOWN_OUTCOMES = (BKTimeoutError, BookieUnavailableError)
@@ -56,3 +56,36 @@ class BookieClient:
             OpCode.ADD, next_txn(), ledger_id, entry_id, flags, term, 0, master_key, body, lafr
         )
         return self.transport.send_nowait(self.name, bookie_id, req, self.request_timeout)
+
+    def add_batch_nowait(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entries: list[tuple[int, bytes]],
+        *,
+        flags: int,
+        term: int,
+        master_key: bytes,
+        lafr: int = -1,
+    ) -> asyncio.Future[Response]:
+        """(entry id, packed entry) pairs in one ADD_BATCH request; the answer holds one
+        result per entry, in the same order."""
+        req = Request(
+            OpCode.ADD_BATCH,
+            next_txn(),
+            ledger_id,
+            entries[0][0],
+            flags,
+            term,
+            0,
+            master_key,
+            pack_entries(entries),
+            lafr,
+        )
+        return self.transport.send_nowait(self.name, bookie_id, req, self.request_timeout)
+
+    def can_batch(self) -> bool:
+        """Whether adds may share requests: not while network faults are configured, so
+        that a lost request (``drop_next("add")``) means exactly one entry, as in tests."""
+        faults = getattr(self.transport, "faults", None)
+        return faults is None or not faults.active

@@ -35,9 +35,12 @@ from embedlog.ledger.quorum import write_set
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, master_key
-from embedlog.wire.messages import NO_TERM, AddFlags, OpCode, Response
+from embedlog.wire.messages import NO_TERM, AddFlags, FrameError, OpCode, Response, unpack_results
 
 log = logging.getLogger(__name__)
+
+# Adds for one bookie that share a request at most (ADD_BATCH).
+MAX_BATCH = 64
 
 
 # Where an add's outcome goes: an asyncio future (callers on the loop), or the blocking
@@ -102,6 +105,8 @@ class LedgerWriter:
         self._lac_timer: asyncio.TimerHandle | None = None
         self._explicit_lac_sent = -1
         self._in_flight = 0  # entries sent and not yet acknowledged
+        self._outbox: dict[str, list[tuple[PendingAdd, int]]] = {}  # see _send
+        self._outbox_due = False
 
     # -- adding ------------------------------------------------------------------------------
 
@@ -178,6 +183,37 @@ class LedgerWriter:
         return True
 
     def _send(self, p: PendingAdd, idx: int, bookie: str) -> None:
+        """Send ``p`` to ``bookie`` (slot ``idx``): adds queued for one bookie in the same
+        loop iteration travel in one ADD_BATCH request (see ``_flush_outbox``)."""
+        if p.flags & AddFlags.TRUNCATE or not self.ctx.bookies.can_batch():
+            self._send_one(p, idx, bookie)
+            return
+        out = self._outbox.get(bookie)
+        if out is None:
+            out = self._outbox[bookie] = []
+            if not self._outbox_due:
+                self._outbox_due = True
+                asyncio.get_running_loop().call_soon(self._flush_outbox)
+        out.append((p, idx))
+
+    def _flush_outbox(self) -> None:
+        self._outbox_due = False
+        outbox, self._outbox = self._outbox, {}
+        if self.error is not None:
+            return  # failed meanwhile: nothing left to send for
+        # Faults configured since these were queued: one request per entry after all.
+        batching = self.ctx.bookies.can_batch()
+        for bookie, items in outbox.items():
+            for start in range(0, len(items), MAX_BATCH):
+                run = items[start : start + MAX_BATCH]
+                flags = run[0][0].flags
+                if len(run) == 1 or not batching or any(p.flags != flags for p, _ in run):
+                    for p, idx in run:
+                        self._send_one(p, idx, bookie)
+                else:
+                    self._send_batch(bookie, run, flags)
+
+    def _send_one(self, p: PendingAdd, idx: int, bookie: str) -> None:
         fut = self.ctx.bookies.add_nowait(
             bookie,
             self.md.ledger_id,
@@ -190,6 +226,18 @@ class LedgerWriter:
         )
         fut.add_done_callback(_AnswerFor(self, p, idx, bookie))
 
+    def _send_batch(self, bookie: str, run: list[tuple[PendingAdd, int]], flags: int) -> None:
+        fut = self.ctx.bookies.add_batch_nowait(
+            bookie,
+            self.md.ledger_id,
+            [(p.entry_id, p.packed) for p, _ in run],
+            flags=flags,
+            term=self.term,
+            master_key=self.key,
+            lafr=self._lafr_for_adds(),
+        )
+        fut.add_done_callback(_BatchAnswerFor(self, run, bookie))
+
     def _on_add_answer(
         self, fut: asyncio.Future[Response], p: PendingAdd, idx: int, bookie: str
     ) -> None:
@@ -197,22 +245,52 @@ class LedgerWriter:
             return
         exc = fut.exception()
         if exc is not None:
-            if isinstance(exc, UNKNOWN_OUTCOMES):
-                log.debug("add %s:%s to %s: %s", self.md.ledger_id, p.entry_id, bookie, exc)
-            else:
-                log.error("add %s:%s to %s failed: %r", self.md.ledger_id, p.entry_id, bookie, exc)
-            self._bookie_failed(bookie)
+            self._no_answer(exc, p, bookie)
             return
         resp = fut.result()
-        status = resp.status
+        self._on_add_result(p, idx, bookie, resp.status, resp.term)
+        self._complete()
+
+    def _on_batch_answer(
+        self, fut: asyncio.Future[Response], run: list[tuple[PendingAdd, int]], bookie: str
+    ) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is None:
+            try:
+                results = unpack_results(fut.result().body)
+            except FrameError as bad:
+                exc = bad
+            else:
+                if len(results) != len(run):
+                    exc = FrameError(f"{len(results)} results for a batch of {len(run)}")
+        if exc is not None:
+            self._no_answer(exc, run[0][0], bookie)
+            return
+        for (p, idx), (status, term) in zip(run, results, strict=True):
+            self._on_add_result(p, idx, bookie, status, term)
+            if self.error is not None:
+                return
+        self._complete()
+
+    def _no_answer(self, exc: BaseException, p: PendingAdd, bookie: str) -> None:
+        if isinstance(exc, UNKNOWN_OUTCOMES):
+            log.debug("add %s:%s to %s: %s", self.md.ledger_id, p.entry_id, bookie, exc)
+        else:
+            log.error("add %s:%s to %s failed: %r", self.md.ledger_id, p.entry_id, bookie, exc)
+        self._bookie_failed(bookie)
+
+    def _on_add_result(self, p: PendingAdd, idx: int, bookie: str, status: int, term: int) -> None:
+        """One bookie's answer to one entry (the caller runs ``_complete`` afterwards)."""
         if status == StatusCode.EOK:
             # An ack from a bookie that was replaced meanwhile counts for nothing.
-            if self._counts(resp) and self.md.ensemble_for(p.entry_id)[idx] == bookie:
+            if self._counts(term) and self.md.ensemble_for(p.entry_id)[idx] == bookie:
                 self._acked(p, idx)
         elif status == StatusCode.EINVALIDTERM:
             self.fail(
                 InvalidTermError(
-                    f"ledger {self.md.ledger_id}: {bookie} has term {resp.term}, above this "
+                    f"ledger {self.md.ledger_id}: {bookie} has term {term}, above this "
                     f"writer's {self.term}: another client took over"
                 )
             )
@@ -232,15 +310,14 @@ class LedgerWriter:
         """The last add fully replicated, sent with every add (-1: not tracked)."""
         return -1
 
-    def _counts(self, resp: Response) -> bool:
-        """Whether an EOK answer counts (unbounded: only answers of this writer's term)."""
+    def _counts(self, term: int) -> bool:
+        """Whether an EOK answer of ``term`` counts (unbounded: only this writer's term)."""
         return True
 
     def _acked(self, p: PendingAdd, idx: int) -> None:
         """Bookie ``idx`` of ``p``'s ensemble acknowledged it."""
         if not p.future.done():
             p.acks.add(idx)
-            self._complete()
 
     def _needed_acks(self) -> int:
         """Acks that complete an entry: AQ; unbounded recovery writes need the whole WQ."""
@@ -503,6 +580,22 @@ class LedgerWriter:
             task.cancel()
         if self._lac_timer is not None:
             self._lac_timer.cancel()
+
+
+class _BatchAnswerFor:
+    """Routes one bookie's answer to a batch of adds back to the writer."""
+
+    __slots__ = ("bookie", "run", "writer")
+
+    def __init__(
+        self, writer: LedgerWriter, run: list[tuple[PendingAdd, int]], bookie: str
+    ) -> None:
+        self.writer = writer
+        self.run = run
+        self.bookie = bookie
+
+    def __call__(self, fut: asyncio.Future[Response]) -> None:
+        self.writer._on_batch_answer(fut, self.run, self.bookie)
 
 
 class _AnswerFor:

@@ -40,7 +40,7 @@ from embedlog.ledger.writer import LedgerWriter, PendingAdd
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.unbounded import rules
 from embedlog.wire.codes import StatusCode
-from embedlog.wire.messages import NO_TERM, OpCode, Response, TrimFlags
+from embedlog.wire.messages import NO_TERM, OpCode, TrimFlags
 
 log = logging.getLogger(__name__)
 
@@ -179,16 +179,14 @@ class TermWriter(LedgerWriter):
     def _lafr_for_adds(self) -> int:
         return self.lafr
 
-    def _counts(self, resp: Response) -> bool:
+    def _counts(self, term: int) -> bool:
         # An answer of another term is discarded (the model's response term).
-        return self.term == NO_TERM or rules.response_counts(self.term, resp.term)
+        return self.term == NO_TERM or rules.response_counts(self.term, term)
 
     def _acked(self, p: PendingAdd, idx: int) -> None:
         p.acks.add(idx)
         if p.future.done():
             self._advance_lafr()  # acks after the ack quorum move the LAFR
-        else:
-            self._complete()
 
     # -- fragment rollover -------------------------------------------------------------------
 

@@ -40,6 +40,11 @@ class OpCode(enum.IntEnum):
     LIST_ENTRIES = 5  # BP-34: the entries of a ledger this bookie holds
     DELETE_LEDGER = 6
     TRIM = 7  # unbounded ledgers: drop entries below entry_id
+    # Several entries of one ledger for one bookie (body: pack_entries; entry_id is the
+    # first's). Each is an ADD of its own to the bookie, and the answer's body holds one
+    # result per entry, in the same order (pack_results). Only the per-request costs of
+    # the transport are shared.
+    ADD_BATCH = 8
 
 
 _OPS = {op.value: op for op in OpCode}  # decoding by dict: OpCode(n) is slow on the hot path
@@ -72,6 +77,44 @@ class TrimFlags:
 
 NO_TERM = -1
 
+_ENTRY = struct.Struct(">qI")
+_RESULT = struct.Struct(">hq")
+
+
+def pack_entries(entries: list[tuple[int, bytes]]) -> bytes:
+    """An ADD_BATCH body: (entry id, length, entry) for each entry."""
+    parts = []
+    for entry_id, entry in entries:
+        parts.append(_ENTRY.pack(entry_id, len(entry)))
+        parts.append(entry)
+    return b"".join(parts)
+
+
+def unpack_entries(body: bytes | memoryview) -> list[tuple[int, bytes]]:
+    view = memoryview(body)
+    entries, pos = [], 0
+    while pos < len(view):
+        if pos + _ENTRY.size > len(view):
+            raise FrameError("batch body truncated inside an entry's id and length")
+        entry_id, n = _ENTRY.unpack_from(view, pos)
+        pos += _ENTRY.size
+        if pos + n > len(view):
+            raise FrameError("batch body truncated inside an entry")
+        entries.append((entry_id, bytes(view[pos : pos + n])))
+        pos += n
+    return entries
+
+
+def pack_results(results: list[tuple[int, int]]) -> bytes:
+    """An ADD_BATCH answer's body: (status, term) per entry, in entry order."""
+    return b"".join(_RESULT.pack(status, term) for status, term in results)
+
+
+def unpack_results(body: bytes | memoryview) -> list[tuple[int, int]]:
+    if len(body) % _RESULT.size:
+        raise FrameError(f"batch answer body of {len(body)} bytes is not whole results")
+    return [r for r in _RESULT.iter_unpack(body)]  # type: ignore[misc]
+
 
 @frozen
 class Request:
@@ -89,7 +132,7 @@ class Request:
     @property
     def kind(self) -> str:
         """The request kind that fault injection speaks of (API.md ``drop_next``)."""
-        if self.op == OpCode.ADD:
+        if self.op == OpCode.ADD or self.op == OpCode.ADD_BATCH:
             return "recovery_add" if self.flags & AddFlags.RECOVERY else "add"
         if self.op == OpCode.READ:
             if self.entry_id < 0 and (self.flags & ReadFlags.FENCE or self.term != NO_TERM):

@@ -4,7 +4,18 @@ from hypothesis import strategies as st
 
 from embedlog.errors import DigestMismatchError
 from embedlog.wire.entry import Digester, DigestType, parse_header
-from embedlog.wire.messages import AddFlags, FrameError, OpCode, ReadFlags, Request, Response
+from embedlog.wire.messages import (
+    AddFlags,
+    FrameError,
+    OpCode,
+    ReadFlags,
+    Request,
+    Response,
+    pack_entries,
+    pack_results,
+    unpack_entries,
+    unpack_results,
+)
 
 i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
@@ -80,3 +91,25 @@ def test_mac_depends_on_password():
     packed = Digester(DigestType.MAC, b"right").pack(1, 0, -1, b"data")
     with pytest.raises(DigestMismatchError):
         Digester(DigestType.MAC, b"wrong").unpack(packed, 1, 0)
+
+
+@given(entries=st.lists(st.tuples(i64, st.binary(max_size=50)), max_size=20))
+def test_batch_entries_round_trip(entries):
+    assert unpack_entries(pack_entries(entries)) == entries
+
+
+@given(results=st.lists(st.tuples(st.integers(-(2**15), 2**15 - 1), i64), max_size=20))
+def test_batch_results_round_trip(results):
+    assert unpack_results(pack_results(results)) == results
+
+
+def test_corrupt_batch_bodies_are_named_errors():
+    body = pack_entries([(4, b"abc"), (5, b"defg")])
+    with pytest.raises(FrameError, match="inside an entry's id"):
+        unpack_entries(body[:5])
+    with pytest.raises(FrameError, match=r"inside an entry$"):
+        unpack_entries(body[:-1])
+    with pytest.raises(FrameError, match="whole results"):
+        unpack_results(pack_results([(0, 1)])[:-1])
+    assert Request(OpCode.ADD_BATCH, 1, 1, 4, flags=AddFlags.RECOVERY).kind == "recovery_add"
+    assert Request(OpCode.ADD_BATCH, 1, 1, 4).kind == "add"

@@ -1,0 +1,91 @@
+"""ADD_BATCH on the bookie: each entry is a plain add of its own, one answer for all."""
+
+from __future__ import annotations
+
+import asyncio
+
+from harness import KEY, entry
+
+from embedlog.transport.base import next_txn
+from embedlog.transport.server import BookieGoneError
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.messages import (
+    AddFlags,
+    OpCode,
+    ReadFlags,
+    Request,
+    pack_entries,
+    unpack_results,
+)
+
+LONG = 3600.0
+
+
+def batch(lid: int, entries: list[tuple[int, bytes]], **kw) -> Request:
+    kw.setdefault("master_key", KEY)
+    return Request(
+        OpCode.ADD_BATCH, next_txn(), lid, entries[0][0], body=pack_entries(entries), **kw
+    )
+
+
+def test_a_batch_stores_every_entry_and_answers_each(harness):
+    h = harness()
+    h.boot()
+    entries = [(e, entry(1, e, b"p%d" % e, lac=e - 1)) for e in (0, 2, 3, 5)]  # any ids
+    resp = h.run(h.serve(batch(1, entries)))
+    assert resp.status == StatusCode.EOK
+    assert unpack_results(resp.body) == [(StatusCode.EOK, -1)] * 4
+    for e, body in entries:
+        assert h.read(1, e).body == body
+
+
+def test_each_entry_gets_its_own_verdict(harness):
+    h = harness()
+    h.boot()
+    good, wrong_id = entry(1, 0, b"a"), entry(1, 9, b"b")  # header says 9, batch says 1
+    resp = h.run(h.serve(batch(1, [(0, good), (1, wrong_id)])))
+    assert resp.status == StatusCode.EBADREQ  # the first failure's code
+    assert [s for s, _ in unpack_results(resp.body)] == [StatusCode.EOK, StatusCode.EBADREQ]
+    assert h.read(1, 0).status == StatusCode.EOK
+    assert h.read(1, 1).status == StatusCode.ENOENTRY
+
+
+def test_a_fenced_ledger_refuses_a_batch_unless_it_is_recovery(harness):
+    h = harness()
+    h.boot()
+    assert h.add(1, 0).status == StatusCode.EOK
+    assert h.read(1, -1, flags=ReadFlags.FENCE).status == StatusCode.EOK
+    entries = [(1, entry(1, 1)), (2, entry(1, 2))]
+    resp = h.run(h.serve(batch(1, entries)))
+    assert [s for s, _ in unpack_results(resp.body)] == [StatusCode.EFENCED] * 2
+    resp = h.run(h.serve(batch(1, entries, flags=AddFlags.RECOVERY)))
+    assert resp.status == StatusCode.EOK
+
+
+def test_malformed_batches_are_bad_requests(harness):
+    h = harness()
+    h.boot()
+    dup = batch(1, [(0, entry(1, 0)), (0, entry(1, 0))])
+    assert h.run(h.serve(dup)).status == StatusCode.EBADREQ
+    cut = Request(OpCode.ADD_BATCH, next_txn(), 1, 0, master_key=KEY, body=b"\x00\x01")
+    assert h.run(h.serve(cut)).status == StatusCode.EBADREQ
+    trunc = batch(1, [(0, entry(1, 0))], flags=AddFlags.TRUNCATE)
+    assert h.run(h.serve(trunc)).status == StatusCode.EBADREQ
+    assert h.read(1, 0).status in (StatusCode.ENOLEDGER, StatusCode.ENOENTRY)
+
+
+def test_a_crash_before_the_fsync_answers_the_batch_with_nothing(harness):
+    h = harness(flush_interval=LONG, journal_max_group_wait=5.0)
+    h.boot()
+
+    async def send_and_crash():
+        t = asyncio.ensure_future(h.serve(batch(7, [(0, entry(7, 0)), (1, entry(7, 1))])))
+        await asyncio.sleep(0.05)
+        assert not t.done()  # not durable yet: no answer
+        h.bookie.crash()
+        return await asyncio.gather(t, return_exceptions=True)
+
+    [result] = h.run(send_and_crash())
+    assert isinstance(result, BookieGoneError)
+    h.boot()
+    assert h.read(7, 0).status == StatusCode.ENOLEDGER

@@ -1,0 +1,57 @@
+"""Adds to one bookie share ADD_BATCH requests, except while network faults are set
+(then every lost request is exactly one entry, as the fault-injection tests need)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from embedlog.wire.messages import OpCode
+
+
+def spy_ops(cluster, monkeypatch) -> Counter:
+    ops: Counter = Counter()
+    transport = cluster.transport
+    real = transport.send_nowait
+
+    def send_nowait(src, bookie_id, req, timeout):
+        ops[req.op] += 1
+        return real(src, bookie_id, req, timeout)
+
+    monkeypatch.setattr(transport, "send_nowait", send_nowait)
+    return ops
+
+
+def test_pipelined_adds_travel_in_batches(cluster, monkeypatch):
+    ops = spy_ops(cluster, monkeypatch)
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    futures = [wh.add_async(b"e%d" % i) for i in range(600)]
+    assert [f.result() for f in futures] == list(range(600))
+    assert ops[OpCode.ADD_BATCH] > 0
+    assert ops[OpCode.ADD_BATCH] + ops[OpCode.ADD] < 3 * 600  # fewer requests than copies
+    wh.close()
+    rh = cluster.client("reader").open_ledger(wh.ledger_id)
+    assert [e.data for e in rh.read(0, 599)] == [b"e%d" % i for i in range(600)]
+    for bookie in cluster.bookie_ids:  # every copy reached every bookie of the write set
+        assert cluster.read_from_bookie(bookie, wh.ledger_id, 599) == b"e599"
+
+
+def test_no_batches_while_faults_are_set(cluster, monkeypatch):
+    ops = spy_ops(cluster, monkeypatch)
+    cluster.network.block("someone-else", cluster.bookie_ids[0])  # any fault at all
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    futures = [wh.add_async(b"e%d" % i) for i in range(300)]
+    assert futures[-1].result() == 299
+    assert ops[OpCode.ADD_BATCH] == 0 and ops[OpCode.ADD] == 3 * 300
+
+
+def test_a_lost_add_is_one_entry_under_fault_injection(cluster):
+    # drop_next("add") must lose one entry's copy, not a batch of them: the other entries
+    # reach the bookie at once, the lost one only when the writer resends it.
+    b1 = cluster.bookie_ids[0]
+    c = cluster.client("c1", request_timeout=1.0)
+    wh = c.create_ledger(3, 3, 3)  # AQ=3: every copy is needed
+    cluster.network.drop_next("c1", b1, "add", 1)
+    futures = [wh.add_async(b"e%d" % i) for i in range(50)]
+    assert futures[-1].result(60) == 49
+    assert cluster.read_from_bookie(b1, wh.ledger_id, 0) == b"e0"
+    assert cluster.read_from_bookie(b1, wh.ledger_id, 49) == b"e49"
