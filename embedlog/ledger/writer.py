@@ -51,7 +51,7 @@ Completion = asyncio.Future[int] | concurrent.futures.Future[int]
 
 
 class PendingAdd:
-    __slots__ = ("acks", "created", "entry_id", "flags", "future", "packed", "sent")
+    __slots__ = ("acks", "created", "entry_id", "flags", "future", "packed", "sent", "settled")
 
     def __init__(self, entry_id: int, packed: bytes, future: Completion, flags: int) -> None:
         self.entry_id = entry_id
@@ -60,6 +60,9 @@ class PendingAdd:
         self.future = future
         self.acks: set[int] = set()  # ensemble indexes that acknowledged
         self.sent = False
+        # Acknowledged to the caller, or failed. Kept here rather than asked of the future:
+        # a concurrent future's done() takes a lock, and answers ask it for every ack.
+        self.settled = False
         self.created = time.monotonic()
 
 
@@ -294,7 +297,7 @@ class LedgerWriter:
                     f"writer's {self.term}: another client took over"
                 )
             )
-        elif p.future.done():
+        elif p.settled:
             return
         elif status == StatusCode.EFENCED:
             self.fail(LedgerFencedError(f"ledger {self.md.ledger_id} was fenced ({bookie})"))
@@ -316,7 +319,7 @@ class LedgerWriter:
 
     def _acked(self, p: PendingAdd, idx: int) -> None:
         """Bookie ``idx`` of ``p``'s ensemble acknowledged it."""
-        if not p.future.done():
+        if not p.settled:
             p.acks.add(idx)
 
     def _needed_acks(self) -> int:
@@ -334,6 +337,7 @@ class LedgerWriter:
             self.lac = p.entry_id
             completed = True
             self._acknowledged(p)
+            p.settled = True
             if not p.future.done():
                 p.future.set_result(p.entry_id)
         if not pending:
@@ -357,6 +361,7 @@ class LedgerWriter:
             self.error = error
         while self.pending:
             p = self.pending.popleft()
+            p.settled = True
             if not p.future.done():
                 p.future.set_exception(error)
         self._waiting.clear()

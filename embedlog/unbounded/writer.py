@@ -185,7 +185,7 @@ class TermWriter(LedgerWriter):
 
     def _acked(self, p: PendingAdd, idx: int) -> None:
         p.acks.add(idx)
-        if p.future.done():
+        if p.settled:
             self._advance_lafr()  # acks after the ack quorum move the LAFR
 
     # -- fragment rollover -------------------------------------------------------------------
