@@ -17,6 +17,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,6 +39,35 @@ SIZE = 1024
 IN_FLIGHT = 1000
 
 
+async def windowed(
+    count: int, start_one: Callable[[int, Callable[..., None]], object], check: Callable[..., None]
+) -> float:
+    """Seconds to complete ``count`` operations kept IN_FLIGHT at a time: ``start_one(i,
+    done)`` starts operation i, which calls ``done(*outcome)``; ``check`` vets each outcome."""
+    finished = asyncio.get_running_loop().create_future()
+    started = completed = 0
+
+    def done(*outcome: object) -> None:
+        nonlocal completed
+        check(*outcome)
+        completed += 1
+        if completed == count:
+            finished.set_result(None)
+        else:
+            start_more()
+
+    def start_more() -> None:
+        nonlocal started
+        while started < count and started - completed < IN_FLIGHT:
+            start_one(started, done)
+            started += 1
+
+    t0 = time.perf_counter()
+    start_more()
+    await finished
+    return time.perf_counter() - t0
+
+
 async def bookie_adds(directory: Path, entries: int, size: int) -> tuple[float, float]:
     """Request frames in, answer frames out, as a transport drives a bookie (no client)."""
     store = MemoryMetadataStore()
@@ -51,33 +81,17 @@ async def bookie_adds(directory: Path, entries: int, size: int) -> tuple[float, 
     digester = Digester(DigestType.CRC32C)
     payload = os.urandom(size)
     frames = [
-        Request(OpCode.ADD, i, 1, i, master_key=key, body=digester.pack(1, i, i - 1, payload))
-        .encode()
+        Request(
+            OpCode.ADD, i, 1, i, master_key=key, body=digester.pack(1, i, i - 1, payload)
+        ).encode()
         for i in range(entries)
     ]
-    done = asyncio.get_running_loop().create_future()
-    sent = answered = 0
 
-    def reply(frame: bytes | None, gone: BaseException | None) -> None:
-        nonlocal answered
+    def check(frame: bytes | None, gone: BaseException | None) -> None:
         assert frame is not None and gone is None, gone
         assert Response.decode(frame).status == 0
-        answered += 1
-        if answered == entries:
-            done.set_result(None)
-        else:
-            send_more()
 
-    def send_more() -> None:
-        nonlocal sent
-        while sent < entries and sent - answered < IN_FLIGHT:
-            serve_frame(bookie, frames[sent], reply)
-            sent += 1
-
-    start = time.perf_counter()
-    send_more()
-    await done
-    elapsed = time.perf_counter() - start
+    elapsed = await windowed(entries, lambda i, done: serve_frame(bookie, frames[i], done), check)
     assert bookie.journal is not None
     group = bookie.journal.records / max(1, bookie.journal.batches)
     await bookie.stop()
@@ -92,28 +106,11 @@ async def journal_appends(directory: Path, entries: int, size: int) -> tuple[flo
     journal = Journal(config, executor, 0)
     journal.start()
     record = os.urandom(size + 25 + 4 + 17)  # entry header, digest, record type
-    done = asyncio.get_running_loop().create_future()
-    sent = durable = 0
 
-    def on_durable(exc: BaseException | None) -> None:
-        nonlocal durable
+    def check(exc: BaseException | None) -> None:
         assert exc is None, exc
-        durable += 1
-        if durable == entries:
-            done.set_result(None)
-        else:
-            send_more()
 
-    def send_more() -> None:
-        nonlocal sent
-        while sent < entries and sent - durable < IN_FLIGHT:
-            journal.append_then(record, on_durable)
-            sent += 1
-
-    start = time.perf_counter()
-    send_more()
-    await done
-    elapsed = time.perf_counter() - start
+    elapsed = await windowed(entries, lambda _i, done: journal.append_then(record, done), check)
     group = journal.records / max(1, journal.batches)
     await journal.close()
     executor.shutdown()
@@ -147,6 +144,7 @@ def report(r: dict[str, float]) -> str:
         f"{r['journal_alone_group_size']:.0f}), raw in the same groups "
         f"{r['raw_for_journal_per_s']:,.0f}/s, ratio {r['journal_ratio']:.2f}"
     )
+
 
 def test_bookie_adds_vs_raw_disk(benchmark, tmp_path):
     result = measure_once(benchmark, run, tmp_path, report)
