@@ -41,7 +41,7 @@ def test_no_batches_while_faults_are_set(cluster, monkeypatch):
     wh = cluster.client("c1").create_ledger(3, 3, 2)
     futures = [wh.add_async(b"e%d" % i) for i in range(300)]
     assert futures[-1].result() == 299
-    assert ops[OpCode.ADD_BATCH] == 0 and ops[OpCode.ADD] == 3 * 300
+    assert ops[OpCode.ADD_BATCH] == 0 and ops[OpCode.ADD] >= 3 * 300  # resends may add more
 
 
 def test_a_lost_add_is_one_entry_under_fault_injection(cluster):
