@@ -41,6 +41,7 @@ def test_the_applications_loop_keeps_running_while_it_waits(cluster):
     # other tasks meanwhile (the waiting happens in a worker thread, not on the loop).
     ul = cluster.client("writer").create_unbounded(3, 3, 2)
     ul.append(b"x")
+    ul.close()  # tells the bookies the final LAC: the follower sees x without waiting
 
     async def main() -> tuple[list[bytes], int]:
         ticks = 0
@@ -75,13 +76,14 @@ def test_unbounded_append_takeover_and_tail(cluster):
         with pytest.raises(InvalidTermError):
             await ul.append(b"late")
         new_id = await taken.append(b"b0")
+        await taken.trim(100)  # the whole fragments below entry 100 go
+        await taken.close()  # tells the bookies the final LAC
         follower = await a.open_unbounded(ul.ledger_id, takeover=False)
         seen = [e async for e in follower.tail(0, timeout=0.5)]
-        assert [e.data for e in seen] == [b"a%d" % i for i in range(120)] + [b"b0"]
+        assert [e.data for e in seen] == [b"a%d" % i for i in range(100, 120)] + [b"b0"]
         assert seen[-1].entry_id == new_id
-        await taken.trim(100)
         assert [e.data for e in await follower.read(new_id, new_id)] == [b"b0"]
-        for handle in (ul, taken, follower):
+        for handle in (ul, follower):
             await handle.close()
         await a.close()
         await b.close()
