@@ -119,7 +119,7 @@ def _cluster(args: argparse.Namespace) -> Iterator[tuple[Any, Any, Any]]:
             data_dir=args.data_dir,
         )
         try:
-            yield client.ctx.metadata, client.transport, client.runtime
+            yield client.ctx.metadata, client.ctx.bookies.transport, client.runtime
         finally:
             client.close()
         return

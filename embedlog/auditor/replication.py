@@ -280,7 +280,7 @@ class Replicator:
             repair.lost.append(eid)
             errors.append(f"entry {eid}: no answering bookie holds it (lost)")
             return False
-        why = []
+        why: list[str] = []
         for src in sources:
             data = await self._read(src, lid, eid, md.digest_type, why)
             if data is None:

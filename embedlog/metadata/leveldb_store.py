@@ -23,6 +23,7 @@ still own, given the LOCK) are swept when the store is opened.
 
 from __future__ import annotations
 
+import builtins
 import os
 import struct
 import threading
@@ -187,7 +188,7 @@ class LevelDBMetadataStore(MetadataStore):
             self._last_session += 1
             return _LevelDBSession(self, self._last_session)
 
-    def _end_session(self, owner: int, paths: set[str]) -> None:
+    def _end_session(self, owner: int, paths: builtins.set[str]) -> None:
         """Delete the ephemerals that ``owner`` made and still owns.
 
         The owner is checked on disk, not just remembered: after another session

@@ -182,9 +182,9 @@ class FaultInjector:
                 answer.cancel()  # the caller gave up (or we are shutting down)
         if reply.done() or answer.cancelled():
             return
-        exc = answer.exception()
-        if exc is not None:
-            _fail(reply, exc)
+        failure = answer.exception()
+        if failure is not None:
+            _fail(reply, failure)
         elif not self.faults.is_blocked(src, bookie_id):  # else the reply is lost
             reply.set_result(answer.result())
 

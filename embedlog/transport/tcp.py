@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -86,7 +87,7 @@ class BookieServer:
         self.max_frame = max_frame
         self._server: asyncio.Server | None = None
         self._readers: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}
-        self._handling: set[asyncio.Task[None]] = set()
+        self._handling: set[asyncio.Task[Response]] = set()
 
     @property
     def address(self) -> str:
@@ -199,7 +200,7 @@ class _Connection:
         answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[req.txn] = answer
         # Whoever gives up on the answer (cancel) or gets it also forgets the txn.
-        answer.add_done_callback(lambda f, txn=req.txn: self._forget(txn, f))
+        answer.add_done_callback(functools.partial(self._forget, req.txn))
         self._writer.write(_frame(req.encode()))
         return answer
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from embedlog.errors import InvalidTermError, LedgerClosedError, ReadPastLastConfirmedError
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
@@ -143,7 +143,7 @@ class UnboundedLedger:
         self._md, self._lac = md, max(self._lac, lac)
         return self._md, self._lac
 
-    def tail(self, start: int = 0, *, timeout: float | None = None) -> Iterator[Entry]:
+    def tail(self, start: int = 0, *, timeout: float | None = None) -> Generator[Entry, None, None]:
         """Follow the stream from ``start``: every entry (no-ops skipped) once confirmed.
 
         Waits with long-poll LAC reads; stops after ``timeout`` seconds without a new
