@@ -8,6 +8,7 @@ rewrites metadata never drops what a newer one added.
 from __future__ import annotations
 
 import base64
+import bisect
 import enum
 import json
 from collections.abc import Mapping
@@ -76,14 +77,13 @@ class LedgerMetadata:
         return self.fragments[-1]
 
     def fragment_for(self, entry_id: int) -> Fragment:
-        """The fragment holding ``entry_id`` (the last one whose first entry is <= it)."""
-        chosen = self.fragments[0]
-        for frag in self.fragments:
-            if frag[0] <= entry_id:
-                chosen = frag
-            else:
-                break
-        return chosen
+        """The fragment holding ``entry_id`` (the last one whose first entry is <= it; the
+        first fragment for ids before it). Writers ask for every ack, mostly about the last
+        fragment, and a long unbounded stream has many fragments: last first, then bisect."""
+        frags = self.fragments
+        if frags[-1][0] <= entry_id:
+            return frags[-1]
+        return frags[max(bisect.bisect_right(frags, entry_id, key=_first_entry) - 1, 0)]
 
     def ensemble_for(self, entry_id: int) -> tuple[str, ...]:
         return self.fragment_for(entry_id)[1]
@@ -173,3 +173,7 @@ class LedgerMetadata:
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise MetadataError(f"cannot decode ledger metadata: {exc}") from exc
+
+
+def _first_entry(fragment: Fragment) -> int:
+    return fragment[0]

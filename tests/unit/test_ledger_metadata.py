@@ -1,3 +1,6 @@
+from hypothesis import given
+from hypothesis import strategies as st
+
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.entry import DigestType
 
@@ -41,3 +44,15 @@ def test_with_ensemble_replaces_a_fragment_starting_at_the_same_entry():
     assert md.ensembles == {0: ["a", "b", "c"], 12: ["e", "b", "c"]}
     md = md.with_ensemble(15, ("e", "f", "c"))
     assert list(md.ensembles) == [0, 12, 15]
+
+
+@given(
+    starts=st.lists(st.integers(1, 10_000), max_size=30, unique=True),
+    entry_id=st.integers(-5, 10_100),
+)
+def test_fragment_for_is_the_last_fragment_starting_at_or_before_the_entry(starts, entry_id):
+    fragments = [(s, (f"b{s}",)) for s in [0, *sorted(starts)]]
+    md = make(ensemble_size=1, write_quorum=1, ack_quorum=1, fragments=fragments)
+    at_or_before = [f for f in fragments if f[0] <= entry_id]
+    expected = at_or_before[-1] if at_or_before else fragments[0]
+    assert md.fragment_for(entry_id) == expected
