@@ -97,8 +97,14 @@ def connect(
         store = open_store(metadata_uri, Path(data_dir or tempfile.gettempdir()))
         meta = MetadataClient(store)
         transport = TcpTransport(_metadata_resolver(meta), ssl_context=ssl_context)
+        # ConnectedClient takes the store (it owns and closes it); mypy sees Client's init.
         return _connected_client_class()(
-            runtime, store, transport, name=name, request_timeout=request_timeout, **options
+            runtime,
+            store,  # type: ignore[arg-type]
+            transport,
+            name=name,
+            request_timeout=request_timeout,
+            **options,
         )
     except BaseException:
         if store is not None:

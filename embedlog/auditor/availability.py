@@ -176,7 +176,7 @@ class AvailabilityOfEntries:
         if len(ids) > _INT_MAX:
             # The header's entry count is a Java int.
             raise ValueError(f"{len(ids)} entries do not fit the BP-34 header's int count")
-        return cls(_group(_sequences(ids)))
+        return cls(_group(_sequences(ids)))  # type: ignore[arg-type]  # attrs converter=tuple
 
     @classmethod
     def encode(cls, entry_ids: Iterable[int]) -> bytes:
@@ -234,7 +234,7 @@ class AvailabilityOfEntries:
                     f"not after the previous group's last entry {prev.last_entry}"
                 )
             prev = g
-        result = cls(groups)
+        result = cls(groups)  # type: ignore[arg-type]  # attrs converter=tuple
         if result.num_entries != declared:
             raise ValueError(
                 f"availability of entries: header says {declared} entries but the "
