@@ -77,3 +77,18 @@ class Runtime:
 
 async def wait_any(aws: list[Awaitable[Any]]) -> None:
     await asyncio.wait([asyncio.ensure_future(a) for a in aws], return_when=asyncio.FIRST_COMPLETED)
+
+
+def settle(fut: asyncio.Future[T]) -> Callable[[T | BaseException], None]:
+    """A callback that completes ``fut`` with the outcome it is given: a result, or the
+    exception (callback-style code handing its outcome to a coroutine that awaits it)."""
+
+    def done(outcome: T | BaseException) -> None:
+        if fut.done():
+            return
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+
+    return done

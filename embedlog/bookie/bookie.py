@@ -25,13 +25,14 @@ from embedlog.bookie import cookie as cookies
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
 from embedlog.bookie.integrity import protection_for, suspicion_reasons
-from embedlog.bookie.journal import Durable, Journal, replay, settle
+from embedlog.bookie.journal import Durable, Journal, replay
 from embedlog.bookie.repair import Repairer
 from embedlog.bookie.storage import LedgerStorage
 from embedlog.errors import BookieIOError, NoSuchLedgerInMetadataError
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.store import MetadataStore
+from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import header_fields
@@ -134,20 +135,6 @@ class _BatchAnswer:
                 body=pack_results(self.results),
             )
         )
-
-
-def settle_answer(fut: asyncio.Future[Response]) -> Reply:
-    """A Reply that completes ``fut`` (with the answer, or the exception)."""
-
-    def done(result: Response | BaseException) -> None:
-        if fut.done():
-            return
-        if isinstance(result, BaseException):
-            fut.set_exception(result)
-        else:
-            fut.set_result(result)
-
-    return done
 
 
 class BookieState(enum.Enum):
@@ -548,7 +535,7 @@ class Bookie:
                 return await self._add(req)
             if req.op == OpCode.ADD_BATCH:
                 answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-                self._add_batch(req, settle_answer(answer))
+                self._add_batch(req, settle(answer))
                 return await answer
             if req.op == OpCode.READ:
                 return await self._read(req)

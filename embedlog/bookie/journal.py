@@ -26,6 +26,7 @@ import crc32c
 
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.files import AppendFile
+from embedlog.runtime import settle
 
 log = logging.getLogger(__name__)
 
@@ -35,24 +36,6 @@ SUFFIX = ".jnl"
 # Called once a record is durable (None) or can never be (the error). A plain callback
 # rather than a future: the bookie's hot path answers an add from it without a task.
 Durable = Callable[[BaseException | None], None]
-
-
-def settle(fut: asyncio.Future[None]) -> Durable:
-    """A ``Durable`` that completes ``fut``."""
-
-    def done(exc: BaseException | None) -> None:
-        if fut.done():
-            return
-        if exc is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(exc)
-
-    return done
-
-
-def frame(payload: bytes) -> bytes:
-    return FRAME.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
 def journal_files(directory: Path) -> list[tuple[int, Path]]:
@@ -170,22 +153,21 @@ class Journal:
             self._buf, self._buf_bytes, self._waiters = [], 0, []
             batch_lsn = self.lsn - len(batch)
             self._writing = True
+            failure: OSError | None = None
             try:
                 await asyncio.get_running_loop().run_in_executor(
                     self._executor, self._write, batch, batch_lsn
                 )
             except OSError as exc:
-                self._writing = False
                 log.error("journal write failed: %s", exc)
-                self.error = exc
+                self.error = failure = exc
+            finally:
+                self._writing = False
                 self._inflight = []
-                _notify(waiters, exc)
-                continue
-            self._writing = False
-            self._inflight = []
-            self.batches += 1
-            self.records += len(waiters)
-            _notify(waiters, None)
+            if failure is None:
+                self.batches += 1
+                self.records += len(waiters)
+            _notify(waiters, failure)
 
     def _write(self, batch: bytes, batch_lsn: int) -> None:
         if batch and self._file.size + len(batch) > self.max_file_size and self._file.size:

@@ -61,9 +61,7 @@ def header_fields(entry: bytes | memoryview) -> tuple[int, int, int, int]:
 
 
 def parse_header(entry: bytes | memoryview) -> EntryHeader:
-    if len(entry) < HEADER.size:
-        raise ValueError(f"entry too short for its header: {len(entry)} bytes")
-    return EntryHeader(*HEADER.unpack_from(entry))
+    return EntryHeader(*header_fields(entry))
 
 
 @frozen

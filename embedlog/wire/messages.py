@@ -113,7 +113,7 @@ def pack_results(results: list[tuple[int, int]]) -> bytes:
 def unpack_results(body: bytes | memoryview) -> list[tuple[int, int]]:
     if len(body) % _RESULT.size:
         raise FrameError(f"batch answer body of {len(body)} bytes is not whole results")
-    return [r for r in _RESULT.iter_unpack(body)]  # type: ignore[misc]
+    return list(_RESULT.iter_unpack(body))  # type: ignore[arg-type]
 
 
 @frozen
@@ -132,7 +132,7 @@ class Request:
     @property
     def kind(self) -> str:
         """The request kind that fault injection speaks of (API.md ``drop_next``)."""
-        if self.op == OpCode.ADD or self.op == OpCode.ADD_BATCH:
+        if self.op in (OpCode.ADD, OpCode.ADD_BATCH):
             return "recovery_add" if self.flags & AddFlags.RECOVERY else "add"
         if self.op == OpCode.READ:
             if self.entry_id < 0 and (self.flags & ReadFlags.FENCE or self.term != NO_TERM):
