@@ -63,9 +63,7 @@ def add_auditor_commands(sub: Any) -> None:
         "or --passes have run. A failed pass is reported and the next one runs on schedule.",
     )
     _options(p)
-    p.add_argument(
-        "--interval", type=float, default=600.0, metavar="SECONDS", help="default 600"
-    )
+    p.add_argument("--interval", type=float, default=600.0, metavar="SECONDS", help="default 600")
     p.add_argument("--passes", type=int, default=None, help="stop after this many passes")
     p.add_argument("--check-only", action="store_true", help="report, never repair")
     p.add_argument("--no-replace", action="store_true", help="as for replicate")
