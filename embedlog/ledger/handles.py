@@ -34,7 +34,6 @@ class WriteHandle:
         self._runtime = runtime
         self._ctx = ctx
         self._writer = writer
-        self._loop = runtime.loop
         self._inbox = AddInbox(runtime.loop)
 
     @property
