@@ -234,8 +234,7 @@ class WriteOptions:
         aq = _int(options, "ackQuorum", min(2, wq))
         if not e >= wq >= aq >= 1:
             raise OptionError(
-                "need ensembleSize >= writeQuorum >= ackQuorum >= 1, got "
-                f"{e} >= {wq} >= {aq}"
+                f"need ensembleSize >= writeQuorum >= ackQuorum >= 1, got {e} >= {wq} >= {aq}"
             )
         digest = str(_get(options, "digest") or "CRC32C").strip().upper()
         if digest not in DIGESTS:

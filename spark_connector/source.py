@@ -466,9 +466,7 @@ def ledgers_with(client: Client, key: str, value: bytes) -> list[int]:
 
 def _made(messages: list[WriterCommitMessage | None]) -> set[int]:
     return {
-        m.ledger_id
-        for m in messages
-        if isinstance(m, EmbedlogCommitMessage) and m.ledger_id >= 0
+        m.ledger_id for m in messages if isinstance(m, EmbedlogCommitMessage) and m.ledger_id >= 0
     }
 
 

@@ -59,35 +59,46 @@ _STATE = struct.Struct(">cq")
 
 
 class _AddPlan:
-    """What admitting an add decided, carried to storing and answering it.
+    """What admitting an add (or an ADD_BATCH) decided, carried to storing and answering it.
 
     On the no-task path (``answer_by``) it is also the journal's callback that answers
-    the add once durable. One small object rather than a closure per add: adds in
-    flight live long enough for the garbage collector to move them to its oldest
-    generation, and a closure is several tracked objects (function, cells, tuple).
+    once durable. One small object rather than a closure per request: adds in flight
+    live long enough for the garbage collector to move them to its oldest generation,
+    and a closure is several tracked objects (function, cells, tuple).
     """
 
     __slots__ = (
         "bookie",
         "changed",
+        "entries",
         "info",
         "lac",
         "old_lac",
         "reply",
         "req",
+        "statuses",
         "term_changed",
         "truncate",
     )
 
     def __init__(
-        self, info: LedgerInfo, lac: int, changed: bool, term_changed: bool, truncate: bool
+        self,
+        info: LedgerInfo,
+        entries: list[tuple[int, bytes]],
+        lac: int,
+        changed: bool,
+        term_changed: bool,
+        truncate: bool,
     ) -> None:
         self.info = info
-        self.lac = lac
+        self.entries = entries  # (entry id, entry) to store
+        self.lac = lac  # the highest LAC in the headers of the entries stored
         self.changed = changed
         self.term_changed = term_changed
         self.truncate = truncate
         self.old_lac = -1
+        # ADD_BATCH: each entry's verdict, in batch order (EOK for those stored).
+        self.statuses: list[int] | None = None
 
     def answer_by(self, bookie: Bookie, req: Request, reply: Reply) -> _AddPlan:
         self.bookie, self.req, self.reply = bookie, req, reply
@@ -98,43 +109,6 @@ class _AddPlan:
             self.reply(self.bookie._added(self.req, self))
         else:
             self.bookie._answer_failure(self.req, exc, self.reply)
-
-
-class _BatchAnswer:
-    """Collects the answers to the entries of one ADD_BATCH (each answer names its entry)
-    and replies once for all; if the bookie goes away, the whole batch gets no answer."""
-
-    __slots__ = ("done", "left", "positions", "reply", "req", "results")
-
-    def __init__(self, req: Request, positions: dict[int, int], reply: Reply) -> None:
-        self.req = req
-        self.positions = positions  # entry id -> its place in the batch
-        self.reply = reply
-        self.results: list[tuple[int, int]] = [(StatusCode.EIO, NO_TERM)] * len(positions)
-        self.left = len(positions)
-        self.done = False
-
-    def __call__(self, result: Response | BaseException) -> None:
-        if self.done:
-            return
-        if isinstance(result, BaseException):
-            self.done = True
-            self.reply(result)
-            return
-        self.results[self.positions[result.entry_id]] = (result.status, result.term)
-        self.left -= 1
-        if self.left:
-            return
-        self.done = True
-        failed = [status for status, _ in self.results if status != StatusCode.EOK]
-        self.reply(
-            Response.to(
-                self.req,
-                failed[0] if failed else StatusCode.EOK,
-                entry_id=self.req.entry_id,
-                body=pack_results(self.results),
-            )
-        )
 
 
 class BookieState(enum.Enum):
@@ -567,13 +541,16 @@ class Bookie:
         self._add_nowait(req, reply)
         return None
 
-    def _add_nowait(self, req: Request, reply: Reply) -> None:
-        """A plain add without a task: refused at once, or answered once durable."""
+    def _add_nowait(
+        self, req: Request, reply: Reply, entries: list[tuple[int, bytes]] | None = None
+    ) -> None:
+        """A plain add (or ADD_BATCH's ``entries``) without a task: refused at once, or
+        answered once durable."""
         if self._state is not BookieState.SERVING:
             reply(BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}"))
             return
         try:
-            plan = self._admit_add(req)
+            plan = self._admit_add(req, entries)
             if isinstance(plan, Response):
                 reply(plan)
                 return
@@ -582,36 +559,40 @@ class Bookie:
             self._answer_failure(req, exc, reply)
 
     def _add_batch(self, req: Request, reply: Reply) -> None:
-        """ADD_BATCH: each entry is a plain add of its own; one answer for them all."""
+        """ADD_BATCH: one writer's entries of one ledger, each a plain add of its own
+        (header checked, cached, journaled), with one answer carrying a verdict per entry.
+
+        The ledger's checks (fence, term, password) are made once for the whole batch:
+        the batch is admitted and stored in one step of the loop, so no fence or takeover
+        can come between its entries, and each entry would have met the same verdict.
+        """
         try:
-            bodies = unpack_entries(req.body)
+            entries = unpack_entries(req.body)
         except FrameError:
-            bodies = []
-        if not bodies or req.flags & AddFlags.TRUNCATE:
-            # Truncating adds are never batched: their cut needs the slow path.
+            entries = []
+        if (
+            not entries
+            or req.flags & AddFlags.TRUNCATE  # never batched: their cut needs the slow path
+            or len({entry_id for entry_id, _ in entries}) != len(entries)
+        ):
             reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
             return
-        positions = {entry_id: i for i, (entry_id, _) in enumerate(bodies)}
-        if len(positions) != len(bodies):
-            reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
-            return
-        answer = _BatchAnswer(req, positions, reply)
-        for entry_id, body in bodies:
-            if answer.done:
-                break  # the bookie went away: no answer for the rest either
-            one = Request(
-                OpCode.ADD,
-                req.txn,
-                req.ledger_id,
-                entry_id,
-                req.flags,
-                req.term,
-                0,
-                req.master_key,
-                body,
-                req.lafr,
-            )
-            self._add_nowait(one, answer)
+        self._add_nowait(req, reply, entries)
+
+    def _refusal(
+        self, req: Request, status: int, statuses: list[int] | None = None, term: int = NO_TERM
+    ) -> Response:
+        """``req`` refused with ``status``. An ADD_BATCH's refusal carries a verdict per
+        entry: ``status``, or the one ``statuses`` already holds for entries refused alone."""
+        if req.op != OpCode.ADD_BATCH:
+            return Response.to(req, status, entry_id=req.entry_id, term=term)
+        if statuses is None:
+            try:
+                statuses = [StatusCode.EOK] * len(unpack_entries(req.body))
+            except FrameError:
+                statuses = []
+        results = [(status if s == StatusCode.EOK else s, term) for s in statuses]
+        return Response.to(req, status, entry_id=req.entry_id, body=pack_results(results))
 
     def _answer_failure(self, req: Request, exc: BaseException, reply: Reply) -> None:
         try:
@@ -624,14 +605,14 @@ class Bookie:
         error is this bookie crashing or stopping (then there is no answer at all)."""
         if isinstance(exc, BookieIOError):
             log.error("bookie %s: %s", self.bookie_id, exc)
-            return Response.to(req, StatusCode.EIO, entry_id=req.entry_id)
+            return self._refusal(req, StatusCode.EIO)
         if self._state is not BookieState.SERVING:
             raise BookieGoneError(str(exc)) from exc
         if not isinstance(exc, OSError):
             raise exc
         log.error("bookie %s: disk error: %s; going read-only", self.bookie_id, exc)
         self._go_readonly()
-        return Response.to(req, StatusCode.EIO, entry_id=req.entry_id)
+        return self._refusal(req, StatusCode.EIO)
 
     def _missing(self, req: Request, info: LedgerInfo | None, status: StatusCode) -> Response:
         """An explicit negative, unless the ledger is in limbo: then we cannot know."""
@@ -667,33 +648,46 @@ class Bookie:
     # admit (every check, and the state changes the add implies), store (write cache and
     # journal; the callback fires once it is durable), answer.
 
-    def _admit_add(self, req: Request) -> Response | _AddPlan:
-        """A refusal, or the plan for an add that passed every check."""
+    def _admit_add(
+        self, req: Request, entries: list[tuple[int, bytes]] | None = None
+    ) -> Response | _AddPlan:
+        """A refusal, or the plan for the add (or ADD_BATCH ``entries``) that passed every
+        check; a batch's entries whose header does not match are refused alone."""
         storage = self.storage
         assert storage is not None
-        lid, eid = req.ledger_id, req.entry_id
+        lid = req.ledger_id
         if self.readonly:
-            return Response.to(req, StatusCode.EREADONLY, entry_id=eid)
-        try:
-            h_ledger, h_entry, h_lac, _flags = header_fields(req.body)
-        except ValueError:
-            return Response.to(req, StatusCode.EBADREQ, entry_id=eid)
-        if h_ledger != lid or h_entry != eid:
-            return Response.to(req, StatusCode.EBADREQ, entry_id=eid)
+            return self._refusal(req, StatusCode.EREADONLY)
+        statuses: list[int] = []
+        accepted: list[tuple[int, bytes]] = []
+        lac = -1
+        for eid, body in entries if entries is not None else [(req.entry_id, req.body)]:
+            try:
+                h_ledger, h_entry, h_lac, _flags = header_fields(body)
+            except ValueError:
+                h_ledger = h_entry = h_lac = -1
+            if h_ledger != lid or h_entry != eid or h_ledger < 0:
+                statuses.append(StatusCode.EBADREQ)
+                continue
+            statuses.append(StatusCode.EOK)
+            accepted.append((eid, body))
+            lac = max(lac, h_lac)
+        if not accepted:
+            return self._refusal(req, StatusCode.EBADREQ, statuses)
         info = storage.info(lid)
         changed = info is None
         if info is None:
             info = LedgerInfo(master_key=req.master_key.hex())
         elif info.master_key and info.master_key != req.master_key.hex():
-            return Response.to(req, StatusCode.EUA, entry_id=eid)
+            return self._refusal(req, StatusCode.EUA, statuses)
         elif not info.master_key:
             info.master_key = req.master_key.hex()
             changed = True
         if info.fenced and not req.flags & AddFlags.RECOVERY:
-            return Response.to(req, StatusCode.EFENCED, entry_id=eid)
+            return self._refusal(req, StatusCode.EFENCED, statuses)
         refused, term_changed = self._check_term(req, info)
         if refused:
-            return Response.to(req, StatusCode.EINVALIDTERM, entry_id=eid, term=info.term)
+            return self._refusal(req, StatusCode.EINVALIDTERM, statuses, info.term)
         if req.lafr > info.lafr:
             # Not journaled (like the explicit LAC): a LAFR forgotten in a crash only makes
             # a takeover read forward from further back, never skip an entry.
@@ -709,26 +703,30 @@ class Bookie:
             info.truncated_term = req.term
             term_changed = True
             truncate = True
-        return _AddPlan(info, h_lac, changed, term_changed, truncate)
+        plan = _AddPlan(info, accepted, lac, changed, term_changed, truncate)
+        if entries is not None:
+            plan.statuses = statuses
+        return plan
 
     def _store_add(self, req: Request, plan: _AddPlan, on_durable: Durable) -> None:
         storage, journal = self.storage, self.journal
         assert storage is not None and journal is not None
-        lid, eid, info = req.ledger_id, req.entry_id, plan.info
+        lid, info, entries = req.ledger_id, plan.info, plan.entries
         state_waits = plan.term_changed
         if plan.changed or plan.term_changed:
             storage.set_info(lid, info)
-            # With the add journaled behind it, the add's fsync covers the state record.
+            # With the adds journaled behind it, their fsync covers the state record.
             journal.append_then(
                 _STATE.pack(b"S", lid) + info.to_json(),
                 on_durable if state_waits and not self.config.journal_write_data else None,
             )
         plan.old_lac = info.known_lac
-        storage.put(lid, eid, req.body, lac=plan.lac)
+        storage.put_many(lid, entries, lac=plan.lac)
         if info.limbo and lid not in self._first_live and not req.flags & AddFlags.RECOVERY:
-            self._first_live[lid] = eid
+            self._first_live[lid] = entries[0][0]
         if self.config.journal_write_data:
-            journal.append_then(req.body, on_durable, prefix=_ADD.pack(b"A", lid, eid))
+            add = _ADD.pack
+            journal.append_many([(add(b"A", lid, eid), body) for eid, body in entries], on_durable)
         elif not state_waits:
             on_durable(None)  # acknowledged from the write cache (BP-46)
 
@@ -739,7 +737,11 @@ class Bookie:
         # The request's term (the model's response term): the client discards answers of
         # another term, and a takeover that raced this add must not make its ack look stale.
         term = req.term if req.term != NO_TERM else plan.info.term
-        return Response.to(req, StatusCode.EOK, entry_id=req.entry_id, term=term)
+        if plan.statuses is None:
+            return Response.to(req, StatusCode.EOK, entry_id=req.entry_id, term=term)
+        results = [(status, term) for status in plan.statuses]
+        failed = next((s for s in plan.statuses if s != StatusCode.EOK), StatusCode.EOK)
+        return Response.to(req, failed, entry_id=req.entry_id, body=pack_results(results))
 
     async def _read(self, req: Request) -> Response:
         storage = self.storage

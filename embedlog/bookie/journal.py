@@ -86,6 +86,7 @@ class Journal:
         self._file_start = start_lsn
         self._buf: list[bytes] = []
         self._buf_bytes = 0
+        self._buf_records = 0
         self._waiters: list[Durable] = []
         self._inflight: list[Durable] = []
         self._writing = False
@@ -111,19 +112,25 @@ class Journal:
         self, payload: bytes, on_durable: Durable | None, *, prefix: bytes = b""
     ) -> None:
         """Queue the record ``prefix + payload``; ``on_durable`` is called from the journal's
-        task after the fsync. The parts are framed without joining them (the batch write
-        joins everything once)."""
+        task after the fsync."""
+        self.append_many([(prefix, payload)], on_durable)
+
+    def append_many(self, records: list[tuple[bytes, bytes]], on_durable: Durable | None) -> None:
+        """Queue a record ``prefix + payload`` for each pair; ``on_durable`` is called once,
+        after the fsync of the group that holds the last of them. The parts are framed
+        without joining them (the group's one write joins everything once)."""
         if self.error is not None:
             raise self.error
-        length = len(prefix) + len(payload)
-        crc = crc32c.crc32c(payload, crc32c.crc32c(prefix)) if prefix else crc32c.crc32c(payload)
         buf = self._buf
-        buf.append(FRAME.pack(length, crc))
-        if prefix:
+        size = 0
+        for prefix, payload in records:
+            length = len(prefix) + len(payload)
+            buf.append(FRAME.pack(length, crc32c.crc32c(payload, crc32c.crc32c(prefix))))
             buf.append(prefix)
-        buf.append(payload)
-        size = FRAME.size + length
+            buf.append(payload)
+            size += FRAME.size + length
         self._buf_bytes += size
+        self._buf_records += len(records)
         self.lsn += size
         self._wakeup.set()
         if on_durable is not None:
@@ -150,6 +157,7 @@ class Journal:
             batch = b"".join(self._buf)
             waiters = self._waiters
             self._inflight = waiters  # so that crash() can fail them
+            records, self._buf_records = self._buf_records, 0
             self._buf, self._buf_bytes, self._waiters = [], 0, []
             batch_lsn = self.lsn - len(batch)
             self._writing = True
@@ -166,7 +174,7 @@ class Journal:
                 self._inflight = []
             if failure is None:
                 self.batches += 1
-                self.records += len(waiters)
+                self.records += records
             _notify(waiters, failure)
 
     def _write(self, batch: bytes, batch_lsn: int) -> None:
@@ -205,6 +213,7 @@ class Journal:
         waiters, self._waiters, self._inflight = self._waiters + self._inflight, [], []
         _notify(waiters, OSError("bookie crashed"))
         self._buf.clear()
+        self._buf_records = 0
         # On the journal's own thread, after any write it is doing: a crash must not race
         # a write into the file it truncates (bytes never fsync'd would then survive).
         self._executor.submit(self._file.crash).result()

@@ -61,14 +61,24 @@ class LedgerStorage:
 
     def put(self, ledger_id: int, entry_id: int, data: bytes, *, lac: int | None = None) -> None:
         """Cache an entry; ``lac`` is the one in its header when the caller parsed it already."""
-        entries = self.cache.setdefault(ledger_id, {})
-        old = entries.get(entry_id)
-        entries[entry_id] = data
-        self.cache_bytes += len(data) - (len(old) if old is not None else 0)
+        self.put_many(ledger_id, [(entry_id, data)], lac=lac)
+
+    def put_many(
+        self, ledger_id: int, entries: list[tuple[int, bytes]], *, lac: int | None = None
+    ) -> None:
+        """Cache (entry id, entry) pairs of one ledger; ``lac``: the highest in their
+        headers, when the caller parsed them already."""
+        cached = self.cache.setdefault(ledger_id, {})
+        grown = 0
+        for entry_id, data in entries:
+            old = cached.get(entry_id)
+            cached[entry_id] = data
+            grown += len(data) - (len(old) if old is not None else 0)
+        self.cache_bytes += grown
         info = self._infos.get(ledger_id) or self.info(ledger_id)
         if info is not None:
             if lac is None:
-                lac = parse_header(data).lac
+                lac = max(parse_header(data).lac for _, data in entries)
             if lac > info.lac:
                 info.lac = lac
                 self._dirty.add(ledger_id)

@@ -72,7 +72,5 @@ class MemoryMetadataStore(MetadataStore):
         path = normalize(path)
         prefix = "/" if path == "/" else path + "/"
         with self._lock:
-            names = {
-                p[len(prefix) :].split("/", 1)[0] for p in self._nodes if p.startswith(prefix)
-            }
+            names = {p[len(prefix) :].split("/", 1)[0] for p in self._nodes if p.startswith(prefix)}
         return sorted(names)

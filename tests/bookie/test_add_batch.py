@@ -89,3 +89,42 @@ def test_a_crash_before_the_fsync_answers_the_batch_with_nothing(harness):
     assert isinstance(result, BookieGoneError)
     h.boot()
     assert h.read(7, 0).status == StatusCode.ENOLEDGER
+
+
+def test_a_batch_is_admitted_once_with_the_verdict_a_single_add_would_get(harness):
+    """The ledger's checks run once per batch: each entry must get what it would have
+    got alone (term, password, read-only), and one raising the term raises it once."""
+    h = harness()
+    h.boot()
+    entries = [(0, entry(3, 0)), (1, entry(3, 1))]
+    resp = h.run(h.serve(batch(3, entries, term=5)))
+    assert unpack_results(resp.body) == [(StatusCode.EOK, 5)] * 2
+    stale = h.run(h.serve(batch(3, [(2, entry(3, 2))], term=4)))
+    assert stale.status == StatusCode.EINVALIDTERM
+    assert unpack_results(stale.body) == [(StatusCode.EINVALIDTERM, 5)]
+    wrong = h.run(h.serve(batch(3, [(2, entry(3, 2))], term=5, master_key=b"k" * 20)))
+    assert [s for s, _ in unpack_results(wrong.body)] == [StatusCode.EUA]
+    assert h.read(3, 2).status == StatusCode.ENOENTRY
+    h.bookie.readonly = True
+    ro = h.run(h.serve(batch(3, [(2, entry(3, 2)), (3, entry(3, 3))], term=5)))
+    assert [s for s, _ in unpack_results(ro.body)] == [StatusCode.EREADONLY] * 2
+
+
+def test_a_batch_of_only_bad_headers_leaves_no_ledger_behind(harness):
+    h = harness()
+    h.boot()
+    resp = h.run(h.serve(batch(4, [(0, entry(5, 0)), (1, b"short")])))
+    assert [s for s, _ in unpack_results(resp.body)] == [StatusCode.EBADREQ] * 2
+    assert h.read(4, -1).status == StatusCode.ENOLEDGER
+
+
+def test_an_acknowledged_batch_survives_a_crash_from_the_journal(harness):
+    h = harness(flush_interval=LONG)  # nothing reaches ledger storage before the crash
+    h.boot()
+    entries = [(e, entry(8, e, b"v%d" % e, lac=e - 1)) for e in range(10)]
+    assert h.run(h.serve(batch(8, entries))).status == StatusCode.EOK
+    h.crash()
+    h.boot()
+    for e, body in entries:
+        assert h.read(8, e).body == body
+    assert h.read(8, -1).lac == 8  # the highest LAC in the batch's headers
