@@ -35,7 +35,7 @@ from embedlog.metadata.store import MetadataStore
 from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
 from embedlog.wire.codes import StatusCode
-from embedlog.wire.entry import header_fields
+from embedlog.wire.entry import HEADER
 from embedlog.wire.messages import (
     NO_TERM,
     AddFlags,
@@ -45,6 +45,7 @@ from embedlog.wire.messages import (
     Request,
     Response,
     TrimFlags,
+    pack_entries,
     pack_results,
     unpack_entries,
 )
@@ -54,7 +55,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Journal records: b"A" ledger entry | entry (one add); b"B" ledger | ADD_BATCH body
+# (several entries of one ledger, as pack_entries frames them); b"S" ledger | state JSON.
 _ADD = struct.Struct(">cqq")
+_BATCH = struct.Struct(">cq")
 _STATE = struct.Struct(">cq")
 
 
@@ -243,6 +247,9 @@ class Bookie:
             if kind == b"A":
                 _, lid, eid = _ADD.unpack_from(payload)
                 self.storage.put(lid, eid, payload[_ADD.size :])
+            elif kind == b"B":
+                _, lid = _BATCH.unpack_from(payload)
+                self.storage.put_many(lid, unpack_entries(memoryview(payload)[_BATCH.size :]))
             elif kind == b"S":
                 _, lid = _STATE.unpack_from(payload)
                 self.storage.set_info(lid, LedgerInfo.from_json(payload[_STATE.size :]))
@@ -661,17 +668,17 @@ class Bookie:
         statuses: list[int] = []
         accepted: list[tuple[int, bytes]] = []
         lac = -1
+        header, header_size = HEADER.unpack_from, HEADER.size  # header_fields, inlined
         for eid, body in entries if entries is not None else [(req.entry_id, req.body)]:
-            try:
-                h_ledger, h_entry, h_lac, _flags = header_fields(body)
-            except ValueError:
-                h_ledger = h_entry = h_lac = -1
-            if h_ledger != lid or h_entry != eid or h_ledger < 0:
-                statuses.append(StatusCode.EBADREQ)
-                continue
-            statuses.append(StatusCode.EOK)
-            accepted.append((eid, body))
-            lac = max(lac, h_lac)
+            if len(body) >= header_size:
+                h_ledger, h_entry, h_lac, _flags = header(body)
+                if h_ledger == lid and h_entry == eid:
+                    statuses.append(StatusCode.EOK)
+                    accepted.append((eid, body))
+                    if h_lac > lac:
+                        lac = h_lac
+                    continue
+            statuses.append(StatusCode.EBADREQ)
         if not accepted:
             return self._refusal(req, StatusCode.EBADREQ, statuses)
         info = storage.info(lid)
@@ -724,11 +731,14 @@ class Bookie:
         storage.put_many(lid, entries, lac=plan.lac)
         if info.limbo and lid not in self._first_live and not req.flags & AddFlags.RECOVERY:
             self._first_live[lid] = entries[0][0]
-        if self.config.journal_write_data:
-            add = _ADD.pack
-            journal.append_many([(add(b"A", lid, eid), body) for eid, body in entries], on_durable)
-        elif not state_waits:
-            on_durable(None)  # acknowledged from the write cache (BP-46)
+        if not self.config.journal_write_data:
+            if not state_waits:
+                on_durable(None)  # acknowledged from the write cache (BP-46)
+        elif plan.statuses is None:
+            journal.append_then(req.body, on_durable, prefix=_ADD.pack(b"A", lid, req.entry_id))
+        else:  # one record for the batch: its body as it came, unless some entry was refused
+            body = req.body if len(entries) == len(plan.statuses) else pack_entries(entries)
+            journal.append_then(body, on_durable, prefix=_BATCH.pack(b"B", lid))
 
     def _added(self, req: Request, plan: _AddPlan) -> Response:
         if plan.info.known_lac > plan.old_lac:
@@ -739,8 +749,12 @@ class Bookie:
         term = req.term if req.term != NO_TERM else plan.info.term
         if plan.statuses is None:
             return Response.to(req, StatusCode.EOK, entry_id=req.entry_id, term=term)
-        results = [(status, term) for status in plan.statuses]
-        failed = next((s for s in plan.statuses if s != StatusCode.EOK), StatusCode.EOK)
+        statuses = plan.statuses
+        if len(plan.entries) == len(statuses):  # every entry stored
+            body = pack_results([(StatusCode.EOK, term)]) * len(statuses)
+            return Response.to(req, StatusCode.EOK, entry_id=req.entry_id, body=body)
+        results = [(status, term) for status in statuses]
+        failed = next(s for s in statuses if s != StatusCode.EOK)
         return Response.to(req, failed, entry_id=req.entry_id, body=pack_results(results))
 
     async def _read(self, req: Request) -> Response:

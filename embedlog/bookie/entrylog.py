@@ -38,6 +38,7 @@ class EntryLogs:
         chunk: list[bytes] = []
         current = self._files[self.current_id]
         pos = current.size
+        record, crc = RECORD.pack, crc32c.crc32c
         for ledger_id, entry_id, data in entries:
             if pos > 0 and pos + len(data) > self.max_size:
                 if chunk:
@@ -47,10 +48,11 @@ class EntryLogs:
                 self.current_id += 1
                 current = self._files[self.current_id] = AppendFile(self._path(self.current_id))
                 pos = 0
-            chunk.append(RECORD.pack(len(data), crc32c.crc32c(data), ledger_id, entry_id))
+            n = len(data)
+            chunk.append(record(n, crc(data), ledger_id, entry_id))
             chunk.append(data)
-            locations.append((self.current_id, pos, len(data)))
-            pos += RECORD.size + len(data)
+            locations.append((self.current_id, pos, n))
+            pos += RECORD.size + n
         if chunk:
             current.append(b"".join(chunk))
         return locations

@@ -28,6 +28,7 @@ from attrs import define
 from embedlog.errors import BookieIOError
 
 ENTRY = struct.Struct(">qq")
+_ENTRY_KEY = struct.Struct(">cqq")
 LOCATION = struct.Struct(">IQI")
 LEDGER = struct.Struct(">q")
 UNCLEAN = b"Munclean"
@@ -76,7 +77,7 @@ class LedgerInfo:
 
 
 def entry_key(ledger_id: int, entry_id: int) -> bytes:
-    return b"E" + ENTRY.pack(ledger_id, entry_id)
+    return _ENTRY_KEY.pack(b"E", ledger_id, entry_id)
 
 
 def ledger_key(ledger_id: int) -> bytes:
@@ -169,8 +170,9 @@ class LedgerIndex:
         with self.db.write_batch(sync=True) as batch:
             for lid, eid in deletes:
                 batch.delete(entry_key(lid, eid))
-            for lid, eid, loc in locations:
-                batch.put(entry_key(lid, eid), LOCATION.pack(*loc))
+            put, key, location = batch.put, _ENTRY_KEY.pack, LOCATION.pack
+            for lid, eid, (log_id, offset, length) in locations:
+                put(key(b"E", lid, eid), location(log_id, offset, length))
             for lid, info in infos:
                 if info is None:
                     batch.delete(ledger_key(lid))

@@ -112,25 +112,20 @@ class Journal:
         self, payload: bytes, on_durable: Durable | None, *, prefix: bytes = b""
     ) -> None:
         """Queue the record ``prefix + payload``; ``on_durable`` is called from the journal's
-        task after the fsync."""
-        self.append_many([(prefix, payload)], on_durable)
-
-    def append_many(self, records: list[tuple[bytes, bytes]], on_durable: Durable | None) -> None:
-        """Queue a record ``prefix + payload`` for each pair; ``on_durable`` is called once,
-        after the fsync of the group that holds the last of them. The parts are framed
-        without joining them (the group's one write joins everything once)."""
+        task after the fsync. The parts are framed without joining them (the batch write
+        joins everything once)."""
         if self.error is not None:
             raise self.error
+        length = len(prefix) + len(payload)
+        crc = crc32c.crc32c(payload, crc32c.crc32c(prefix)) if prefix else crc32c.crc32c(payload)
         buf = self._buf
-        size = 0
-        for prefix, payload in records:
-            length = len(prefix) + len(payload)
-            buf.append(FRAME.pack(length, crc32c.crc32c(payload, crc32c.crc32c(prefix))))
+        buf.append(FRAME.pack(length, crc))
+        if prefix:
             buf.append(prefix)
-            buf.append(payload)
-            size += FRAME.size + length
+        buf.append(payload)
+        size = FRAME.size + length
         self._buf_bytes += size
-        self._buf_records += len(records)
+        self._buf_records += 1
         self.lsn += size
         self._wakeup.set()
         if on_durable is not None:

@@ -69,12 +69,11 @@ class LedgerStorage:
         """Cache (entry id, entry) pairs of one ledger; ``lac``: the highest in their
         headers, when the caller parsed them already."""
         cached = self.cache.setdefault(ledger_id, {})
-        grown = 0
-        for entry_id, data in entries:
-            old = cached.get(entry_id)
-            cached[entry_id] = data
-            grown += len(data) - (len(old) if old is not None else 0)
-        self.cache_bytes += grown
+        new = dict(entries)
+        if not cached.keys().isdisjoint(new):  # rewrites (recovery, resends): rare
+            self.cache_bytes -= sum(len(cached[e]) for e in new if e in cached)
+        cached.update(new)
+        self.cache_bytes += sum(map(len, new.values()))
         info = self._infos.get(ledger_id) or self.info(ledger_id)
         if info is not None:
             if lac is None:

@@ -6,7 +6,7 @@ import asyncio
 
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
 from embedlog.transport.base import Transport, next_txn
-from embedlog.wire.messages import NO_TERM, OpCode, Request, Response, pack_entries
+from embedlog.wire.messages import NO_TERM, OpCode, Request, Response
 
 # Transport failures that say nothing about the bookie's state: the outcome is unknown.
 UNKNOWN_OUTCOMES = (BKTimeoutError, BookieUnavailableError)
@@ -61,25 +61,26 @@ class BookieClient:
         self,
         bookie_id: str,
         ledger_id: int,
-        entries: list[tuple[int, bytes]],
+        first_entry_id: int,
+        body: bytes,
         *,
         flags: int,
         term: int,
         master_key: bytes,
         lafr: int = -1,
     ) -> asyncio.Future[Response]:
-        """(entry id, packed entry) pairs in one ADD_BATCH request; the answer holds one
-        result per entry, in the same order."""
+        """Entries in one ADD_BATCH request (``body``: as ``pack_entries`` frames them); the
+        answer holds one result per entry, in the same order."""
         req = Request(
             OpCode.ADD_BATCH,
             next_txn(),
             ledger_id,
-            entries[0][0],
+            first_entry_id,
             flags,
             term,
             0,
             master_key,
-            pack_entries(entries),
+            body,
             lafr,
         )
         return self.transport.send_nowait(self.name, bookie_id, req, self.request_timeout)

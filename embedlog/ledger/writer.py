@@ -35,9 +35,21 @@ from embedlog.ledger.quorum import write_set
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, master_key
-from embedlog.wire.messages import NO_TERM, AddFlags, FrameError, OpCode, Response, unpack_results
+from embedlog.wire.messages import (
+    NO_TERM,
+    AddFlags,
+    FrameError,
+    OpCode,
+    Response,
+    frame_entry,
+    unpack_results,
+)
 
 log = logging.getLogger(__name__)
+
+# What set_result raises on a future that is already done (asking done() first would take
+# a concurrent future's lock once more per entry).
+_ALREADY_DONE = (asyncio.InvalidStateError, concurrent.futures.InvalidStateError)
 
 # Adds for one bookie that share a request at most (ADD_BATCH).
 MAX_BATCH = 64
@@ -51,19 +63,49 @@ Completion = asyncio.Future[int] | concurrent.futures.Future[int]
 
 
 class PendingAdd:
-    __slots__ = ("acks", "created", "entry_id", "flags", "future", "packed", "sent", "settled")
+    __slots__ = (
+        "acked",
+        "acks",
+        "created",
+        "entry_id",
+        "flags",
+        "framed",
+        "future",
+        "packed",
+        "sent",
+        "settled",
+    )
 
     def __init__(self, entry_id: int, packed: bytes, future: Completion, flags: int) -> None:
         self.entry_id = entry_id
         self.flags = flags
         self.packed = packed
+        self.framed: bytes | None = None  # as an ADD_BATCH frames it (made when first batched)
         self.future = future
-        self.acks: set[int] = set()  # ensemble indexes that acknowledged
+        # Ensemble indexes that acknowledged, as bits (a set would be one more object per
+        # entry for the garbage collector to scan), and how many there are.
+        self.acks = 0
+        self.acked = 0
         self.sent = False
         # Acknowledged to the caller, or failed. Kept here rather than asked of the future:
         # a concurrent future's done() takes a lock, and answers ask it for every ack.
         self.settled = False
         self.created = time.monotonic()
+
+    def ack(self, idx: int) -> None:
+        bit = 1 << idx
+        if not self.acks & bit:
+            self.acks |= bit
+            self.acked += 1
+
+    def unack(self, idx: int) -> None:
+        bit = 1 << idx
+        if self.acks & bit:
+            self.acks &= ~bit
+            self.acked -= 1
+
+    def has_ack(self, idx: int) -> bool:
+        return bool(self.acks >> idx & 1)
 
 
 def error_for_state(md: LedgerMetadata, what: str) -> BKError:
@@ -108,8 +150,12 @@ class LedgerWriter:
         self._lac_timer: asyncio.TimerHandle | None = None
         self._explicit_lac_sent = -1
         self._in_flight = 0  # entries sent and not yet acknowledged
-        self._outbox: dict[str, list[tuple[PendingAdd, int]]] = {}  # see _send
+        self._outbox: dict[tuple[str, int], list[PendingAdd]] = {}  # see _send
         self._outbox_due = False
+        # The write set of entry e is _write_sets[e % E] (round robin: see quorum.write_set).
+        self._write_sets = [
+            write_set(start, md.ensemble_size, md.write_quorum) for start in range(md.ensemble_size)
+        ]
 
     # -- adding ------------------------------------------------------------------------------
 
@@ -178,11 +224,15 @@ class LedgerWriter:
         """Send ``p`` to its write set; False if it must wait (unbounded: a new fragment)."""
         p.sent = True
         self._in_flight += 1
-        md = self.md
-        ensemble = md.ensemble_for(p.entry_id)
-        for idx in write_set(p.entry_id, md.ensemble_size, md.write_quorum):
-            if idx not in p.acks:
-                self._send(p, idx, ensemble[idx])
+        eid = p.entry_id
+        ensemble = self.md.ensemble_for(eid)
+        batch = not p.flags & AddFlags.TRUNCATE and self.ctx.bookies.can_batch()
+        for idx in self._write_sets[eid % len(ensemble)]:
+            if not p.has_ack(idx):
+                if batch:
+                    self._to_outbox(p, idx, ensemble[idx])
+                else:
+                    self._send_one(p, idx, ensemble[idx])
         return True
 
     def _send(self, p: PendingAdd, idx: int, bookie: str) -> None:
@@ -190,14 +240,18 @@ class LedgerWriter:
         loop iteration travel in one ADD_BATCH request (see ``_flush_outbox``)."""
         if p.flags & AddFlags.TRUNCATE or not self.ctx.bookies.can_batch():
             self._send_one(p, idx, bookie)
-            return
-        out = self._outbox.get(bookie)
+        else:
+            self._to_outbox(p, idx, bookie)
+
+    def _to_outbox(self, p: PendingAdd, idx: int, bookie: str) -> None:
+        to = (bookie, idx)
+        out = self._outbox.get(to)
         if out is None:
-            out = self._outbox[bookie] = []
+            out = self._outbox[to] = []
             if not self._outbox_due:
                 self._outbox_due = True
                 asyncio.get_running_loop().call_soon(self._flush_outbox)
-        out.append((p, idx))
+        out.append(p)
 
     def _flush_outbox(self) -> None:
         self._outbox_due = False
@@ -206,15 +260,15 @@ class LedgerWriter:
             return  # failed meanwhile: nothing left to send for
         # Faults configured since these were queued: one request per entry after all.
         batching = self.ctx.bookies.can_batch()
-        for bookie, items in outbox.items():
+        for (bookie, idx), items in outbox.items():
             for start in range(0, len(items), MAX_BATCH):
                 run = items[start : start + MAX_BATCH]
-                flags = run[0][0].flags
-                if len(run) == 1 or not batching or any(p.flags != flags for p, _ in run):
-                    for p, idx in run:
+                flags = run[0].flags
+                if len(run) == 1 or not batching or any(p.flags != flags for p in run):
+                    for p in run:
                         self._send_one(p, idx, bookie)
                 else:
-                    self._send_batch(bookie, run, flags)
+                    self._send_batch(bookie, idx, run, flags)
 
     def _send_one(self, p: PendingAdd, idx: int, bookie: str) -> None:
         fut = self.ctx.bookies.add_nowait(
@@ -229,17 +283,24 @@ class LedgerWriter:
         )
         fut.add_done_callback(_AnswerFor(self, p, idx, bookie))
 
-    def _send_batch(self, bookie: str, run: list[tuple[PendingAdd, int]], flags: int) -> None:
+    def _send_batch(self, bookie: str, idx: int, run: list[PendingAdd], flags: int) -> None:
+        parts = []
+        for p in run:
+            framed = p.framed
+            if framed is None:  # framed once, for the first of its write set's batches
+                framed = p.framed = frame_entry(p.entry_id, p.packed)
+            parts.append(framed)
         fut = self.ctx.bookies.add_batch_nowait(
             bookie,
             self.md.ledger_id,
-            [(p.entry_id, p.packed) for p, _ in run],
+            run[0].entry_id,
+            b"".join(parts),
             flags=flags,
             term=self.term,
             master_key=self.key,
             lafr=self._lafr_for_adds(),
         )
-        fut.add_done_callback(_BatchAnswerFor(self, run, bookie))
+        fut.add_done_callback(_BatchAnswerFor(self, run, idx, bookie))
 
     def _on_add_answer(
         self, fut: asyncio.Future[Response], p: PendingAdd, idx: int, bookie: str
@@ -251,11 +312,10 @@ class LedgerWriter:
             self._no_answer(exc, p, bookie)
             return
         resp = fut.result()
-        self._on_add_result(p, idx, bookie, resp.status, resp.term)
-        self._complete()
+        self._on_results([p], idx, bookie, [(resp.status, resp.term)])
 
     def _on_batch_answer(
-        self, fut: asyncio.Future[Response], run: list[tuple[PendingAdd, int]], bookie: str
+        self, fut: asyncio.Future[Response], run: list[PendingAdd], idx: int, bookie: str
     ) -> None:
         if fut.cancelled():
             return
@@ -269,12 +329,34 @@ class LedgerWriter:
                 if len(results) != len(run):
                     exc = FrameError(f"{len(results)} results for a batch of {len(run)}")
         if exc is not None:
-            self._no_answer(exc, run[0][0], bookie)
+            self._no_answer(exc, run[0], bookie)
             return
-        for (p, idx), (status, term) in zip(run, results, strict=True):
-            self._on_add_result(p, idx, bookie, status, term)
-            if self.error is not None:
-                return
+        self._on_results(run, idx, bookie, results)
+
+    def _on_results(
+        self, run: list[PendingAdd], idx: int, bookie: str, results: list[tuple[int, int]]
+    ) -> None:
+        """``bookie``'s (status, term) for each entry of ``run`` it was sent as slot ``idx``."""
+        md = self.md
+        # An ack from a bookie that was replaced meanwhile counts for nothing. Most answers
+        # are about the last fragment: whether the bookie still holds the slot there is
+        # asked once, not per entry.
+        last_first, last_ensemble = md.fragments[-1]
+        holds_last = last_ensemble[idx] == bookie
+        counted_term, counts = NO_TERM - 1, False
+        for p, (status, term) in zip(run, results, strict=True):
+            if status != StatusCode.EOK:
+                self._on_refusal(p, bookie, status, term)
+                if self.error is not None:
+                    return
+                continue
+            if term != counted_term:
+                counted_term, counts = term, self._counts(term)
+            eid = p.entry_id
+            if counts and (
+                holds_last if eid >= last_first else md.ensemble_for(eid)[idx] == bookie
+            ):
+                self._acked(p, idx)
         self._complete()
 
     def _no_answer(self, exc: BaseException, p: PendingAdd, bookie: str) -> None:
@@ -284,13 +366,9 @@ class LedgerWriter:
             log.error("add %s:%s to %s failed: %r", self.md.ledger_id, p.entry_id, bookie, exc)
         self._bookie_failed(bookie)
 
-    def _on_add_result(self, p: PendingAdd, idx: int, bookie: str, status: int, term: int) -> None:
-        """One bookie's answer to one entry (the caller runs ``_complete`` afterwards)."""
-        if status == StatusCode.EOK:
-            # An ack from a bookie that was replaced meanwhile counts for nothing.
-            if self._counts(term) and self.md.ensemble_for(p.entry_id)[idx] == bookie:
-                self._acked(p, idx)
-        elif status == StatusCode.EINVALIDTERM:
+    def _on_refusal(self, p: PendingAdd, bookie: str, status: int, term: int) -> None:
+        """One bookie refused one entry."""
+        if status == StatusCode.EINVALIDTERM:
             self.fail(
                 InvalidTermError(
                     f"ledger {self.md.ledger_id}: {bookie} has term {term}, above this "
@@ -320,7 +398,7 @@ class LedgerWriter:
     def _acked(self, p: PendingAdd, idx: int) -> None:
         """Bookie ``idx`` of ``p``'s ensemble acknowledged it."""
         if not p.settled:
-            p.acks.add(idx)
+            p.ack(idx)
 
     def _needed_acks(self) -> int:
         """Acks that complete an entry: AQ; unbounded recovery writes need the whole WQ."""
@@ -331,15 +409,17 @@ class LedgerWriter:
         need = self._needed_acks()
         pending = self.pending
         completed = False
-        while pending and len(pending[0].acks) >= need:
+        while pending and pending[0].acked >= need:
             p = pending.popleft()
             self._in_flight -= 1
             self.lac = p.entry_id
             completed = True
             self._acknowledged(p)
             p.settled = True
-            if not p.future.done():
+            try:
                 p.future.set_result(p.entry_id)
+            except _ALREADY_DONE:  # an asyncio caller cancelled it, or the writer failed it
+                pass
         if not pending:
             self._drained.set()
         if completed:
@@ -447,7 +527,7 @@ class LedgerWriter:
                 ws = write_set(p.entry_id, new_md.ensemble_size, new_md.write_quorum)
                 for idx, bookie in replaced.items():
                     if idx in ws and p.sent:
-                        p.acks.discard(idx)
+                        p.unack(idx)
                         if bookie in ready:
                             self._send(p, idx, bookie)
         for b in failed - set(replaced.values()) - {md.last_fragment[1][i] for i in replaced}:
@@ -480,7 +560,7 @@ class LedgerWriter:
                 return
             oldest = self.pending[0]
             if (
-                len(oldest.acks) < self._needed_acks()
+                oldest.acked < self._needed_acks()
                 and time.monotonic() - oldest.created > self.ctx.add_entry_quorum_timeout
             ):
                 self.fail(
@@ -497,7 +577,7 @@ class LedgerWriter:
             idx = ensemble.index(bookie)
             for p in self.pending:
                 ws = write_set(p.entry_id, self.md.ensemble_size, self.md.write_quorum)
-                if p.sent and idx in ws and idx not in p.acks:
+                if p.sent and idx in ws and not p.has_ack(idx):
                     self._send(p, idx, bookie)
 
         task = asyncio.get_running_loop().create_task(retry())
@@ -590,17 +670,16 @@ class LedgerWriter:
 class _BatchAnswerFor:
     """Routes one bookie's answer to a batch of adds back to the writer."""
 
-    __slots__ = ("bookie", "run", "writer")
+    __slots__ = ("bookie", "idx", "run", "writer")
 
-    def __init__(
-        self, writer: LedgerWriter, run: list[tuple[PendingAdd, int]], bookie: str
-    ) -> None:
+    def __init__(self, writer: LedgerWriter, run: list[PendingAdd], idx: int, bookie: str) -> None:
         self.writer = writer
         self.run = run
+        self.idx = idx
         self.bookie = bookie
 
     def __call__(self, fut: asyncio.Future[Response]) -> None:
-        self.writer._on_batch_answer(fut, self.run, self.bookie)
+        self.writer._on_batch_answer(fut, self.run, self.idx, self.bookie)
 
 
 class _AnswerFor:

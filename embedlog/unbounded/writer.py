@@ -103,7 +103,7 @@ class TermWriter(LedgerWriter):
             self._lafr_hold = max(self._lafr_hold, rep.popleft().entry_id)
         md = self.md
         first, wq, hold = md.last_fragment[0], md.write_quorum, self._lafr_hold
-        while rep and rules.lafr_passes(rep[0].entry_id, len(rep[0].acks), wq, first, hold):
+        while rep and rules.lafr_passes(rep[0].entry_id, rep[0].acked, wq, first, hold):
             self.lafr = rep.popleft().entry_id
 
     def fail(self, error: BKError) -> None:
@@ -184,7 +184,7 @@ class TermWriter(LedgerWriter):
         return self.term == NO_TERM or rules.response_counts(self.term, term)
 
     def _acked(self, p: PendingAdd, idx: int) -> None:
-        p.acks.add(idx)
+        p.ack(idx)
         if p.settled:
             self._advance_lafr()  # acks after the ack quorum move the LAFR
 

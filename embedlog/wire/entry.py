@@ -53,8 +53,7 @@ class EntryHeader:
 
 
 def header_fields(entry: bytes | memoryview) -> tuple[int, int, int, int]:
-    """(ledger id, entry id, LAC, flags) of an entry: ``parse_header`` without the object,
-    for the bookie's add path."""
+    """(ledger id, entry id, LAC, flags) of an entry: ``parse_header`` without the object."""
     if len(entry) < HEADER.size:
         raise ValueError(f"entry too short for its header: {len(entry)} bytes")
     return HEADER.unpack_from(entry)  # type: ignore[return-value]

@@ -81,13 +81,14 @@ _ENTRY = struct.Struct(">qI")
 _RESULT = struct.Struct(">hq")
 
 
+def frame_entry(entry_id: int, entry: bytes) -> bytes:
+    """One entry as an ADD_BATCH body holds it: entry id, length, entry."""
+    return _ENTRY.pack(entry_id, len(entry)) + entry
+
+
 def pack_entries(entries: list[tuple[int, bytes]]) -> bytes:
-    """An ADD_BATCH body: (entry id, length, entry) for each entry."""
-    parts = []
-    for entry_id, entry in entries:
-        parts.append(_ENTRY.pack(entry_id, len(entry)))
-        parts.append(entry)
-    return b"".join(parts)
+    """An ADD_BATCH body: ``frame_entry`` of each entry, one after the other."""
+    return b"".join(frame_entry(entry_id, entry) for entry_id, entry in entries)
 
 
 def unpack_entries(body: bytes | memoryview) -> list[tuple[int, bytes]]:

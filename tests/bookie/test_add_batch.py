@@ -128,3 +128,21 @@ def test_an_acknowledged_batch_survives_a_crash_from_the_journal(harness):
     for e, body in entries:
         assert h.read(8, e).body == body
     assert h.read(8, -1).lac == 8  # the highest LAC in the batch's headers
+
+
+def test_a_crash_replays_only_the_entries_of_a_batch_that_were_accepted(harness):
+    """A batch is one journal record; one with a refused entry journals the others only."""
+    h = harness(flush_interval=LONG)
+    h.boot()
+    good, wrong_id = entry(9, 0, b"a"), entry(9, 7, b"b")
+    resp = h.run(h.serve(batch(9, [(0, good), (1, wrong_id), (2, entry(9, 2, b"c"))])))
+    assert [s for s, _ in unpack_results(resp.body)] == [
+        StatusCode.EOK,
+        StatusCode.EBADREQ,
+        StatusCode.EOK,
+    ]
+    h.crash()
+    h.boot()
+    assert h.read(9, 0).body == good
+    assert h.read(9, 1).status == StatusCode.ENOENTRY
+    assert h.read(9, 2).status == StatusCode.EOK
