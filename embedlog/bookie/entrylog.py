@@ -1,8 +1,9 @@
 """Entry log files: where flushed entries live, appended in flush order.
 
 Record: data_len u32 | crc32c(data) u32 | ledger i64 | entry i64 | data. The
-index points at the record; a read checks the header and CRC, so a corrupt or
-truncated record is an I/O error (never "no such entry": the index says we have it).
+index points at the record (``LOCATION``: log id u32 | offset u64 | data length
+u32); a read checks the header and CRC, so a corrupt or truncated record is an
+I/O error (never "no such entry": the index says we have it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from embedlog.bookie.files import AppendFile
 from embedlog.errors import BookieIOError
 
 RECORD = struct.Struct(">IIqq")
+LOCATION = struct.Struct(">IQI")
 SUFFIX = ".log"
 
 
@@ -32,17 +34,18 @@ class EntryLogs:
     def _path(self, log_id: int) -> Path:
         return self.dir / f"{log_id:08d}{SUFFIX}"
 
-    def append_many(self, entries: list[tuple[int, int, bytes]]) -> list[tuple[int, int, int]]:
-        """Append (ledger, entry, data) records with one write per log file; their locations."""
-        locations: list[tuple[int, int, int]] = []
+    def append_many(self, ledger_id: int, entries: list[tuple[int, bytes]]) -> list[bytes]:
+        """Append (entry, data) records of one ledger with one write per log file; their
+        locations, packed (``LOCATION``) as the index keeps them."""
+        locations: list[bytes] = []
         chunk: list[bytes] = []
         current = self._files[self.current_id]
         pos = current.size
-        record, crc = RECORD.pack, crc32c.crc32c
-        for ledger_id, entry_id, data in entries:
+        record, crc, location = RECORD.pack, crc32c.crc32c, LOCATION.pack
+        for entry_id, data in entries:
             if pos > 0 and pos + len(data) > self.max_size:
                 if chunk:
-                    current.append(b"".join(chunk))
+                    current.append_parts(chunk)
                     chunk = []
                 current.sync()
                 self.current_id += 1
@@ -51,10 +54,10 @@ class EntryLogs:
             n = len(data)
             chunk.append(record(n, crc(data), ledger_id, entry_id))
             chunk.append(data)
-            locations.append((self.current_id, pos, n))
+            locations.append(location(self.current_id, pos, n))
             pos += RECORD.size + n
         if chunk:
-            current.append(b"".join(chunk))
+            current.append_parts(chunk)
         return locations
 
     def sync(self) -> None:

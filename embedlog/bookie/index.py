@@ -25,11 +25,11 @@ from typing import Any
 import plyvel
 from attrs import define
 
+from embedlog.bookie.entrylog import LOCATION
 from embedlog.errors import BookieIOError
 
 ENTRY = struct.Struct(">qq")
 _ENTRY_KEY = struct.Struct(">cqq")
-LOCATION = struct.Struct(">IQI")
 LEDGER = struct.Struct(">q")
 UNCLEAN = b"Munclean"
 CHECKPOINT = b"Mcheckpoint"
@@ -161,18 +161,20 @@ class LedgerIndex:
 
     def commit(
         self,
-        locations: Iterable[tuple[int, int, tuple[int, int, int]]],
+        locations: Iterable[tuple[int, list[int], list[bytes]]],
         infos: Iterable[tuple[int, LedgerInfo | None]],
         deletes: Iterable[tuple[int, int]] = (),
         checkpoint: int | None = None,
     ) -> None:
-        """One synced batch: entry locations, ledger states (None deletes), entry deletions."""
+        """One synced batch: entry locations (per ledger: entry ids and their packed
+        locations), ledger states (None deletes), entry deletions."""
         with self.db.write_batch(sync=True) as batch:
             for lid, eid in deletes:
                 batch.delete(entry_key(lid, eid))
-            put, key, location = batch.put, _ENTRY_KEY.pack, LOCATION.pack
-            for lid, eid, (log_id, offset, length) in locations:
-                put(key(b"E", lid, eid), location(log_id, offset, length))
+            put, key = batch.put, _ENTRY_KEY.pack
+            for lid, entry_ids, where in locations:
+                for eid, loc in zip(entry_ids, where, strict=True):
+                    put(key(b"E", lid, eid), loc)
             for lid, info in infos:
                 if info is None:
                     batch.delete(ledger_key(lid))

@@ -112,8 +112,8 @@ class Journal:
         self, payload: bytes, on_durable: Durable | None, *, prefix: bytes = b""
     ) -> None:
         """Queue the record ``prefix + payload``; ``on_durable`` is called from the journal's
-        task after the fsync. The parts are framed without joining them (the batch write
-        joins everything once)."""
+        task after the fsync. The parts are framed without joining them (the group's write
+        gathers them)."""
         if self.error is not None:
             raise self.error
         length = len(prefix) + len(payload)
@@ -149,17 +149,16 @@ class Journal:
                 await asyncio.sleep(self.max_group_wait)
             if not self._buf and not self._waiters:
                 continue
-            batch = b"".join(self._buf)
-            waiters = self._waiters
+            parts, size, waiters = self._buf, self._buf_bytes, self._waiters
             self._inflight = waiters  # so that crash() can fail them
             records, self._buf_records = self._buf_records, 0
             self._buf, self._buf_bytes, self._waiters = [], 0, []
-            batch_lsn = self.lsn - len(batch)
+            batch_lsn = self.lsn - size
             self._writing = True
             failure: OSError | None = None
             try:
                 await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._write, batch, batch_lsn
+                    self._executor, self._write, parts, size, batch_lsn
                 )
             except OSError as exc:
                 log.error("journal write failed: %s", exc)
@@ -172,15 +171,15 @@ class Journal:
                 self.records += records
             _notify(waiters, failure)
 
-    def _write(self, batch: bytes, batch_lsn: int) -> None:
-        if batch and self._file.size + len(batch) > self.max_file_size and self._file.size:
+    def _write(self, parts: list[bytes], size: int, batch_lsn: int) -> None:
+        if size and self._file.size + size > self.max_file_size and self._file.size:
             old = self._file
             old.sync()
             self._file = AppendFile(self.dir / f"{batch_lsn:020d}{SUFFIX}")
             self._file_start = batch_lsn
             old.close()
-        if batch:
-            self._file.append(batch)
+        if size:
+            self._file.append_parts(parts)
         self._file.sync()
 
     def remove_before(self, checkpoint_lsn: int) -> int:

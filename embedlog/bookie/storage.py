@@ -30,8 +30,10 @@ class LedgerStorage:
         self._executor = executor
         self.index = LedgerIndex(config.index_dir)
         self.logs = EntryLogs(config.ledger_dir, config.entry_log_max_size)
-        self.cache: dict[int, dict[int, bytes]] = {}
+        self.cache: dict[int, dict[int, bytes]] = {}  # ledger -> entry -> entry bytes
         self.cache_bytes = 0
+        self._flushing: dict[int, dict[int, bytes]] = {}  # the cache a flush is writing
+        self._crashed = False
         self._infos: dict[int, LedgerInfo] = {}
         self._dirty: set[int] = set()
         self._deleted: set[int] = set()  # ledgers deleted since the last flush
@@ -84,9 +86,12 @@ class LedgerStorage:
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
         """The entry, or None if this bookie does not hold it. Disk trouble raises BookieIOError."""
-        cached = self.cache.get(ledger_id)
-        if cached is not None and entry_id in cached:
-            return cached[entry_id]
+        for held in (self.cache, self._flushing):
+            entries = held.get(ledger_id)
+            if entries is not None:
+                data = entries.get(entry_id)
+                if data is not None:
+                    return data
         if ledger_id in self._deleted:
             return None
         loc = self.index.location(ledger_id, entry_id)
@@ -94,15 +99,19 @@ class LedgerStorage:
             return None
         return self.logs.read(ledger_id, entry_id, loc)
 
+    def _held(self, ledger_id: int) -> set[int]:
+        """Ids of the ledger's entries in memory (the cache and the flush in progress)."""
+        return set(self.cache.get(ledger_id, ())) | set(self._flushing.get(ledger_id, ()))
+
     def entry_ids(self, ledger_id: int) -> list[int]:
-        ids = set(self.cache.get(ledger_id, ()))
+        ids = self._held(ledger_id)
         if ledger_id not in self._deleted:
             ids.update(self.index.entry_ids(ledger_id))
         return sorted(ids)
 
     def last_entry(self, ledger_id: int) -> int:
-        cached = self.cache.get(ledger_id)
-        best = max(cached) if cached else -1
+        held = self._held(ledger_id)
+        best = max(held) if held else -1
         if ledger_id not in self._deleted:
             best = max(best, self.index.last_entry(ledger_id))
         return best
@@ -112,33 +121,40 @@ class LedgerStorage:
     async def flush(self, checkpoint: int | None) -> None:
         """Make everything cached durable in entry logs + index; record ``checkpoint``."""
         async with self._flush_lock:
-            snapshot = {lid: dict(entries) for lid, entries in self.cache.items() if entries}
-            infos = [(lid, self._infos.get(lid)) for lid in self._dirty]
-            infos += [(lid, None) for lid in self._deleted]
-            self._dirty.clear()
-            deleted = set(self._deleted)
-            try:
-                await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._flush_sync, snapshot, infos, checkpoint
+            await self._flush_locked(checkpoint)
+
+    async def _flush_locked(self, checkpoint: int | None) -> None:
+        # The cache is handed to the flush whole and adds start a new one: nothing is copied
+        # or removed entry by entry (the flush was a third of a bookie's work per add).
+        # Entries being flushed stay readable until the index has them.
+        snapshot, self.cache, self.cache_bytes = self.cache, {}, 0
+        self._flushing = snapshot
+        infos = [(lid, self._infos.get(lid)) for lid in self._dirty]
+        infos += [(lid, None) for lid in self._deleted]
+        self._dirty.clear()
+        deleted = set(self._deleted)
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._flush_sync, snapshot, infos, checkpoint
+            )
+        except BaseException:
+            # Nothing of this flush is known to be in the index: keep every state dirty,
+            # or a later flush would move the checkpoint past journal records (a fence)
+            # whose state never reached the index; and keep the entries cached, under any
+            # written meanwhile.
+            self._dirty.update(lid for lid, info in infos if info is not None)
+            if not self._crashed:
+                for lid, entries in snapshot.items():
+                    entries.update(self.cache.get(lid, {}))
+                    self.cache[lid] = entries
+                self.cache_bytes = sum(
+                    len(data) for entries in self.cache.values() for data in entries.values()
                 )
-            except BaseException:
-                # Nothing of this flush is known to be in the index: keep every state dirty,
-                # or a later flush would move the checkpoint past journal records (a fence)
-                # whose state never reached the index.
-                self._dirty.update(lid for lid, info in infos if info is not None)
-                raise
-            self._deleted -= deleted
-            for lid, entries in snapshot.items():
-                cached = self.cache.get(lid)
-                if cached is None:
-                    continue
-                for eid, data in entries.items():
-                    if cached.get(eid) is data:  # not overwritten meanwhile
-                        del cached[eid]
-                        self.cache_bytes -= len(data)
-                if not cached:
-                    del self.cache[lid]
-            self.flushes += 1
+            raise
+        finally:
+            self._flushing = {}
+        self._deleted -= deleted
+        self.flushes += 1
 
     def _flush_sync(
         self,
@@ -146,13 +162,11 @@ class LedgerStorage:
         infos: list[tuple[int, LedgerInfo | None]],
         checkpoint: int | None,
     ) -> None:
-        records = [
-            (lid, eid, data)
-            for lid, entries in snapshot.items()
-            for eid, data in sorted(entries.items())
-        ]
-        where = self.logs.append_many(records)
-        locations = [(lid, eid, loc) for (lid, eid, _), loc in zip(records, where, strict=True)]
+        locations = []
+        for lid, entries in snapshot.items():
+            ordered = sorted(entries.items())
+            where = self.logs.append_many(lid, ordered)
+            locations.append((lid, [eid for eid, _ in ordered], where))
         if locations:
             self.logs.sync()
         deletes = [
@@ -167,27 +181,29 @@ class LedgerStorage:
         flushes first, with a checkpoint so that journal replay can never bring the
         dropped entries back, and then deletes from the index in one synced batch.
         """
-        await self.flush(checkpoint)
 
         def keep(eid: int) -> bool:
             return (how == "below" and eid >= at) or (how == "above" and eid <= at)
 
-        cached = self.cache.get(ledger_id, {})
-        for eid in [e for e in cached if not keep(e)]:
-            self.cache_bytes -= len(cached.pop(eid))
-        doomed = [(ledger_id, e) for e in self.index.entry_ids(ledger_id) if not keep(e)]
-        infos: list[tuple[int, LedgerInfo | None]] = []
-        if how == "all":
-            self._infos.pop(ledger_id, None)
-            self._dirty.discard(ledger_id)
-            self.cache.pop(ledger_id, None)
-            infos = [(ledger_id, None)]
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self.index.commit, [], infos, doomed, None)
-        # Garbage-collect entry logs that only held dropped entries (trimmed unbounded
-        # ledgers, deleted ledgers), under the flush lock so no flush is mid-way between
-        # writing a log and indexing it. The index no longer points into them (synced above).
+        # All under the flush lock: no other flush can index entries of this ledger between
+        # the cut's own flush and its deletions, or be mid-way between writing an entry log
+        # and indexing it while the cut collects unreferenced logs.
         async with self._flush_lock:
+            await self._flush_locked(checkpoint)
+            cached = self.cache.get(ledger_id, {})
+            for eid in [e for e in cached if not keep(e)]:
+                self.cache_bytes -= len(cached.pop(eid))
+            doomed = [(ledger_id, e) for e in self.index.entry_ids(ledger_id) if not keep(e)]
+            infos: list[tuple[int, LedgerInfo | None]] = []
+            if how == "all":
+                self._infos.pop(ledger_id, None)
+                self._dirty.discard(ledger_id)
+                self.cache.pop(ledger_id, None)
+                infos = [(ledger_id, None)]
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, self.index.commit, [], infos, doomed, None)
+            # Entry logs that only held dropped entries (trimmed unbounded ledgers, deleted
+            # ledgers) can go: the index no longer points into them (synced above).
             live = await loop.run_in_executor(self._executor, self.index.live_logs)
             self.logs.remove_unreferenced(live)
             await loop.run_in_executor(self._executor, self.index.compact_ledger, ledger_id)
@@ -200,7 +216,8 @@ class LedgerStorage:
         self.index.close()
 
     def crash(self) -> None:
-        self.cache.clear()
+        self._crashed = True
+        self.cache, self._flushing = {}, {}  # rebound, not cleared: a flush may be reading
         self._infos.clear()
         # On the flush thread, after the flush it may be in the middle of: closing LevelDB
         # under a running batch or iterator crashes the process, and truncating an entry

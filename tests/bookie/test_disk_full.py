@@ -21,7 +21,7 @@ def test_full_journal_disk_makes_the_bookie_read_only_and_keeps_acked_entries(
     h.boot()
     for eid in range(5):
         assert h.add(1, eid, b"kept%d" % eid).status == StatusCode.EOK
-    monkeypatch.setattr(AppendFile, "append", _no_space)
+    monkeypatch.setattr(AppendFile, "append_parts", _no_space)
     # The add that meets the full disk is unknown to its writer (EIO), never acknowledged.
     assert h.add(1, 5, b"never").status == StatusCode.EIO
     assert "No space left on device" in caplog.text

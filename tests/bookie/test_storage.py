@@ -201,10 +201,10 @@ def test_journal_sync_waits_for_the_batch_being_written(harness, monkeypatch):
     writing, release = threading.Event(), threading.Event()
     real_write = journal._write
 
-    def slow_write(batch: bytes, lsn: int) -> None:
+    def slow_write(*args: object) -> None:
         writing.set()
         release.wait(30)
-        real_write(batch, lsn)
+        real_write(*args)
 
     monkeypatch.setattr(journal, "_write", slow_write)
 
