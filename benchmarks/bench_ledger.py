@@ -22,6 +22,7 @@ from baseline import main, measure_once, raw_fsync_appends
 
 from embedlog import LocalCluster
 from embedlog.bookie.bookie import Bookie
+from embedlog.ledger.writer import LedgerWriter
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import OpCode, Response, pack_results, unpack_entries
 
@@ -35,10 +36,14 @@ def pipelined_adds(
     entries: int = ENTRIES,
     size: int = SIZE,
     stats: dict[str, float] | None = None,
+    *,
+    writer_futures: bool = False,
     **config: Any,
 ) -> float:
     """Entries/s; ``stats`` (if given) gets the journals' mean group size (entry copies
-    per fsync: a journal record may hold a whole ADD_BATCH)."""
+    per fsync: a journal record may hold a whole ADD_BATCH). ``writer_futures``: a what-if
+    for docs/performance.md, the same adds made on the runtime's loop with the writer's
+    own asyncio futures, i.e. without the blocking API's concurrent futures."""
     payload = os.urandom(size)
     with LocalCluster(3, data_dir=data_dir, **config) as cluster:
         wh = cluster.client("bench").create_ledger(3, 3, 2)
@@ -49,14 +54,22 @@ def pipelined_adds(
         # group each and would make the groups look ten times smaller than they were.
         groups_before = sum(j.batches for j in journals if j is not None)
         start = time.perf_counter()
-        futures = [wh.add_async(payload) for _ in range(entries)]
-        futures[-1].result()
+        if writer_futures:
+            cluster.runtime.run(_on_the_loop(wh._writer, payload, entries))
+        else:
+            futures = [wh.add_async(payload) for _ in range(entries)]
+            futures[-1].result()
         elapsed = time.perf_counter() - start
         groups = sum(j.batches for j in journals if j is not None) - groups_before
         wh.close()
         if stats is not None:
             stats["journal_group"] = 3 * entries / max(1, groups)
     return entries / elapsed
+
+
+async def _on_the_loop(writer: LedgerWriter, payload: bytes, entries: int) -> None:
+    futures = [writer.add(payload) for _ in range(entries)]
+    await futures[-1]
 
 
 @contextlib.contextmanager
@@ -85,6 +98,7 @@ def bookies_answer_without_storing() -> Iterator[None]:
 def run(directory: Path) -> dict[str, float]:
     stats: dict[str, float] = {}
     ledger = pipelined_adds(directory / "cluster", stats=stats)
+    writer_futures = pipelined_adds(directory / "on-loop", writer_futures=True)
     with bookies_answer_without_storing():
         client_only = pipelined_adds(directory / "client-only")
     # The baseline writes what the ledger wrote to this disk: each entry three times (one
@@ -94,6 +108,7 @@ def run(directory: Path) -> dict[str, float]:
     return {
         "ledger_entries_per_s": ledger,
         "client_and_transport_only_per_s": client_only,
+        "writer_futures_per_s": writer_futures,
         "journal_group_size": stats["journal_group"],
         "raw_appends_per_s": copies,
         "raw_entries_per_s": copies / 3,
@@ -106,8 +121,10 @@ def report(r: dict[str, float]) -> str:
         f"\nledger adds {r['ledger_entries_per_s']:,.0f}/s; raw fsync'd appends of the "
         f"same bytes (3 copies per entry, groups of {r['journal_group_size']:.0f}) "
         f"{r['raw_appends_per_s']:,.0f}/s = {r['raw_entries_per_s']:,.0f} entries/s; "
-        f"ratio {r['ratio']:.2f}; with bookies that store nothing (client and transport "
-        f"alone) {r['client_and_transport_only_per_s']:,.0f}/s"
+        f"ratio {r['ratio']:.2f}. What-ifs: the same adds with the writer's asyncio "
+        f"futures on the runtime loop instead of the blocking API's concurrent futures "
+        f"{r['writer_futures_per_s']:,.0f}/s; with bookies that store nothing (client and "
+        f"transport alone) {r['client_and_transport_only_per_s']:,.0f}/s"
     )
 
 
