@@ -249,7 +249,7 @@ class Bookie:
                 self.storage.put(lid, eid, payload[_ADD.size :])
             elif kind == b"B":
                 _, lid = _BATCH.unpack_from(payload)
-                self.storage.put_many(lid, unpack_entries(memoryview(payload)[_BATCH.size :]))
+                self.storage.put_many(lid, unpack_entries(payload[_BATCH.size :]))
             elif kind == b"S":
                 _, lid = _STATE.unpack_from(payload)
                 self.storage.set_info(lid, LedgerInfo.from_json(payload[_STATE.size :]))

@@ -92,16 +92,19 @@ def pack_entries(entries: list[tuple[int, bytes]]) -> bytes:
 
 
 def unpack_entries(body: bytes | memoryview) -> list[tuple[int, bytes]]:
-    view = memoryview(body)
-    entries, pos = [], 0
-    while pos < len(view):
-        if pos + _ENTRY.size > len(view):
+    """(entry id, entry) pairs of an ADD_BATCH body (FrameError if it is not whole)."""
+    data = body if isinstance(body, bytes) else bytes(body)  # bytes slice in one copy
+    entries: list[tuple[int, bytes]] = []
+    append, head, size, end = entries.append, _ENTRY.unpack_from, _ENTRY.size, len(data)
+    pos = 0
+    while pos < end:
+        if pos + size > end:
             raise FrameError("batch body truncated inside an entry's id and length")
-        entry_id, n = _ENTRY.unpack_from(view, pos)
-        pos += _ENTRY.size
-        if pos + n > len(view):
+        entry_id, n = head(data, pos)
+        pos += size
+        if pos + n > end:
             raise FrameError("batch body truncated inside an entry")
-        entries.append((entry_id, bytes(view[pos : pos + n])))
+        append((entry_id, data[pos : pos + n]))
         pos += n
     return entries
 
