@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 import pytest
-from harness import entry
+from harness import KEY, entry
 
 from embedlog.errors import BookieIOError, CookieError
 from embedlog.transport.server import BookieGoneError
@@ -222,3 +222,96 @@ def test_journal_sync_waits_for_the_batch_being_written(harness, monkeypatch):
         return events
 
     assert h.run(scenario()) == ["released", "synced"]
+
+
+def _blocking_flush(h, monkeypatch):
+    """Make the bookie's flushes wait on the returned event (on the flush thread) after
+    taking the write cache, so that a test can act while one is in progress."""
+    storage = h.bookie.storage
+    writing, release = threading.Event(), threading.Event()
+    real = storage._flush_sync
+
+    def held(*args: object) -> None:
+        writing.set()
+        release.wait(30)
+        real(*args)
+
+    monkeypatch.setattr(storage, "_flush_sync", held)
+    return writing, release
+
+
+def test_entries_being_flushed_stay_readable_and_adds_go_on(harness, monkeypatch):
+    # The flush takes the whole write cache; until the index has its entries they must
+    # still be read from memory: a NoSuchEntry for one of them would be an acked loss.
+    h = harness(flush_interval=LONG)
+    h.boot()
+    for i in range(5):
+        assert h.add(1, i, b"old%d" % i).status == StatusCode.EOK
+    writing, release = _blocking_flush(h, monkeypatch)
+
+    async def scenario() -> tuple[list[int], int, int, int]:
+        flush = asyncio.ensure_future(h.bookie.flush())
+        while not writing.is_set():
+            await asyncio.sleep(0.001)
+        old = [(await h.serve(read(1, i))).status for i in range(5)]
+        added = (await h.serve(add(1, 5, b"new"))).status
+        new = (await h.serve(read(1, 5))).status
+        last = (await h.serve(read(1, -1))).last_entry_id
+        release.set()
+        await flush
+        return old, added, new, last
+
+    old, added, new, last = h.run(scenario())
+    assert old == [StatusCode.EOK] * 5
+    assert added == new == StatusCode.EOK
+    assert last == 5  # the last entry counts the ones being flushed too
+    assert 1 not in h.bookie.storage._flushing  # the flush is done with them
+    for i in range(5):
+        assert h.read(1, i).body == entry(1, i, b"old%d" % i)
+    assert h.read(1, 5).body == entry(1, 5, b"new")
+
+
+def test_a_failed_flush_keeps_its_entries_under_the_newer_ones(harness, monkeypatch):
+    h = harness(flush_interval=LONG)
+    h.boot()
+    assert h.add(1, 0, b"first").status == StatusCode.EOK
+    writing, release = _blocking_flush(h, monkeypatch)
+    monkeypatch.setattr(h.bookie.storage.logs, "append_many", _disk_full)
+
+    async def scenario() -> BaseException | None:
+        flush = asyncio.ensure_future(h.bookie.flush())
+        while not writing.is_set():
+            await asyncio.sleep(0.001)
+        # A rewrite of entry 0 (as recovery may do) and a new entry, both during the flush.
+        await h.serve(add(1, 0, b"rewritten"))
+        await h.serve(add(1, 1, b"second"))
+        release.set()
+        try:
+            await flush
+        except OSError as exc:
+            return exc
+        return None
+
+    assert isinstance(h.run(scenario()), OSError)
+    monkeypatch.undo()
+    assert h.read(1, 0).body == entry(1, 0, b"rewritten")  # the newer one wins
+    assert h.read(1, 1).body == entry(1, 1, b"second")
+    expected = len(entry(1, 0, b"rewritten")) + len(entry(1, 1, b"second"))
+    assert h.bookie.storage.cache_bytes == expected
+    h.run(h.bookie.flush())  # space again: both reach the entry log
+    h.stop()
+    h.boot()
+    assert h.read(1, 0).body == entry(1, 0, b"rewritten")
+    assert h.read(1, 1).body == entry(1, 1, b"second")
+
+
+def _disk_full(*_args: object) -> object:
+    raise OSError(28, "No space left on device")
+
+
+def read(lid: int, eid: int) -> Request:
+    return Request(OpCode.READ, 0, lid, eid, master_key=KEY)
+
+
+def add(lid: int, eid: int, payload: bytes) -> Request:
+    return Request(OpCode.ADD, 0, lid, eid, master_key=KEY, body=entry(lid, eid, payload))
