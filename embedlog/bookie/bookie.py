@@ -567,7 +567,8 @@ class Bookie:
 
     def _add_batch(self, req: Request, reply: Reply) -> None:
         """ADD_BATCH: one writer's entries of one ledger, each a plain add of its own
-        (header checked, cached, journaled), with one answer carrying a verdict per entry.
+        (header checked and cached one by one, journaled together in one record), with
+        one answer carrying a verdict per entry once that record is durable.
 
         The ledger's checks (fence, term, password) are made once for the whole batch:
         the batch is admitted and stored in one step of the loop, so no fence or takeover
