@@ -115,6 +115,28 @@ class _AddPlan:
             self.bookie._answer_failure(self.req, exc, self.reply)
 
 
+def _check_headers(
+    ledger_id: int, entries: list[tuple[int, bytes]]
+) -> tuple[list[int], list[tuple[int, bytes]], int]:
+    """An ADD_BATCH's entries against their headers: each one's verdict (EOK or EBADREQ),
+    those accepted, and the highest LAC their headers carry."""
+    statuses: list[int] = []
+    accepted: list[tuple[int, bytes]] = []
+    lac = -1
+    header, header_size = HEADER.unpack_from, HEADER.size  # header_fields, inlined
+    for eid, body in entries:
+        if len(body) >= header_size:
+            h_ledger, h_entry, h_lac, _flags = header(body)
+            if h_ledger == ledger_id and h_entry == eid:
+                statuses.append(StatusCode.EOK)
+                accepted.append((eid, body))
+                if h_lac > lac:
+                    lac = h_lac
+                continue
+        statuses.append(StatusCode.EBADREQ)
+    return statuses, accepted, lac
+
+
 class BookieState(enum.Enum):
     NEW = "new"
     BOOTING = "booting"
@@ -666,22 +688,19 @@ class Bookie:
         lid = req.ledger_id
         if self.readonly:
             return self._refusal(req, StatusCode.EREADONLY)
-        statuses: list[int] = []
-        accepted: list[tuple[int, bytes]] = []
-        lac = -1
-        header, header_size = HEADER.unpack_from, HEADER.size  # header_fields, inlined
-        for eid, body in entries if entries is not None else [(req.entry_id, req.body)]:
-            if len(body) >= header_size:
-                h_ledger, h_entry, h_lac, _flags = header(body)
-                if h_ledger == lid and h_entry == eid:
-                    statuses.append(StatusCode.EOK)
-                    accepted.append((eid, body))
-                    if h_lac > lac:
-                        lac = h_lac
-                    continue
-            statuses.append(StatusCode.EBADREQ)
-        if not accepted:
-            return self._refusal(req, StatusCode.EBADREQ, statuses)
+        statuses: list[int] | None = None
+        if entries is None:  # a plain add
+            body = req.body
+            if len(body) < HEADER.size:
+                return self._refusal(req, StatusCode.EBADREQ)
+            h_ledger, h_entry, lac, _flags = HEADER.unpack_from(body)
+            if h_ledger != lid or h_entry != req.entry_id:
+                return self._refusal(req, StatusCode.EBADREQ)
+            accepted = [(h_entry, body)]
+        else:
+            statuses, accepted, lac = _check_headers(lid, entries)
+            if not accepted:
+                return self._refusal(req, StatusCode.EBADREQ, statuses)
         info = storage.info(lid)
         changed = info is None
         if info is None:
@@ -712,8 +731,7 @@ class Bookie:
             term_changed = True
             truncate = True
         plan = _AddPlan(info, accepted, lac, changed, term_changed, truncate)
-        if entries is not None:
-            plan.statuses = statuses
+        plan.statuses = statuses
         return plan
 
     def _store_add(self, req: Request, plan: _AddPlan, on_durable: Durable) -> None:
@@ -729,7 +747,10 @@ class Bookie:
                 on_durable if state_waits and not self.config.journal_write_data else None,
             )
         plan.old_lac = info.known_lac
-        storage.put_many(lid, entries, lac=plan.lac)
+        if plan.statuses is None:
+            storage.put(lid, req.entry_id, req.body, lac=plan.lac)
+        else:
+            storage.put_many(lid, entries, lac=plan.lac)
         if info.limbo and lid not in self._first_live and not req.flags & AddFlags.RECOVERY:
             self._first_live[lid] = entries[0][0]
         if not self.config.journal_write_data:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from concurrent.futures import Executor
 from typing import Literal
 
@@ -63,7 +64,11 @@ class LedgerStorage:
 
     def put(self, ledger_id: int, entry_id: int, data: bytes, *, lac: int | None = None) -> None:
         """Cache an entry; ``lac`` is the one in its header when the caller parsed it already."""
-        self.put_many(ledger_id, [(entry_id, data)], lac=lac)
+        cached = self.cache.setdefault(ledger_id, {})
+        old = cached.get(entry_id)
+        cached[entry_id] = data
+        self.cache_bytes += len(data) - (len(old) if old is not None else 0)
+        self._raise_lac(ledger_id, lac, (data,))
 
     def put_many(
         self, ledger_id: int, entries: list[tuple[int, bytes]], *, lac: int | None = None
@@ -76,13 +81,19 @@ class LedgerStorage:
             self.cache_bytes -= sum(len(cached[e]) for e in new if e in cached)
         cached.update(new)
         self.cache_bytes += sum(map(len, new.values()))
+        self._raise_lac(ledger_id, lac, new.values())
+
+    def _raise_lac(self, ledger_id: int, lac: int | None, entries: Iterable[bytes]) -> None:
+        """Raise the ledger's LAC to the highest in the headers of ``entries`` just stored
+        (``lac``, when the caller parsed them already)."""
         info = self._infos.get(ledger_id) or self.info(ledger_id)
-        if info is not None:
-            if lac is None:
-                lac = max(parse_header(data).lac for _, data in entries)
-            if lac > info.lac:
-                info.lac = lac
-                self._dirty.add(ledger_id)
+        if info is None:
+            return
+        if lac is None:
+            lac = max(parse_header(data).lac for data in entries)
+        if lac > info.lac:
+            info.lac = lac
+            self._dirty.add(ledger_id)
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
         """The entry, or None if this bookie does not hold it. Disk trouble raises BookieIOError."""
