@@ -198,15 +198,7 @@ def test_journal_sync_waits_for_the_batch_being_written(harness, monkeypatch):
     h = harness(flush_interval=LONG)
     h.boot()
     journal = h.bookie.journal
-    writing, release = threading.Event(), threading.Event()
-    real_write = journal._write
-
-    def slow_write(*args: object) -> None:
-        writing.set()
-        release.wait(30)
-        real_write(*args)
-
-    monkeypatch.setattr(journal, "_write", slow_write)
+    writing, release = _held(journal, "_write", monkeypatch)
 
     async def scenario() -> list[str]:
         events: list[str] = []
@@ -224,20 +216,24 @@ def test_journal_sync_waits_for_the_batch_being_written(harness, monkeypatch):
     assert h.run(scenario()) == ["released", "synced"]
 
 
-def _blocking_flush(h, monkeypatch):
-    """Make the bookie's flushes wait on the returned event (on the flush thread) after
-    taking the write cache, so that a test can act while one is in progress."""
-    storage = h.bookie.storage
-    writing, release = threading.Event(), threading.Event()
-    real = storage._flush_sync
+def _held(obj: object, method: str, monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Make ``obj.method`` (run on a bookie's disk thread) wait for the second event before
+    doing its work; the first is set once it has been called. A test acts in between."""
+    entered, release = threading.Event(), threading.Event()
+    real = getattr(obj, method)
 
     def held(*args: object) -> None:
-        writing.set()
+        entered.set()
         release.wait(30)
         real(*args)
 
-    monkeypatch.setattr(storage, "_flush_sync", held)
-    return writing, release
+    monkeypatch.setattr(obj, method, held)
+    return entered, release
+
+
+def _blocking_flush(h, monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """The bookie's flushes wait (on the flush thread) after taking the write cache."""
+    return _held(h.bookie.storage, "_flush_sync", monkeypatch)
 
 
 def test_entries_being_flushed_stay_readable_and_adds_go_on(harness, monkeypatch):
