@@ -52,10 +52,9 @@ class BookieClient:
         lafr: int = -1,
     ) -> asyncio.Future[Response]:
         """An ADD as a future (the writer's hot path: no coroutine per request)."""
-        req = Request(
-            OpCode.ADD, next_txn(), ledger_id, entry_id, flags, term, 0, master_key, body, lafr
+        return self._send_add(
+            OpCode.ADD, bookie_id, ledger_id, entry_id, flags, term, master_key, body, lafr
         )
-        return self.transport.send_nowait(self.name, bookie_id, req, self.request_timeout)
 
     def add_batch_nowait(
         self,
@@ -71,18 +70,31 @@ class BookieClient:
     ) -> asyncio.Future[Response]:
         """Entries in one ADD_BATCH request (``body``: as ``pack_entries`` frames them); the
         answer holds one result per entry, in the same order."""
-        req = Request(
+        return self._send_add(
             OpCode.ADD_BATCH,
-            next_txn(),
+            bookie_id,
             ledger_id,
             first_entry_id,
             flags,
             term,
-            0,
             master_key,
             body,
             lafr,
         )
+
+    def _send_add(
+        self,
+        op: OpCode,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        flags: int,
+        term: int,
+        master_key: bytes,
+        body: bytes,
+        lafr: int,
+    ) -> asyncio.Future[Response]:
+        req = Request(op, next_txn(), ledger_id, entry_id, flags, term, 0, master_key, body, lafr)
         return self.transport.send_nowait(self.name, bookie_id, req, self.request_timeout)
 
     def can_batch(self) -> bool:

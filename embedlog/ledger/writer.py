@@ -224,16 +224,15 @@ class LedgerWriter:
         """Send ``p`` to its write set; False if it must wait (unbounded: a new fragment)."""
         p.sent = True
         self._in_flight += 1
-        eid = p.entry_id
-        ensemble = self.md.ensemble_for(eid)
-        batch = not p.flags & AddFlags.TRUNCATE and self.ctx.bookies.can_batch()
-        for idx in self._write_sets[eid % len(ensemble)]:
+        ensemble = self.md.ensemble_for(p.entry_id)
+        for idx in self._write_set(p.entry_id):
             if not p.has_ack(idx):
-                if batch:
-                    self._to_outbox(p, idx, ensemble[idx])
-                else:
-                    self._send_one(p, idx, ensemble[idx])
+                self._send(p, idx, ensemble[idx])
         return True
+
+    def _write_set(self, entry_id: int) -> list[int]:
+        """Ensemble slots that store ``entry_id`` (``quorum.write_set``, precomputed)."""
+        return self._write_sets[entry_id % self.md.ensemble_size]
 
     def _send(self, p: PendingAdd, idx: int, bookie: str) -> None:
         """Send ``p`` to ``bookie`` (slot ``idx``): adds queued for one bookie in the same
@@ -524,7 +523,7 @@ class LedgerWriter:
             # A new member that could not be readied is replaced in turn; its entries wait.
             self._failed |= set(replaced.values()) - ready
             for p in self.pending:
-                ws = write_set(p.entry_id, new_md.ensemble_size, new_md.write_quorum)
+                ws = self._write_set(p.entry_id)
                 for idx, bookie in replaced.items():
                     if idx in ws and p.sent:
                         p.unack(idx)
@@ -576,8 +575,7 @@ class LedgerWriter:
                 return
             idx = ensemble.index(bookie)
             for p in self.pending:
-                ws = write_set(p.entry_id, self.md.ensemble_size, self.md.write_quorum)
-                if p.sent and idx in ws and not p.has_ack(idx):
+                if p.sent and idx in self._write_set(p.entry_id) and not p.has_ack(idx):
                     self._send(p, idx, bookie)
 
         task = asyncio.get_running_loop().create_task(retry())
