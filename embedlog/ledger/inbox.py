@@ -14,6 +14,8 @@ import concurrent.futures
 from collections import deque
 from typing import TYPE_CHECKING
 
+from embedlog.ledger.future import new_future
+
 if TYPE_CHECKING:
     from embedlog.ledger.writer import LedgerWriter
 
@@ -26,7 +28,7 @@ class AddInbox:
 
     def submit(self, writer: LedgerWriter, payload: bytes) -> concurrent.futures.Future[int]:
         """Queue ``payload`` for ``writer`` (from any thread); the future gives its entry id."""
-        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        future: concurrent.futures.Future[int] = new_future()
         self._queue.append((writer, payload, future))
         if not self._scheduled:
             self._scheduled = True
