@@ -25,7 +25,7 @@ from __future__ import annotations
 import _thread
 import concurrent.futures
 from concurrent.futures._base import PENDING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # What concurrent.futures.Future.__init__ sets (CPython 3.8 to 3.14).
 _ATTRIBUTES = frozenset(
@@ -42,6 +42,12 @@ class FutureCondition(_thread.RLock):  # type: ignore[misc]
     """
 
     _sleepers: list[Any] | tuple[()] = ()
+
+    if TYPE_CHECKING:  # the C lock's own, which threading.Condition uses too (no stubs)
+
+        def _is_owned(self) -> bool: ...
+        def _release_save(self) -> Any: ...
+        def _acquire_restore(self, state: Any) -> None: ...
 
     def wait(self, timeout: float | None = None) -> bool:
         if not self._is_owned():
