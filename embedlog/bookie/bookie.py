@@ -37,6 +37,7 @@ from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import HEADER
 from embedlog.wire.messages import (
+    ENTRY_FRAME,
     NO_TERM,
     AddFlags,
     FrameError,
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 # Journal records: b"A" ledger entry | entry (one add); b"B" ledger | ADD_BATCH body
 # (several entries of one ledger, as pack_entries frames them); b"S" ledger | state JSON.
 _ADD = struct.Struct(">cqq")
+# What parse_batch gives: the entries accepted, each one's verdict (None: all EOK), max LAC.
+Batch = tuple[dict[int, bytes], list[int] | None, int]
 _BATCH = struct.Struct(">cq")
 _STATE = struct.Struct(">cq")
 
@@ -72,6 +75,7 @@ class _AddPlan:
     """
 
     __slots__ = (
+        "batch",
         "bookie",
         "changed",
         "entries",
@@ -88,20 +92,22 @@ class _AddPlan:
     def __init__(
         self,
         info: LedgerInfo,
-        entries: list[tuple[int, bytes]],
+        entries: dict[int, bytes],
         lac: int,
         changed: bool,
         term_changed: bool,
         truncate: bool,
     ) -> None:
         self.info = info
-        self.entries = entries  # (entry id, entry) to store
+        self.entries = entries  # {entry id: entry} to store, in the order they came
         self.lac = lac  # the highest LAC in the headers of the entries stored
         self.changed = changed
         self.term_changed = term_changed
         self.truncate = truncate
         self.old_lac = -1
-        # ADD_BATCH: each entry's verdict, in batch order (EOK for those stored).
+        self.batch = False  # an ADD_BATCH (answered with a verdict per entry)
+        # ADD_BATCH with an entry refused for its header: each entry's verdict, in batch
+        # order (EOK for those stored); None when all were accepted.
         self.statuses: list[int] | None = None
 
     def answer_by(self, bookie: Bookie, req: Request, reply: Reply) -> _AddPlan:
@@ -115,26 +121,51 @@ class _AddPlan:
             self.bookie._answer_failure(self.req, exc, self.reply)
 
 
-def _check_headers(
-    ledger_id: int, entries: list[tuple[int, bytes]]
-) -> tuple[list[int], list[tuple[int, bytes]], int]:
-    """An ADD_BATCH's entries against their headers: each one's verdict (EOK or EBADREQ),
-    those accepted, and the highest LAC their headers carry."""
-    statuses: list[int] = []
-    accepted: list[tuple[int, bytes]] = []
+def parse_batch(ledger_id: int, body: bytes) -> tuple[dict[int, bytes], list[int] | None, int]:
+    """An ADD_BATCH body, parsed and each entry checked against its header in one pass:
+    the entries accepted ({entry id: entry}, in batch order), every entry's verdict
+    (None when all are EOK; else EOK or EBADREQ each) and the highest LAC their headers
+    carry. FrameError if the body is not whole or repeats an entry id.
+
+    The hot path of a bookie: no object per entry but the entry's own bytes (the dict is
+    what the write cache takes as it is), and no verdict list unless one is refused.
+    """
+    accepted: dict[int, bytes] = {}
+    statuses: list[int] | None = None
+    refused: list[int] = []  # ids of entries refused for their header
     lac = -1
-    header, header_size = HEADER.unpack_from, HEADER.size  # header_fields, inlined
-    for eid, body in entries:
-        if len(body) >= header_size:
-            h_ledger, h_entry, h_lac, _flags = header(body)
-            if h_ledger == ledger_id and h_entry == eid:
+    frame, frame_size = ENTRY_FRAME.unpack_from, ENTRY_FRAME.size
+    header, header_size = HEADER.unpack_from, HEADER.size
+    pos, end, count = 0, len(body), 0
+    while pos < end:
+        if pos + frame_size > end:
+            raise FrameError("batch body truncated inside an entry's id and length")
+        entry_id, n = frame(body, pos)
+        pos += frame_size
+        stop = pos + n
+        if stop > end:
+            raise FrameError("batch body truncated inside an entry")
+        if n >= header_size:
+            h_ledger, h_entry, h_lac, _flags = header(body, pos)
+            good = h_ledger == ledger_id and h_entry == entry_id
+        else:
+            good = False
+        if good:
+            accepted[entry_id] = body[pos:stop]
+            if h_lac > lac:
+                lac = h_lac
+            if statuses is not None:
                 statuses.append(StatusCode.EOK)
-                accepted.append((eid, body))
-                if h_lac > lac:
-                    lac = h_lac
-                continue
-        statuses.append(StatusCode.EBADREQ)
-    return statuses, accepted, lac
+        else:
+            if statuses is None:
+                statuses = [StatusCode.EOK] * count
+            statuses.append(StatusCode.EBADREQ)
+            refused.append(entry_id)
+        count += 1
+        pos = stop
+    if len(accepted) + len(set(refused)) != count or not accepted.keys().isdisjoint(refused):
+        raise FrameError("batch repeats an entry id")
+    return accepted, statuses, lac
 
 
 class BookieState(enum.Enum):
@@ -271,7 +302,7 @@ class Bookie:
                 self.storage.put(lid, eid, payload[_ADD.size :])
             elif kind == b"B":
                 _, lid = _BATCH.unpack_from(payload)
-                self.storage.put_many(lid, unpack_entries(payload[_BATCH.size :]))
+                self.storage.put_many(lid, dict(unpack_entries(payload[_BATCH.size :])))
             elif kind == b"S":
                 _, lid = _STATE.unpack_from(payload)
                 self.storage.set_info(lid, LedgerInfo.from_json(payload[_STATE.size :]))
@@ -570,16 +601,14 @@ class Bookie:
         self._add_nowait(req, reply)
         return None
 
-    def _add_nowait(
-        self, req: Request, reply: Reply, entries: list[tuple[int, bytes]] | None = None
-    ) -> None:
-        """A plain add (or ADD_BATCH's ``entries``) without a task: refused at once, or
-        answered once durable."""
+    def _add_nowait(self, req: Request, reply: Reply, batch: Batch | None = None) -> None:
+        """A plain add (or an ADD_BATCH, ``parse_batch``'s ``batch``) without a task:
+        refused at once, or answered once durable."""
         if self._state is not BookieState.SERVING:
             reply(BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}"))
             return
         try:
-            plan = self._admit_add(req, entries)
+            plan = self._admit_add(req, batch)
             if isinstance(plan, Response):
                 reply(plan)
                 return
@@ -596,18 +625,17 @@ class Bookie:
         the batch is admitted and stored in one step of the loop, so no fence or takeover
         can come between its entries, and each entry would have met the same verdict.
         """
-        try:
-            entries = unpack_entries(req.body)
-        except FrameError:
-            entries = []
-        if (
-            not entries
-            or req.flags & AddFlags.TRUNCATE  # never batched: their cut needs the slow path
-            or len({entry_id for entry_id, _ in entries}) != len(entries)
-        ):
+        if req.flags & AddFlags.TRUNCATE:  # never batched: their cut needs the slow path
             reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
             return
-        self._add_nowait(req, reply, entries)
+        try:
+            batch = parse_batch(req.ledger_id, req.body)
+        except FrameError:
+            batch = None
+        if batch is None or (not batch[0] and batch[1] is None):  # undecodable or empty
+            reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
+            return
+        self._add_nowait(req, reply, batch)
 
     def _refusal(
         self, req: Request, status: int, statuses: list[int] | None = None, term: int = NO_TERM
@@ -678,27 +706,26 @@ class Bookie:
     # admit (every check, and the state changes the add implies), store (write cache and
     # journal; the callback fires once it is durable), answer.
 
-    def _admit_add(
-        self, req: Request, entries: list[tuple[int, bytes]] | None = None
-    ) -> Response | _AddPlan:
-        """A refusal, or the plan for the add (or ADD_BATCH ``entries``) that passed every
-        check; a batch's entries whose header does not match are refused alone."""
+    def _admit_add(self, req: Request, batch: Batch | None = None) -> Response | _AddPlan:
+        """A refusal, or the plan for the add (or ADD_BATCH, ``parse_batch``'s ``batch``)
+        that passed every check; a batch's entries whose header does not match are refused
+        alone."""
         storage = self.storage
         assert storage is not None
         lid = req.ledger_id
         if self.readonly:
             return self._refusal(req, StatusCode.EREADONLY)
         statuses: list[int] | None = None
-        if entries is None:  # a plain add
+        if batch is None:  # a plain add
             body = req.body
             if len(body) < HEADER.size:
                 return self._refusal(req, StatusCode.EBADREQ)
             h_ledger, h_entry, lac, _flags = HEADER.unpack_from(body)
             if h_ledger != lid or h_entry != req.entry_id:
                 return self._refusal(req, StatusCode.EBADREQ)
-            accepted = [(h_entry, body)]
+            accepted = {h_entry: body}
         else:
-            statuses, accepted, lac = _check_headers(lid, entries)
+            accepted, statuses, lac = batch
             if not accepted:
                 return self._refusal(req, StatusCode.EBADREQ, statuses)
         info = storage.info(lid)
@@ -731,6 +758,7 @@ class Bookie:
             term_changed = True
             truncate = True
         plan = _AddPlan(info, accepted, lac, changed, term_changed, truncate)
+        plan.batch = batch is not None
         plan.statuses = statuses
         return plan
 
@@ -747,19 +775,19 @@ class Bookie:
                 on_durable if state_waits and not self.config.journal_write_data else None,
             )
         plan.old_lac = info.known_lac
-        if plan.statuses is None:
-            storage.put(lid, req.entry_id, req.body, lac=plan.lac)
-        else:
+        if plan.batch:
             storage.put_many(lid, entries, lac=plan.lac)
+        else:
+            storage.put(lid, req.entry_id, req.body, lac=plan.lac)
         if info.limbo and lid not in self._first_live and not req.flags & AddFlags.RECOVERY:
-            self._first_live[lid] = entries[0][0]
+            self._first_live[lid] = next(iter(entries))
         if not self.config.journal_write_data:
             if not state_waits:
                 on_durable(None)  # acknowledged from the write cache (BP-46)
-        elif plan.statuses is None:
+        elif not plan.batch:
             journal.append_then(req.body, on_durable, prefix=_ADD.pack(b"A", lid, req.entry_id))
         else:  # one record for the batch: its body as it came, unless some entry was refused
-            body = req.body if len(entries) == len(plan.statuses) else pack_entries(entries)
+            body = req.body if plan.statuses is None else pack_entries(list(entries.items()))
             journal.append_then(body, on_durable, prefix=_BATCH.pack(b"B", lid))
 
     def _added(self, req: Request, plan: _AddPlan) -> Response:
@@ -769,11 +797,11 @@ class Bookie:
         # The request's term (the model's response term): the client discards answers of
         # another term, and a takeover that raced this add must not make its ack look stale.
         term = req.term if req.term != NO_TERM else plan.info.term
-        if plan.statuses is None:
+        if not plan.batch:
             return Response.to(req, StatusCode.EOK, entry_id=req.entry_id, term=term)
         statuses = plan.statuses
-        if len(plan.entries) == len(statuses):  # every entry stored
-            body = pack_results([(StatusCode.EOK, term)]) * len(statuses)
+        if statuses is None:  # every entry stored
+            body = pack_results([(StatusCode.EOK, term)]) * len(plan.entries)
             return Response.to(req, StatusCode.EOK, entry_id=req.entry_id, body=body)
         results = [(status, term) for status in statuses]
         failed = next(s for s in statuses if s != StatusCode.EOK)

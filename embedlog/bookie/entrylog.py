@@ -34,15 +34,19 @@ class EntryLogs:
     def _path(self, log_id: int) -> Path:
         return self.dir / f"{log_id:08d}{SUFFIX}"
 
-    def append_many(self, ledger_id: int, entries: list[tuple[int, bytes]]) -> list[bytes]:
-        """Append (entry, data) records of one ledger with one write per log file; their
-        locations, packed (``LOCATION``) as the index keeps them."""
+    def append_many(
+        self, ledger_id: int, entry_ids: list[int], entries: dict[int, bytes]
+    ) -> list[bytes]:
+        """Append the records of one ledger's ``entry_ids`` (their data in ``entries``),
+        in that order, with one write per log file; their locations, packed
+        (``LOCATION``) as the index keeps them."""
         locations: list[bytes] = []
         chunk: list[bytes] = []
         current = self._files[self.current_id]
         pos = current.size
         record, crc, location = RECORD.pack, crc32c.crc32c, LOCATION.pack
-        for entry_id, data in entries:
+        for entry_id in entry_ids:
+            data = entries[entry_id]
             if pos > 0 and pos + len(data) > self.max_size:
                 if chunk:
                     current.append_parts(chunk)

@@ -71,17 +71,18 @@ class LedgerStorage:
         self._raise_lac(ledger_id, lac, (data,))
 
     def put_many(
-        self, ledger_id: int, entries: list[tuple[int, bytes]], *, lac: int | None = None
+        self, ledger_id: int, entries: dict[int, bytes], *, lac: int | None = None
     ) -> None:
-        """Cache (entry id, entry) pairs of one ledger; ``lac``: the highest in their
-        headers, when the caller parsed them already."""
-        cached = self.cache.setdefault(ledger_id, {})
-        new = dict(entries)
-        if not cached.keys().isdisjoint(new):  # rewrites (recovery, resends): rare
-            self.cache_bytes -= sum(len(cached[e]) for e in new if e in cached)
-        cached.update(new)
-        self.cache_bytes += sum(map(len, new.values()))
-        self._raise_lac(ledger_id, lac, new.values())
+        """Cache {entry id: entry} of one ledger; ``lac``: the highest in their headers,
+        when the caller parsed them already."""
+        cached = self.cache.get(ledger_id)
+        if cached is None:
+            cached = self.cache[ledger_id] = {}
+        elif not cached.keys().isdisjoint(entries):  # rewrites (recovery, resends): rare
+            self.cache_bytes -= sum(len(cached[e]) for e in entries if e in cached)
+        cached.update(entries)
+        self.cache_bytes += sum(map(len, entries.values()))
+        self._raise_lac(ledger_id, lac, entries.values())
 
     def _raise_lac(self, ledger_id: int, lac: int | None, entries: Iterable[bytes]) -> None:
         """Raise the ledger's LAC to the highest in the headers of ``entries`` just stored
@@ -175,9 +176,8 @@ class LedgerStorage:
     ) -> None:
         locations = []
         for lid, entries in snapshot.items():
-            ordered = sorted(entries.items())
-            where = self.logs.append_many(lid, ordered)
-            locations.append((lid, [eid for eid, _ in ordered], where))
+            ids = sorted(entries)  # ids, not (id, entry) pairs: no object per entry
+            locations.append((lid, ids, self.logs.append_many(lid, ids, entries)))
         if locations:
             self.logs.sync()
         deletes = [

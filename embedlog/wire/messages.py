@@ -77,13 +77,13 @@ class TrimFlags:
 
 NO_TERM = -1
 
-_ENTRY = struct.Struct(">qI")
+ENTRY_FRAME = struct.Struct(">qI")  # an ADD_BATCH body's entry: id, length (then the entry)
 _RESULT = struct.Struct(">hq")
 
 
 def frame_entry(entry_id: int, entry: bytes) -> bytes:
     """One entry as an ADD_BATCH body holds it: entry id, length, entry."""
-    return _ENTRY.pack(entry_id, len(entry)) + entry
+    return ENTRY_FRAME.pack(entry_id, len(entry)) + entry
 
 
 def pack_entries(entries: list[tuple[int, bytes]]) -> bytes:
@@ -95,7 +95,7 @@ def unpack_entries(body: bytes | memoryview) -> list[tuple[int, bytes]]:
     """(entry id, entry) pairs of an ADD_BATCH body (FrameError if it is not whole)."""
     data = body if isinstance(body, bytes) else bytes(body)  # bytes slice in one copy
     entries: list[tuple[int, bytes]] = []
-    append, head, size, end = entries.append, _ENTRY.unpack_from, _ENTRY.size, len(data)
+    append, head, size, end = entries.append, ENTRY_FRAME.unpack_from, ENTRY_FRAME.size, len(data)
     pos = 0
     while pos < end:
         if pos + size > end:

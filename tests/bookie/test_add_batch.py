@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from harness import KEY, entry
 
+from embedlog.bookie.bookie import parse_batch
 from embedlog.transport.base import next_txn
 from embedlog.transport.server import BookieGoneError
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import (
     AddFlags,
+    FrameError,
     OpCode,
     ReadFlags,
     Request,
@@ -146,3 +149,49 @@ def test_a_crash_replays_only_the_entries_of_a_batch_that_were_accepted(harness)
     assert h.read(9, 0).body == good
     assert h.read(9, 1).status == StatusCode.ENOENTRY
     assert h.read(9, 2).status == StatusCode.EOK
+
+
+# -- parse_batch: the bookie's one-pass parse and header check ------------------------------
+
+
+def test_parse_batch_accepts_entries_whose_headers_match_in_batch_order():
+    entries = [(5, entry(1, 5, lac=3)), (2, entry(1, 2, lac=4)), (9, entry(1, 9, lac=1))]
+    accepted, statuses, lac = parse_batch(1, pack_entries(entries))
+    assert list(accepted.items()) == entries
+    assert statuses is None  # nothing refused: no verdict list at all
+    assert lac == 4  # the highest, not the last
+
+
+def test_parse_batch_refuses_bad_headers_alone():
+    entries = [
+        (0, entry(1, 0)),
+        (1, entry(2, 1)),
+        (2, b"short"),
+        (3, entry(1, 9)),
+        (4, entry(1, 4)),
+    ]
+    accepted, statuses, _ = parse_batch(1, pack_entries(entries))
+    assert list(accepted) == [0, 4]
+    bad = StatusCode.EBADREQ
+    assert statuses == [StatusCode.EOK, bad, bad, bad, StatusCode.EOK]
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [(0, entry(1, 0)), (0, entry(1, 0))],  # the same entry twice
+        [(0, entry(1, 0)), (0, b"short")],  # an accepted id again, refused
+        [(3, b"x"), (3, b"y")],  # a refused id twice
+    ],
+)
+def test_parse_batch_rejects_a_batch_that_repeats_an_id(entries):
+    with pytest.raises(FrameError, match="repeats"):
+        parse_batch(1, pack_entries(entries))
+
+
+def test_parse_batch_rejects_a_body_that_is_not_whole():
+    body = pack_entries([(0, entry(1, 0)), (1, entry(1, 1))])
+    for cut in (body[:5], body[:-1], body[:20]):
+        with pytest.raises(FrameError, match="truncated"):
+            parse_batch(1, cut)
+    assert parse_batch(1, b"") == ({}, None, -1)
