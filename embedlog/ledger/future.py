@@ -7,9 +7,11 @@ deque and five bound methods in an instance dict) and two lists. With 20,000
 adds in flight that is 260,000 objects, which the collector's full passes
 rescan; it was the largest single cost of an add (docs/performance.md).
 
-``LightFuture`` is that class with four tracked objects instead: its condition
-is an ``RLock`` that is also the condition (``wait`` and ``notify_all`` on top,
-the lock's own methods in C), and its two lists. Every method of the base
+``LightFuture`` is that class with three tracked objects instead: itself, its
+condition, which is an ``RLock`` that is also the condition (``wait`` and
+``notify_all`` on top, the lock's own methods in C), and the list of waiters
+that ``concurrent.futures.wait`` appends to; the list of done callbacks is made
+by the first ``add_done_callback``. Every method of the base
 class is inherited unchanged, and so are ``concurrent.futures.wait`` and
 ``as_completed``, which take each future's ``_condition`` as a lock.
 
@@ -97,7 +99,14 @@ class LightFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         self._result = None
         self._exception = None
         self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        # No list until a callback is added (the writer's adds never have one).
+        self._done_callbacks: list[Any] | tuple[()] = ()
+
+    def add_done_callback(self, fn: Any) -> None:
+        with self._condition:
+            if isinstance(self._done_callbacks, tuple):
+                self._done_callbacks = []
+        super().add_done_callback(fn)
 
 
 def compatible() -> bool:

@@ -36,7 +36,9 @@ from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, master_key
 from embedlog.wire.messages import (
+    ENTRY_FRAME,
     NO_TERM,
+    RESULT_SIZE,
     AddFlags,
     FrameError,
     OpCode,
@@ -71,16 +73,16 @@ class PendingAdd:
         "flags",
         "framed",
         "future",
-        "packed",
         "sent",
         "settled",
     )
 
-    def __init__(self, entry_id: int, packed: bytes, future: Completion, flags: int) -> None:
+    def __init__(self, entry_id: int, framed: bytes, future: Completion, flags: int) -> None:
         self.entry_id = entry_id
         self.flags = flags
-        self.packed = packed
-        self.framed: bytes | None = None  # as an ADD_BATCH frames it (made when first batched)
+        # The packed entry as an ADD_BATCH body frames it (``frame_entry``): batches join
+        # these as they are, a plain ADD sends ``packed``.
+        self.framed = framed
         self.future = future
         # Ensemble indexes that acknowledged, as bits (a set would be one more object per
         # entry for the garbage collector to scan), and how many there are.
@@ -106,6 +108,11 @@ class PendingAdd:
 
     def has_ack(self, idx: int) -> bool:
         return bool(self.acks >> idx & 1)
+
+    @property
+    def packed(self) -> bytes:
+        """The entry as a plain ADD carries it (``framed`` without its frame)."""
+        return self.framed[ENTRY_FRAME.size :]
 
 
 def error_for_state(md: LedgerMetadata, what: str) -> BKError:
@@ -152,10 +159,20 @@ class LedgerWriter:
         self._in_flight = 0  # entries sent and not yet acknowledged
         self._outbox: dict[tuple[str, int], list[PendingAdd]] = {}  # see _send
         self._outbox_due = False
-        # The write set of entry e is _write_sets[e % E] (round robin: see quorum.write_set).
-        self._write_sets = [
-            write_set(start, md.ensemble_size, md.write_quorum) for start in range(md.ensemble_size)
+        self._waiting_due = False
+        # The write set of entry e is _write_sets[e % E] (round robin: see quorum.write_set),
+        # and slot i stores the entries e with e % E in _slot_residues[i].
+        size = md.ensemble_size
+        self._write_sets = [write_set(start, size, md.write_quorum) for start in range(size)]
+        self._slot_residues = [
+            frozenset(r for r in range(size) if i in self._write_sets[r]) for i in range(size)
         ]
+        # Whether acks and acknowledgements need no hook of a subclass (the unbounded
+        # writer has both): the hot loops then do their work inline.
+        cls = type(self)
+        self._plain_acks = (
+            cls._acked is LedgerWriter._acked and cls._acknowledged is LedgerWriter._acknowledged
+        )
 
     # -- adding ------------------------------------------------------------------------------
 
@@ -177,8 +194,8 @@ class LedgerWriter:
         eid = self.next_entry_id
         self.next_entry_id += 1
         lac = self.lac if self.fixed_lac is None else self.fixed_lac
-        packed = self.digester.pack(self.md.ledger_id, eid, lac, payload, entry_flags)
-        self._queue(PendingAdd(eid, packed, future, self._add_flags | add_flags))
+        framed = self.digester.pack_framed(self.md.ledger_id, eid, lac, payload, entry_flags)
+        self._queue(PendingAdd(eid, framed, future, self._add_flags | add_flags))
 
     def add_packed(
         self, entry_id: int, packed: bytes, *, add_flags: int = 0
@@ -191,27 +208,42 @@ class LedgerWriter:
         if entry_id != self.next_entry_id:
             raise ValueError(f"entry {entry_id} out of order, expected {self.next_entry_id}")
         self.next_entry_id += 1
-        self._queue(PendingAdd(entry_id, packed, future, self._add_flags | add_flags))
+        framed = frame_entry(entry_id, packed)
+        self._queue(PendingAdd(entry_id, framed, future, self._add_flags | add_flags))
         return future
 
     def _queue(self, p: PendingAdd) -> None:
-        self.pending.append(p)
+        pending = self.pending
+        pending.append(p)
+        if len(pending) == 1:
+            self._drained.clear()  # set again once pending is empty (_complete, fail)
         self._waiting.append(p)
-        self._drained.clear()
-        self._send_queued()
+        if not self._waiting_due:
+            # Sent at the end of this loop iteration, together with every entry queued
+            # meanwhile: one pass over the write sets for the whole run.
+            self._waiting_due = True
+            asyncio.get_running_loop().call_soon(self._send_queued)
 
     def _send_queued(self) -> None:
         """Send waiting entries, in order, while the window has room and no ensemble
         change is under way."""
+        self._waiting_due = False
         if self._changing is not None or self.error is not None:
             return
         room = self.ctx.max_outstanding_adds - self._in_flight
         waiting = self._waiting
+        run: list[PendingAdd] = []
         while room > 0 and waiting:
-            if not self._send_write_set(waiting[0]):
+            if not self._may_send(waiting[0]):
                 break
-            waiting.popleft()
+            run.append(waiting.popleft())
             room -= 1
+        if run:
+            self._send_run(run)
+
+    def _may_send(self, p: PendingAdd) -> bool:
+        """Hook: whether ``p`` may be sent now (unbounded: not past a fragment's end)."""
+        return True
 
     async def drain(self) -> None:
         """Wait until every queued entry was acknowledged or failed."""
@@ -220,15 +252,33 @@ class LedgerWriter:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def _send_write_set(self, p: PendingAdd) -> bool:
-        """Send ``p`` to its write set; False if it must wait (unbounded: a new fragment)."""
-        p.sent = True
-        self._in_flight += 1
+    def _send_run(self, run: list[PendingAdd]) -> None:
+        """Send entries never sent before, in order, each to its write set. They all lie in
+        the last fragment (an ensemble change starts one at the first unacknowledged
+        entry), so each bookie of it takes its share of the run in one step."""
+        for p in run:
+            p.sent = True
+        self._in_flight += len(run)
+        first, ensemble = self.md.fragments[-1]
+        if run[0].entry_id < first or not self.ctx.bookies.can_batch():
+            for p in run:
+                self._send_write_set(p)
+            return
+        size = len(ensemble)
+        for idx, bookie in enumerate(ensemble):
+            residues = self._slot_residues[idx]
+            share = (
+                run if len(residues) == size else [p for p in run if p.entry_id % size in residues]
+            )
+            if share:
+                self._outbox_for(bookie, idx).extend(share)
+
+    def _send_write_set(self, p: PendingAdd) -> None:
+        """Send ``p`` to the bookies of its write set that have not acknowledged it."""
         ensemble = self.md.ensemble_for(p.entry_id)
         for idx in self._write_set(p.entry_id):
             if not p.has_ack(idx):
                 self._send(p, idx, ensemble[idx])
-        return True
 
     def _write_set(self, entry_id: int) -> list[int]:
         """Ensemble slots that store ``entry_id`` (``quorum.write_set``, precomputed)."""
@@ -237,12 +287,13 @@ class LedgerWriter:
     def _send(self, p: PendingAdd, idx: int, bookie: str) -> None:
         """Send ``p`` to ``bookie`` (slot ``idx``): adds queued for one bookie in the same
         loop iteration travel in one ADD_BATCH request (see ``_flush_outbox``)."""
-        if p.flags & AddFlags.TRUNCATE or not self.ctx.bookies.can_batch():
-            self._send_one(p, idx, bookie)
+        if self.ctx.bookies.can_batch():
+            self._outbox_for(bookie, idx).append(p)
         else:
-            self._to_outbox(p, idx, bookie)
+            self._send_one(p, idx, bookie)
 
-    def _to_outbox(self, p: PendingAdd, idx: int, bookie: str) -> None:
+    def _outbox_for(self, bookie: str, idx: int) -> list[PendingAdd]:
+        """The adds going to ``bookie`` (slot ``idx``) at the end of this loop iteration."""
         to = (bookie, idx)
         out = self._outbox.get(to)
         if out is None:
@@ -250,7 +301,7 @@ class LedgerWriter:
             if not self._outbox_due:
                 self._outbox_due = True
                 asyncio.get_running_loop().call_soon(self._flush_outbox)
-        out.append(p)
+        return out
 
     def _flush_outbox(self) -> None:
         self._outbox_due = False
@@ -263,7 +314,12 @@ class LedgerWriter:
             for start in range(0, len(items), MAX_BATCH):
                 run = items[start : start + MAX_BATCH]
                 flags = run[0].flags
-                if len(run) == 1 or not batching or any(p.flags != flags for p in run):
+                if (
+                    len(run) == 1
+                    or not batching
+                    or flags & AddFlags.TRUNCATE  # alone: the bookie's cut needs the slow path
+                    or any(p.flags != flags for p in run)
+                ):
                     for p in run:
                         self._send_one(p, idx, bookie)
                 else:
@@ -283,17 +339,11 @@ class LedgerWriter:
         fut.add_done_callback(_AnswerFor(self, p, idx, bookie))
 
     def _send_batch(self, bookie: str, idx: int, run: list[PendingAdd], flags: int) -> None:
-        parts = []
-        for p in run:
-            framed = p.framed
-            if framed is None:  # framed once, for the first of its write set's batches
-                framed = p.framed = frame_entry(p.entry_id, p.packed)
-            parts.append(framed)
         fut = self.ctx.bookies.add_batch_nowait(
             bookie,
             self.md.ledger_id,
             run[0].entry_id,
-            b"".join(parts),
+            b"".join([p.framed for p in run]),
             flags=flags,
             term=self.term,
             master_key=self.key,
@@ -320,8 +370,15 @@ class LedgerWriter:
             return
         exc = fut.exception()
         if exc is None:
+            body = fut.result().body
+            one = body[:RESULT_SIZE]
+            if len(one) == RESULT_SIZE and body == one * len(run):  # one verdict for all
+                status, term = unpack_results(one)[0]
+                if status == StatusCode.EOK:
+                    self._on_all_ok(run, idx, bookie, term)
+                    return
             try:
-                results = unpack_results(fut.result().body)
+                results = unpack_results(body)
             except FrameError as bad:
                 exc = bad
             else:
@@ -331,6 +388,25 @@ class LedgerWriter:
             self._no_answer(exc, run[0], bookie)
             return
         self._on_results(run, idx, bookie, results)
+
+    def _on_all_ok(self, run: list[PendingAdd], idx: int, bookie: str, term: int) -> None:
+        """``bookie`` (slot ``idx``) answered EOK of ``term`` for every entry of ``run``: the
+        common answer, counted without a verdict per entry (``_on_results`` says why)."""
+        if self._counts(term):
+            first, ensemble = self.md.fragments[-1]
+            # A run is in entry order unless resends joined it: its lowest id is asked.
+            lowest = min([p.entry_id for p in run])
+            if lowest >= first and ensemble[idx] == bookie and self._plain_acks:
+                bit = 1 << idx  # PendingAdd.ack and _acked, inlined: this is per entry
+                for p in run:
+                    if not (p.acks & bit or p.settled):
+                        p.acks |= bit
+                        p.acked += 1
+            else:
+                ok = StatusCode.EOK
+                self._on_results(run, idx, bookie, [(ok, term)] * len(run))
+                return
+        self._complete()
 
     def _on_results(
         self, run: list[PendingAdd], idx: int, bookie: str, results: list[tuple[int, int]]
@@ -408,12 +484,14 @@ class LedgerWriter:
         need = self._needed_acks()
         pending = self.pending
         completed = False
+        hook = not self._plain_acks
         while pending and pending[0].acked >= need:
             p = pending.popleft()
             self._in_flight -= 1
             self.lac = p.entry_id
             completed = True
-            self._acknowledged(p)
+            if hook:
+                self._acknowledged(p)
             p.settled = True
             try:
                 p.future.set_result(p.entry_id)

@@ -90,7 +90,7 @@ class TermWriter(LedgerWriter):
         if self.gwq:
             self.lafr = p.entry_id
         else:
-            p.packed = b""  # never resent once acknowledged; only its acks matter now
+            p.framed = b""  # never resent once acknowledged; only its acks matter now
             self._replicating.append(p)
 
     def _progressed(self) -> None:
@@ -190,7 +190,7 @@ class TermWriter(LedgerWriter):
 
     # -- fragment rollover -------------------------------------------------------------------
 
-    def _send_write_set(self, p: PendingAdd) -> bool:
+    def _may_send(self, p: PendingAdd) -> bool:
         if self._roll_at is not None and p.entry_id >= self._roll_at:
             return False  # waits for the new fragment
         first = self.md.last_fragment[0]
@@ -200,7 +200,7 @@ class TermWriter(LedgerWriter):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return False
-        return super()._send_write_set(p)
+        return True
 
     async def _rollover(self, at: int) -> None:
         try:

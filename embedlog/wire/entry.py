@@ -19,8 +19,12 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives import hmac as _hmac
 
 from embedlog.errors import DigestMismatchError
+from embedlog.wire.messages import ENTRY_FRAME
 
 HEADER = struct.Struct(">qqqB")
+# An ADD_BATCH body's entry frame (id, length) and the entry's header, packed at once.
+_FRAMED_HEADER = struct.Struct(ENTRY_FRAME.format + HEADER.format[1:])
+_FRAME_SIZE = ENTRY_FRAME.size
 _CRC = struct.Struct(">I")
 
 FLAG_NOOP = 1  # an unbounded ledger's truncate no-op: readers skip it
@@ -89,6 +93,15 @@ class Digester:
     ) -> bytes:
         header = HEADER.pack(ledger_id, entry_id, lac, flags)
         return header + self._digest(header, payload) + payload
+
+    def pack_framed(
+        self, ledger_id: int, entry_id: int, lac: int, payload: bytes, flags: int = 0
+    ) -> bytes:
+        """``pack``, framed as an ADD_BATCH body holds it (``messages.frame_entry``): the
+        writer's form of an entry, made with one copy of the payload."""
+        size = HEADER.size + _DIGEST_LEN[self.digest_type] + len(payload)
+        head = _FRAMED_HEADER.pack(entry_id, size, ledger_id, entry_id, lac, flags)
+        return b"".join((head, self._digest(head[_FRAME_SIZE:], payload), payload))
 
     def unpack_header_only(self, entry: bytes, ledger_id: int, entry_id: int) -> EntryHeader:
         """Check what can be checked without the password: the size and the ids."""

@@ -79,6 +79,7 @@ NO_TERM = -1
 
 ENTRY_FRAME = struct.Struct(">qI")  # an ADD_BATCH body's entry: id, length (then the entry)
 _RESULT = struct.Struct(">hq")
+RESULT_SIZE = _RESULT.size  # one entry's (status, term) in an ADD_BATCH answer
 
 
 def frame_entry(entry_id: int, entry: bytes) -> bytes:

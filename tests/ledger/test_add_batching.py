@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
+from embedlog.errors import NoSuchEntryError
+from embedlog.ledger.quorum import write_set_bookies
 from embedlog.wire.messages import OpCode
 
 
@@ -55,3 +59,24 @@ def test_a_lost_add_is_one_entry_under_fault_injection(cluster):
     assert futures[-1].result(60) == 49
     assert cluster.read_from_bookie(b1, wh.ledger_id, 0) == b"e0"
     assert cluster.read_from_bookie(b1, wh.ledger_id, 49) == b"e49"
+
+
+def test_striped_batches_reach_exactly_each_entry_s_write_set(make_cluster, monkeypatch):
+    # E5 WQ3: each bookie's share of a run of adds is the entries whose write set holds
+    # its slot; a wrong share would leave an entry short of copies or on a stranger.
+    cluster = make_cluster(5)
+    ops = spy_ops(cluster, monkeypatch)
+    wh = cluster.client("c1").create_ledger(5, 3, 2)
+    futures = [wh.add_async(b"e%d" % i) for i in range(300)]
+    assert futures[-1].result(60) == 299
+    wh.close()
+    assert ops[OpCode.ADD_BATCH] > 0
+    [(_, ensemble)] = wh.metadata.fragments
+    for e in range(300):
+        holders = set(write_set_bookies(e, ensemble, 3))
+        for bookie in ensemble:
+            if bookie in holders:
+                assert cluster.read_from_bookie(bookie, wh.ledger_id, e) == b"e%d" % e
+            else:
+                with pytest.raises(NoSuchEntryError):
+                    cluster.read_from_bookie(bookie, wh.ledger_id, e)
