@@ -35,7 +35,7 @@ from embedlog.metadata.store import MetadataStore
 from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
 from embedlog.wire.codes import StatusCode
-from embedlog.wire.entry import HEADER
+from embedlog.wire.entry import FRAMED_HEADER, HEADER
 from embedlog.wire.messages import (
     ENTRY_FRAME,
     NO_TERM,
@@ -134,22 +134,24 @@ def parse_batch(ledger_id: int, body: bytes) -> tuple[dict[int, bytes], list[int
     statuses: list[int] | None = None
     refused: list[int] = []  # ids of entries refused for their header
     lac = -1
-    frame, frame_size = ENTRY_FRAME.unpack_from, ENTRY_FRAME.size
-    header, header_size = HEADER.unpack_from, HEADER.size
+    frame_size, header_size = ENTRY_FRAME.size, HEADER.size
+    # An entry's frame and header read at once: the common case costs one unpack.
+    framed, framed_size = FRAMED_HEADER.unpack_from, FRAMED_HEADER.size
+    frame = ENTRY_FRAME.unpack_from
     pos, end, count = 0, len(body), 0
     while pos < end:
-        if pos + frame_size > end:
+        if pos + framed_size <= end:
+            entry_id, n, h_ledger, h_entry, h_lac, _flags = framed(body, pos)
+            good = n >= header_size and h_ledger == ledger_id and h_entry == entry_id
+        elif pos + frame_size <= end:  # too short for a header: refused, if whole
+            entry_id, n = frame(body, pos)
+            good = False
+        else:
             raise FrameError("batch body truncated inside an entry's id and length")
-        entry_id, n = frame(body, pos)
         pos += frame_size
         stop = pos + n
         if stop > end:
             raise FrameError("batch body truncated inside an entry")
-        if n >= header_size:
-            h_ledger, h_entry, h_lac, _flags = header(body, pos)
-            good = h_ledger == ledger_id and h_entry == entry_id
-        else:
-            good = False
         if good:
             accepted[entry_id] = body[pos:stop]
             if h_lac > lac:

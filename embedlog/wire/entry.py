@@ -23,7 +23,7 @@ from embedlog.wire.messages import ENTRY_FRAME
 
 HEADER = struct.Struct(">qqqB")
 # An ADD_BATCH body's entry frame (id, length) and the entry's header, packed at once.
-_FRAMED_HEADER = struct.Struct(ENTRY_FRAME.format + HEADER.format[1:])
+FRAMED_HEADER = struct.Struct(ENTRY_FRAME.format + HEADER.format[1:])
 _FRAME_SIZE = ENTRY_FRAME.size
 _CRC = struct.Struct(">I")
 
@@ -99,8 +99,18 @@ class Digester:
     ) -> bytes:
         """``pack``, framed as an ADD_BATCH body holds it (``messages.frame_entry``): the
         writer's form of an entry, made with one copy of the payload."""
-        size = HEADER.size + _DIGEST_LEN[self.digest_type] + len(payload)
-        head = _FRAMED_HEADER.pack(entry_id, size, ledger_id, entry_id, lac, flags)
+        kind = self.digest_type
+        head = FRAMED_HEADER.pack(
+            entry_id,
+            HEADER.size + _DIGEST_LEN[kind] + len(payload),
+            ledger_id,
+            entry_id,
+            lac,
+            flags,
+        )
+        if kind is DigestType.CRC32C:  # _digest inlined for the default: once per add
+            crc = _crc32c.crc32c(payload, _crc32c.crc32c(head[_FRAME_SIZE:]))
+            return b"".join((head, _CRC.pack(crc), payload))
         return b"".join((head, self._digest(head[_FRAME_SIZE:], payload), payload))
 
     def unpack_header_only(self, entry: bytes, ledger_id: int, entry_id: int) -> EntryHeader:

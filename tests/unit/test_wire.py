@@ -11,6 +11,7 @@ from embedlog.wire.messages import (
     ReadFlags,
     Request,
     Response,
+    frame_entry,
     pack_entries,
     pack_results,
     unpack_entries,
@@ -113,3 +114,24 @@ def test_corrupt_batch_bodies_are_named_errors():
         unpack_results(pack_results([(0, 1)])[:-1])
     assert Request(OpCode.ADD_BATCH, 1, 1, 4, flags=AddFlags.RECOVERY).kind == "recovery_add"
     assert Request(OpCode.ADD_BATCH, 1, 1, 4).kind == "add"
+
+
+@given(
+    digest=st.sampled_from(list(DigestType)),
+    ledger=i64,
+    entry=st.integers(0, 2**63 - 1),
+    lac=i64,
+    flags=st.integers(0, 255),
+    payload=st.binary(max_size=300),
+)
+def test_the_writer_s_framed_entry_is_the_packed_entry_framed(
+    digest, ledger, entry, lac, flags, payload
+):
+    # The writer frames entries itself in one step (pack_framed); a bookie must see the
+    # very bytes that pack and frame_entry would have made, digest included.
+    d = Digester(digest, b"pw")
+    framed = d.pack_framed(ledger, entry, lac, payload, flags)
+    assert framed == frame_entry(entry, d.pack(ledger, entry, lac, payload, flags))
+    [(eid, packed)] = unpack_entries(framed)
+    assert eid == entry
+    assert d.unpack(packed, ledger, entry)[1] == payload
