@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import struct
+from collections import deque
 from collections.abc import Iterable, Iterator
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -171,10 +173,13 @@ class LedgerIndex:
         with self.db.write_batch(sync=True) as batch:
             for lid, eid in deletes:
                 batch.delete(entry_key(lid, eid))
-            put, key = batch.put, _ENTRY_KEY.pack
             for lid, entry_ids, where in locations:
-                for eid, loc in zip(entry_ids, where, strict=True):
-                    put(key(b"E", lid, eid), loc)
+                if len(entry_ids) != len(where):
+                    raise ValueError(f"{len(entry_ids)} entry ids for {len(where)} locations")
+                # Consumed in C (a deque that keeps nothing): a flush holds the GIL for
+                # this loop, beside the adds it would slow down.
+                keys = map(_ENTRY_KEY.pack, repeat(b"E"), repeat(lid), entry_ids)
+                deque(map(batch.put, keys, where), maxlen=0)
             for lid, info in infos:
                 if info is None:
                     batch.delete(ledger_key(lid))
