@@ -289,7 +289,7 @@ class LedgerWriter:
         loop iteration travel in one ADD_BATCH request (see ``_flush_outbox``)."""
         if self.ctx.bookies.can_batch():
             self._outbox_for(bookie, idx).append(p)
-        else:
+        elif p.framed:  # not an entry that released its bytes (see _flush_outbox)
             self._send_one(p, idx, bookie)
 
     def _outbox_for(self, bookie: str, idx: int) -> list[PendingAdd]:
@@ -310,7 +310,10 @@ class LedgerWriter:
             return  # failed meanwhile: nothing left to send for
         # Faults configured since these were queued: one request per entry after all.
         batching = self.ctx.bookies.can_batch()
-        for (bookie, idx), items in outbox.items():
+        for (bookie, idx), queued in outbox.items():
+            # An entry acknowledged since it was queued may have released its bytes (the
+            # unbounded writer does): it is not sent again.
+            items = [p for p in queued if p.framed]
             for start in range(0, len(items), MAX_BATCH):
                 run = items[start : start + MAX_BATCH]
                 flags = run[0].flags

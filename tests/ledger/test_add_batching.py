@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import pytest
 
 from embedlog.errors import NoSuchEntryError
 from embedlog.ledger.quorum import write_set_bookies
+from embedlog.ledger.writer import PendingAdd
 from embedlog.wire.messages import OpCode
 
 
@@ -80,3 +82,27 @@ def test_striped_batches_reach_exactly_each_entry_s_write_set(make_cluster, monk
             else:
                 with pytest.raises(NoSuchEntryError):
                     cluster.read_from_bookie(bookie, wh.ledger_id, e)
+
+
+def test_an_entry_that_released_its_bytes_is_not_sent_again(cluster, monkeypatch):
+    # The unbounded writer drops an acknowledged entry's bytes. If that entry was queued
+    # for a resend meanwhile, sending it would put an empty frame in a batch: the bookie
+    # would answer fewer verdicts than the batch has entries, and the writer would take
+    # that as a failed bookie.
+    ops = spy_ops(cluster, monkeypatch)
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    wh.add(b"x")
+    writer = wh._writer
+    bookie = writer.md.last_fragment[1][0]
+
+    async def queue_released() -> None:
+        released = PendingAdd(0, b"", asyncio.get_running_loop().create_future(), 0)
+        released.settled = True
+        writer._outbox_for(bookie, 0).extend([released, released])
+        writer._flush_outbox()
+
+    before = sum(ops.values())
+    cluster.runtime.run(queue_released())
+    assert sum(ops.values()) == before  # nothing sent
+    assert wh.add(b"y") == 1 and writer.error is None
+    wh.close()
