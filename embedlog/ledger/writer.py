@@ -19,6 +19,7 @@ import concurrent.futures
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 
 from embedlog.errors import (
     BKError,
@@ -150,6 +151,7 @@ class LedgerWriter:
         self._failed: set[str] = set()  # bookies awaiting replacement
         self._retrying: set[str] = set()  # bookies with no replacement, retried after a pause
         self._changing: asyncio.Task[None] | None = None
+        self._replacing = False  # see _complete
         self._tasks: set[asyncio.Task[None]] = set()
         self._drained = asyncio.Event()
         self._drained.set()
@@ -159,6 +161,7 @@ class LedgerWriter:
         self._in_flight = 0  # entries sent and not yet acknowledged
         self._outbox: dict[tuple[str, int], list[PendingAdd]] = {}  # see _send
         self._outbox_due = False
+        self._outbox_resends = False  # _send queued a resend since the last flush
         self._waiting_due = False
         # The write set of entry e is _write_sets[e % E] (round robin: see quorum.write_set),
         # and slot i stores the entries e with e % E in _slot_residues[i].
@@ -289,6 +292,7 @@ class LedgerWriter:
         loop iteration travel in one ADD_BATCH request (see ``_flush_outbox``)."""
         if self.ctx.bookies.can_batch():
             self._outbox_for(bookie, idx).append(p)
+            self._outbox_resends = True
         elif p.framed:  # not an entry that released its bytes (see _flush_outbox)
             self._send_one(p, idx, bookie)
 
@@ -306,6 +310,7 @@ class LedgerWriter:
     def _flush_outbox(self) -> None:
         self._outbox_due = False
         outbox, self._outbox = self._outbox, {}
+        resends, self._outbox_resends = self._outbox_resends, False
         if self.error is not None:
             return  # failed meanwhile: nothing left to send for
         # Faults configured since these were queued: one request per entry after all.
@@ -314,6 +319,11 @@ class LedgerWriter:
             # An entry acknowledged since it was queued may have released its bytes (the
             # unbounded writer does): it is not sent again.
             items = [p for p in queued if p.framed]
+            if resends:
+                # A resend may have joined the entry's first send in this iteration: the
+                # bookie refuses a batch holding one entry twice, which would look like a
+                # failed bookie.
+                items = list(dict.fromkeys(items))
             for start in range(0, len(items), MAX_BATCH):
                 run = items[start : start + MAX_BATCH]
                 flags = run[0].flags
@@ -483,7 +493,16 @@ class LedgerWriter:
         return self.md.ack_quorum
 
     def _complete(self) -> None:
-        """Acknowledge, in order, every entry at the head that has enough acks."""
+        """Acknowledge, in order, every entry at the head that has enough acks.
+
+        Nothing completes while a replacement is in flight (from the choice of the new
+        fragment's first entry until the replaced bookies' acks are taken back): an ack
+        counted then may come from a bookie the new fragment no longer lists for the entry,
+        which would be acknowledged with fewer than AQ copies on the bookies the metadata
+        names for it. BookKeeper delays acknowledgements the same way.
+        """
+        if self._replacing:
+            return
         need = self._needed_acks()
         pending = self.pending
         completed = False
@@ -561,8 +580,25 @@ class LedgerWriter:
         # The rest already left the ensemble; keeping them would spin _change_ensemble's
         # loop for ever without awaiting.
         self._failed.clear()
+        first = max(self._fragment_start(), md.last_fragment[0])
+        pinned = {b for b in failed if self._pinned(ensemble.index(b), first)}
+        for b in pinned:
+            self._retry_later(b)
+        failed -= pinned
         if not failed:
             return
+        self._replacing = True
+        try:
+            await self._replace(md, ensemble, failed, first)
+        finally:
+            self._replacing = False
+            if self.error is None:
+                self._resumed()
+
+    async def _replace(
+        self, md: LedgerMetadata, ensemble: list[str], failed: set[str], first: int
+    ) -> None:
+        """Replace ``failed`` bookies of ``ensemble`` by a fragment starting at ``first``."""
         available = await self.ctx.writable_bookies()
         replaced: dict[int, str] = {}
         for idx, b in enumerate(ensemble):
@@ -576,7 +612,6 @@ class LedgerWriter:
                 ensemble[idx] = nb
                 replaced[idx] = nb
         if replaced:
-            first = self.pending[0].entry_id if self.pending else self.next_entry_id
             new_md = md.with_ensemble(first, tuple(ensemble))
             if not self.recovery:
                 try:
@@ -600,18 +635,46 @@ class LedgerWriter:
                 ensemble,
             )
             self.md = new_md
+            # The replaced bookies' acks of entries from ``first`` on count no more (their
+            # slots now belong to the replacements), also those that arrived during the
+            # compare-and-swap: nothing completed meanwhile (see _complete).
+            moved = [p for p in self._unconfirmed() if p.entry_id >= first and p.sent]
+            for p in moved:
+                ws = self._write_set(p.entry_id)
+                for idx in replaced:
+                    if idx in ws:
+                        p.unack(idx)
             ready = await self.prepare_bookies(set(replaced.values()), first)
             # A new member that could not be readied is replaced in turn; its entries wait.
             self._failed |= set(replaced.values()) - ready
-            for p in self.pending:
+            for p in moved:
                 ws = self._write_set(p.entry_id)
                 for idx, bookie in replaced.items():
-                    if idx in ws and p.sent:
-                        p.unack(idx)
-                        if bookie in ready:
-                            self._send(p, idx, bookie)
+                    if idx in ws and bookie in ready and not p.has_ack(idx):
+                        self._send(p, idx, bookie)
         for b in failed - set(replaced.values()) - {md.last_fragment[1][i] for i in replaced}:
             self._retry_later(b)
+
+    # Hooks of the ensemble change, overridden by the unbounded writer, which follows the
+    # guaranteed-write-quorum model: an entry stays tracked until its whole write set has it.
+
+    def _resumed(self) -> None:
+        """A replacement ended: count what was held back meanwhile."""
+        self._complete()
+
+    def _fragment_start(self) -> int:
+        """Where a replacement fragment starts: the first entry not acknowledged (the
+        LAC + 1), as in BookKeeper; everything below keeps the fragment it was written in."""
+        return self.pending[0].entry_id if self.pending else self.next_entry_id
+
+    def _unconfirmed(self) -> Iterable[PendingAdd]:
+        """Entries whose bytes are kept because some bookie may still need them, in order."""
+        return self.pending
+
+    def _pinned(self, idx: int, first: int) -> bool:
+        """Whether slot ``idx`` must not be replaced from ``first`` on yet: its ack counted
+        for an entry already acknowledged to the caller at or above ``first``."""
+        return False
 
     def _avoid(self) -> set[str]:
         """Bookies not to pick as replacements (those this writer is waiting to retry)."""
@@ -651,12 +714,17 @@ class LedgerWriter:
                     )
                 )
                 return
-            ensemble = self.md.last_fragment[1]
+            first, ensemble = self.md.last_fragment
             if bookie not in ensemble:
                 return
             idx = ensemble.index(bookie)
-            for p in self.pending:
-                if p.sent and idx in self._write_set(p.entry_id) and not p.has_ack(idx):
+            for p in self._unconfirmed():
+                if (
+                    p.sent
+                    and p.entry_id >= first
+                    and idx in self._write_set(p.entry_id)
+                    and not p.has_ack(idx)
+                ):
                     self._send(p, idx, bookie)
 
         task = asyncio.get_running_loop().create_task(retry())

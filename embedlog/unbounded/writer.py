@@ -21,10 +21,12 @@ retried, and the writer fails loudly after ``add_entry_quorum_timeout``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import time
 from collections import deque
+from collections.abc import Iterable
 
 from embedlog.errors import (
     BKError,
@@ -36,6 +38,7 @@ from embedlog.errors import (
 )
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
+from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter, PendingAdd
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.unbounded import rules
@@ -44,10 +47,12 @@ from embedlog.wire.messages import NO_TERM, OpCode, TrimFlags
 
 log = logging.getLogger(__name__)
 
-# Acknowledged entries whose remaining write-set answers are tracked for the LAFR; past
-# this many (a bookie that never answers and cannot be replaced) the oldest are dropped
-# and the LAFR waits until they lie below the last fragment.
+# Acknowledged entries kept (with their bytes, to be resent) until their whole write set
+# confirmed them; past this many, or this many bytes (a bookie that never answers and
+# cannot be replaced), the oldest are dropped: the LAFR then waits until they lie below
+# the last fragment, and a replacement fragment starts above them.
 MAX_TRACKED = 10_000
+MAX_TRACKED_BYTES = 64 * 1024 * 1024
 # How long a bookie that failed this writer is left out of new fragments and replacements
 # (when enough others are available).
 SUSPECT_SECONDS = 10.0
@@ -75,6 +80,7 @@ class TermWriter(LedgerWriter):
         self.gwq = guaranteed_write_quorum
         self.fragment_max_entries = fragment_max_entries
         self._replicating: deque[PendingAdd] = deque()  # acked, write set not yet complete
+        self._replicating_bytes = 0
         self._lafr_hold = -1
         self._roll_at: int | None = None
         self._progress = asyncio.Event()
@@ -90,21 +96,59 @@ class TermWriter(LedgerWriter):
         if self.gwq:
             self.lafr = p.entry_id
         else:
-            p.framed = b""  # never resent once acknowledged; only its acks matter now
+            # Kept, bytes and all, until its whole write set has it (the model's pending
+            # add op): a bookie that fails before confirming it is replaced from the LAFR
+            # on, and the entry is resent to the replacement.
             self._replicating.append(p)
+            self._replicating_bytes += len(p.framed)
 
     def _progressed(self) -> None:
         self._advance_lafr()
         self._progress.set()
 
     def _advance_lafr(self) -> None:
+        if self._replacing:
+            # Frozen while a replacement is in flight, like the LAC: an ack counted now
+            # may be from a bookie the new fragment no longer lists for the entry.
+            return
         rep = self._replicating
-        while len(rep) > MAX_TRACKED:
-            self._lafr_hold = max(self._lafr_hold, rep.popleft().entry_id)
+        while rep and (len(rep) > MAX_TRACKED or self._replicating_bytes > MAX_TRACKED_BYTES):
+            dropped = self._release(rep.popleft())
+            self._lafr_hold = max(self._lafr_hold, dropped.entry_id)
         md = self.md
         first, wq, hold = md.last_fragment[0], md.write_quorum, self._lafr_hold
         while rep and rules.lafr_passes(rep[0].entry_id, rep[0].acked, wq, first, hold):
-            self.lafr = rep.popleft().entry_id
+            self.lafr = self._release(rep.popleft()).entry_id
+
+    def _release(self, p: PendingAdd) -> PendingAdd:
+        """``p`` is no longer tracked: nobody will need its bytes again."""
+        self._replicating_bytes -= len(p.framed)
+        p.framed = b""
+        return p
+
+    # -- ensemble change (the guaranteed-write-quorum model's ChangeEnsemble) ---------------
+
+    def _resumed(self) -> None:
+        super()._resumed()
+        self._advance_lafr()
+
+    def _fragment_start(self) -> int:
+        if self.term == NO_TERM:
+            return super()._fragment_start()
+        # LAFR + 1: every entry the failed bookie may not have confirmed moves to the new
+        # fragment and is resent to its replacement. Entries dropped from tracking (no
+        # bytes left to resend) stay where they are.
+        return max(self.lafr, self._lafr_hold) + 1
+
+    def _unconfirmed(self) -> Iterable[PendingAdd]:
+        return itertools.chain(self._replicating, self.pending)
+
+    def _pinned(self, idx: int, first: int) -> bool:
+        # The model's BookiePinned: replacing a bookie whose ack counted for an entry
+        # already acknowledged from ``first`` on would leave that entry with fewer than AQ
+        # copies on the bookies the metadata lists for it. It is retried instead until
+        # the entry reaches its whole write set (the LAFR passes it).
+        return any(p.settled and p.entry_id >= first and p.has_ack(idx) for p in self._replicating)
 
     def fail(self, error: BKError) -> None:
         # An unbounded ledger is IN_RECOVERY only while a higher term takes over.
@@ -154,6 +198,40 @@ class TermWriter(LedgerWriter):
         for b in bookies - ready:
             self._suspects[b] = now
         return ready
+
+    async def clear_last_fragment(self, noop_id: int) -> None:
+        """End of a takeover: every bookie of the last fragment drops what older terms
+        left above ``noop_id`` before this term acknowledges anything.
+
+        The no-op's truncate reaches only its write set; with E > WQ the other bookies of
+        the fragment may hold an older term's unacknowledged entries at ids this term
+        writes next, and one failed add would leave two payloads in a write set. They get
+        the same cut by TrimFlags.ABOVE (once per term). A bookie that cannot be reached
+        is replaced (in memory, as every change of the recovery) from ``noop_id + 1``;
+        without a replacement the takeover fails after ``add_entry_quorum_timeout``.
+        """
+        deadline = time.monotonic() + self.ctx.add_entry_quorum_timeout
+        while True:
+            first, ensemble = self.md.last_fragment
+            cut = set(ensemble)
+            if first <= noop_id:  # the no-op's write set applied the truncate itself
+                cut -= set(write_set_bookies(noop_id, ensemble, self.md.write_quorum))
+            ready = await self.prepare_bookies(cut, noop_id + 1)
+            missing = cut - ready
+            if not missing or self.error is not None:
+                return
+            if time.monotonic() > deadline:
+                self.fail(
+                    NotEnoughBookiesError(
+                        f"{sorted(missing)} did not drop the older terms' entries above "
+                        f"{noop_id} and cannot be replaced"
+                    )
+                )
+                return
+            self._failed |= missing
+            await self._replace_failed()
+            if set(self.md.last_fragment[1]) & missing:
+                await asyncio.sleep(min(self.ctx.bookies.request_timeout, 0.5))
 
     def _bookie_failed(self, bookie: str) -> None:
         self._suspects[bookie] = time.monotonic()

@@ -1,0 +1,45 @@
+"""Races of issue 12 on unbounded ledgers, each through the public API and its faults.
+
+Race 1 (E > WQ): the takeover's truncate no-op reaches only its own write set. A
+bookie of the last fragment outside it keeps an older term's unacknowledged entry
+at an id the new term writes next; if the new term's add to it is lost, the write
+set holds two payloads for one acknowledged id, and a later takeover that hears
+from that bookie first recovers the dirty one. Every bookie of the last fragment
+must drop older terms' entries above the recovered end before the new term
+acknowledges anything.
+"""
+
+from __future__ import annotations
+
+from unbounded_helpers import stored, wait_until
+
+
+def test_a_takeover_clears_the_whole_last_fragment_when_e_exceeds_wq(make_cluster):
+    cluster = make_cluster(4)
+    net = cluster.network
+    ul1 = cluster.client("c1").create_unbounded(4, 3, 2)
+    lid = ul1.ledger_id
+    s0, s1, s2, s3 = ul1.metadata.last_fragment[1]
+    # Write sets (E4 WQ3): 0 -> s0 s1 s2, 1 -> s1 s2 s3, 2 -> s2 s3 s0.
+    assert ul1.append(b"t1-0") == 0
+    wait_until(lambda: all(stored(cluster, b, lid, 0) == b"t1-0" for b in (s0, s1, s2)))
+    for b in (s1, s2, s3):
+        net.block("c1", b)
+    ul1.append_async(b"t1-1")  # reaches nobody
+    ul1.append_async(b"t1-2")  # reaches s0 only: a dirty entry outside write set 1
+    wait_until(lambda: stored(cluster, s0, lid, 2) == b"t1-2")
+
+    ul2 = cluster.client("c2").open_unbounded(lid)  # no-op at 1, truncating s1 s2 s3
+    s0_after_takeover = stored(cluster, s0, lid, 2)
+    net.drop_next("c2", s0, "add")
+    assert ul2.append(b"t2-2") == 2  # acknowledged by s2 and s3; s0's copy is lost
+
+    # The next takeover hears from s0 first.
+    c3 = cluster.client("c3", request_timeout=2.0)
+    net.delay("c3", s2, 0.5)
+    net.delay("c3", s3, 0.5)
+    ul3 = c3.open_unbounded(lid)
+    net.heal()
+    assert [e.data for e in ul3.read(0, 2)] == [b"t1-0", b"t2-2"]
+    assert s0_after_takeover is None  # dropped although s0 missed the no-op
+    ul3.close()
