@@ -198,9 +198,6 @@ class Bookie:
         self.protected_ledgers = 0
         self.repairer = Repairer(self, client_factory, config.repair_retry_interval)
         self._repair_task: asyncio.Task[None] | None = None
-        # Limbo ledger -> first entry a writer sent after this boot (BP-46 repair of
-        # unbounded ledgers, whose writer keeps going: see integrity.repair_target).
-        self._first_live: dict[int, int] = {}
         self.readonly = config.readonly
         self.storage: LedgerStorage | None = None
         self.journal: Journal | None = None
@@ -406,9 +403,6 @@ class Bookie:
                 last = self._journal_state(lid, info, wait=True)
         if last is not None:
             await last
-
-    def first_live_entry(self, ledger_id: int) -> int | None:
-        return self._first_live.get(ledger_id)
 
     def repair_finished(self) -> None:
         assert self.storage is not None
@@ -781,8 +775,6 @@ class Bookie:
             storage.put_many(lid, entries, lac=plan.lac)
         else:
             storage.put(lid, req.entry_id, req.body, lac=plan.lac)
-        if info.limbo and lid not in self._first_live and not req.flags & AddFlags.RECOVERY:
-            self._first_live[lid] = next(iter(entries))
         if not self.config.journal_write_data:
             if not state_waits:
                 on_durable(None)  # acknowledged from the write cache (BP-46)

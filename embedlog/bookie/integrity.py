@@ -87,22 +87,18 @@ def assigned_entries(
 
 
 def repair_target(
-    md: LedgerMetadata,
-    bookie_id: str,
-    *,
-    first_live: int | None = None,
-    confirmed: int | None = None,
+    md: LedgerMetadata, bookie_id: str, *, recovered_end: int | None = None
 ) -> int | None:
     """The last entry phase two must hold before it may clear limbo, or None: not yet.
 
-    A closed ledger ends at its last entry; open bounded ledgers are recovered first.
-    An open unbounded ledger keeps its writer, so there is no end to recover. What
-    this bookie may have acknowledged and lost was sent to it before the crash, so
-    it lies below ``first_live``, the first entry the writer sent it after the boot
-    (requests to one bookie travel in entry order). Once the LAC its peers report
-    (``confirmed``) reaches that point, every such entry is confirmed and can be
-    copied. Before that the ledger stays in limbo. A bookie the writer has left
-    (not in the last fragment) is settled up to that fragment.
+    A closed ledger ends at its last entry; open bounded ledgers are recovered (closed)
+    first. An open unbounded ledger has no end of its own: what this bookie acknowledged
+    and lost may lie anywhere up to the writer's newest entry, and no add that reaches
+    it afterwards bounds that (a writer resends older entries too). So it is taken over
+    first, as BP-46 recovers open ledgers: the takeover reads every entry of the last
+    fragment that may have been acknowledged, writes them back to this bookie, and
+    truncates above its no-op (``recovered_end``). A bookie the writer has left (not in
+    the last fragment) is settled up to that fragment, where nobody asks it any more.
     """
     if md.is_closed:
         return md.last_entry_id
@@ -111,6 +107,4 @@ def repair_target(
     first, ensemble = md.last_fragment
     if bookie_id not in ensemble:
         return first - 1
-    if first_live is None or confirmed is None or confirmed < first_live - 1:
-        return None
-    return first_live - 1
+    return recovered_end

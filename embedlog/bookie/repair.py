@@ -26,6 +26,7 @@ from embedlog.errors import (
     status_name,
 )
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.unbounded.takeover import take_over
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, DigestType
 from embedlog.wire.messages import OpCode
@@ -155,18 +156,14 @@ class Repairer:
             p.waiting.pop(lid, None)
             return True
         try:
+            recovered_end = None
             if not md.is_closed and not md.unbounded:
                 md = await self._recover(md)
-            first_live = self.bookie.first_live_entry(lid)
-            confirmed = None
-            if md.unbounded and not md.is_closed and first_live is not None:
-                confirmed = await self._peers_lac(md)
-            target = repair_target(md, self.me, first_live=first_live, confirmed=confirmed)
+            elif not md.is_closed and self.me in md.last_fragment[1]:
+                md, recovered_end = await self._take_over(md)
+            target = repair_target(md, self.me, recovered_end=recovered_end)
             if target is None:
-                p.waiting[lid] = (
-                    "open unbounded ledger still written to this bookie: limbo ends once its "
-                    "peers confirm every entry sent here before the boot"
-                )
+                p.waiting[lid] = "open ledger: its end is not settled yet"
                 return False
             await self._copy_missing(md, target)
         except (BKError, OSError) as exc:
@@ -180,26 +177,27 @@ class Repairer:
         p.waiting.pop(lid, None)
         return True
 
-    async def _peers_lac(self, md: LedgerMetadata) -> int | None:
-        """The highest LAC the other bookies of the last fragment report (None: no answer)."""
-        assert self._client is not None
-        best = None
-        for peer in md.last_fragment[1]:
-            if peer == self.me:
-                continue
-            try:
-                resp = await self._client.ctx.bookies.call(peer, OpCode.READ_LAC, md.ledger_id)
-            except BKError:
-                continue
-            if resp.status == StatusCode.EOK:
-                best = resp.lac if best is None else max(best, resp.lac)
-        return best
-
     async def _recover(self, md: LedgerMetadata) -> LedgerMetadata:
         assert self._client is not None
         await self._client.open_ledger_aio(md.ledger_id, password=md.password or b"", recover=True)
         self.progress.recovered += 1
         return await self.bookie.read_metadata(md.ledger_id)
+
+    async def _take_over(self, md: LedgerMetadata) -> tuple[LedgerMetadata, int]:
+        """Take an open unbounded ledger over (a new term, recovery, the no-op); returns
+        its metadata after the takeover and the recovered end. Its writer is displaced
+        (InvalidTermError) and continues by taking over again, as after any takeover."""
+        assert self._client is not None
+        start = await take_over(self._client.ctx, md.ledger_id, md.password or b"")
+        self.progress.recovered += 1
+        log.info(
+            "bookie %s: took unbounded ledger %s over (term %s) to settle its end at %s",
+            self.me,
+            md.ledger_id,
+            start.term,
+            start.last_entry_id,
+        )
+        return start.md, start.last_entry_id
 
     async def _copy_missing(self, md: LedgerMetadata, last_entry: int) -> None:
         missing = [

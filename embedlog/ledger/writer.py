@@ -699,11 +699,12 @@ class LedgerWriter:
                 await asyncio.sleep(min(self.ctx.bookies.request_timeout, 0.5))
             finally:
                 self._retrying.discard(bookie)
-            if self.error is not None or not self.pending:
+            if self.error is not None:
                 return
-            oldest = self.pending[0]
+            oldest = self.pending[0] if self.pending else None
             if (
-                oldest.acked < self._needed_acks()
+                oldest is not None
+                and oldest.acked < self._needed_acks()
                 and time.monotonic() - oldest.created > self.ctx.add_entry_quorum_timeout
             ):
                 self.fail(

@@ -90,9 +90,8 @@ def test_repair_target():
     assert repair_target(md(), "b") is None  # open bounded: recover first
     ub = md(unbounded=True, term=3)
     assert repair_target(ub, "b") == 9  # "b" is not in the last fragment: settled below it
-    assert repair_target(ub, "a") is None  # still written to "a", nothing live yet: wait
-    # The writer sent entry 15 to "a" after its boot; peers confirm up to 13: not yet.
-    assert repair_target(ub, "a", first_live=15, confirmed=13) is None
-    # Confirmed up to 14: everything sent before the crash is confirmed; copy up to 14.
-    assert repair_target(ub, "a", first_live=15, confirmed=14) == 14
-    assert repair_target(ub, "a", first_live=15, confirmed=40) == 14
+    assert repair_target(ub, "a") is None  # still written to "a": take it over first
+    # After a takeover that recovered up to its no-op at 14, everything "a" may have
+    # acknowledged is at or below 14 (or was truncated): copy up to 14.
+    assert repair_target(ub, "a", recovered_end=14) == 14
+    assert repair_target(ub, "b", recovered_end=14) == 9  # not in the last fragment

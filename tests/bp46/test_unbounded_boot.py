@@ -1,14 +1,18 @@
-"""BP-46 for unbounded ledgers: the term is the fence, the writer keeps writing.
+"""BP-46 for unbounded ledgers: the term is the fence; repair takes the stream over.
 
 Phase one raises a rebooted bookie's stored term to the metadata's instead of
-fencing, and keeps the ledger in limbo until its peers confirm every entry the
-writer sent it before the crash; then repair copies what was lost.
+fencing, and keeps the ledger in limbo. Repair then takes the ledger over (BP-46
+recovers open ledgers; a takeover is an unbounded ledger's recovery), which
+settles its end, and copies what was lost up to it.
 """
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from embedlog.errors import InvalidTermError
 from embedlog.transport.base import next_txn
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, DigestType, master_key
@@ -17,9 +21,7 @@ from embedlog.wire.messages import OpCode, Request
 NO_FLUSH = 3600.0
 
 
-def test_writer_keeps_writing_through_a_suspicious_reboot_and_repair_fills_the_gap(
-    make_cluster,
-):
+def test_a_suspicious_reboot_takes_the_stream_over_and_repair_fills_the_gap(make_cluster):
     cluster = make_cluster(
         3, journal_write_data=False, flush_interval=NO_FLUSH, repair_retry_interval=0.05
     )
@@ -28,17 +30,51 @@ def test_writer_keeps_writing_through_a_suspicious_reboot_and_repair_fills_the_g
     first = [ul.append(b"a%d" % i) for i in range(10)]
     cluster.crash_bookie(b1)  # loses entries 0..9
     cluster.start_bookie(b1)
-    info = cluster.bookie(b1).ledger_info(ul.ledger_id)
-    assert info.limbo and not info.fenced and info.term == ul.term
+    status = cluster.wait_repaired(b1)
+    assert status["limbo_ledgers"] == 0 and status["repair"]["ledgers_recovered"] == 1
+    # The repair took the stream over (BP-46 recovers open ledgers): the old writer is
+    # displaced, and continues by taking over again.
+    with pytest.raises(InvalidTermError):
+        ul.append(b"b0")
+    expected = [b"a%d" % i for i in range(10)]
+    assert first == list(range(10))
+    assert [cluster.read_from_bookie(b1, ul.ledger_id, i) for i in range(10)] == expected
+    again = cluster.client("c1").open_unbounded(ul.ledger_id)
+    more = [again.append(b"b%d" % i) for i in range(3)]
+    visible = [e.data for e in again.read(0, more[-1])]
+    assert visible == expected + [b"b%d" % i for i in range(3)]
+    again.close()
 
-    more = [ul.append(b"b%d" % i) for i in range(10)]  # not fenced: the writer goes on
-    assert more == list(range(10, 20)) and first == list(range(10))
-    status = cluster.wait_repaired(b1)  # peers confirm up to 9 (the LAC travels on)
-    assert status["limbo_ledgers"] == 0
-    expected = [b"a%d" % i for i in range(10)] + [b"b%d" % i for i in range(10)]
-    assert [cluster.read_from_bookie(b1, ul.ledger_id, i) for i in range(20)] == expected
-    assert [e.data for e in ul.read(0, 19)] == expected
-    ul.close()
+
+def test_limbo_lasts_until_every_entry_the_bookie_acknowledged_is_back(make_cluster):
+    """Race 2 of issue 12: the bookie acknowledged e2 from its write cache and lost it
+    in a crash; after the reboot the writer's first add to it is a resend of e1 < e2
+    (e1's first add was lost). Limbo must not end before e2 is back: a bookie never
+    answers NoSuchEntry for an entry it acknowledged."""
+    cluster = make_cluster(
+        3, journal_write_data=False, flush_interval=NO_FLUSH, repair_retry_interval=0.05
+    )
+    b1 = cluster.bookie_ids[0]
+    ul = cluster.client("c1", request_timeout=0.5).create_unbounded(3, 3, 2)
+    lid = ul.ledger_id
+    assert ul.append(b"e0") == 0
+    cluster.network.drop_next("c1", b1, "add")
+    assert ul.append(b"e1") == 1  # lost on b1, acknowledged by the other two
+    assert ul.append(b"e2") == 2  # acknowledged by b1 too, from its write cache
+    cluster.crash_bookie(b1)  # e0..e2 gone from b1
+    cluster.start_bookie(b1)
+    # The writer's retry resends e1 to b1 first, then it goes on appending (until the
+    # repair's takeover displaces it).
+    while not cluster.bookie(b1).ledger_entries(lid):
+        time.sleep(0.01)
+    for i in range(3, 6):
+        try:
+            ul.append(b"e%d" % i)
+        except InvalidTermError:
+            break
+    cluster.wait_repaired(b1)
+    assert cluster.bookie(b1).ledger_info(lid).limbo is False
+    assert [cluster.read_from_bookie(b1, lid, i) for i in range(3)] == [b"e0", b"e1", b"e2"]
 
 
 def _old_term_add(cluster, bookie, ledger_id, entry_id, term):
