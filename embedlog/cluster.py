@@ -99,7 +99,7 @@ class LocalCluster:
         self._runtime = Runtime("embedlog-cluster")
         try:
             self._store = open_store(self.metadata_uri, self.data_dir)
-            self._meta = MetadataClient(self._store)
+            self._meta = MetadataClient(self._store, delay=lambda: self.network.metadata_delay)
             self._transport = self._make_transport()
             existing = sorted(
                 (p.name for p in self.data_dir.iterdir() if _BOOKIE_DIR.match(p.name)),

@@ -2,9 +2,10 @@
 
 The rules, each traced to the protocol documents and the TLA+ model:
 
-* Fencing waits for ensemble coverage (E - AQ + 1) of positive answers and
-  gives up once AQ bookies are unknown: then some ack quorum might still
-  accept the old writer's adds.
+* Fencing waits until every write set of the last fragment has quorum
+  coverage (WQ - AQ + 1) of positive answers and gives up once AQ bookies of
+  one write set are unknown: then that ack quorum might still accept the old
+  writer's adds (``quorum.py: fencing_decision``).
 * Reading forward starts at max(highest LAC seen, first entry of the last
   fragment - 1): only the last fragment is recovered (the model found invalid
   fragments otherwise, "Defect 2").
@@ -35,7 +36,12 @@ from embedlog.errors import (
 )
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
-from embedlog.ledger.quorum import Decision, fencing_decision, recovery_read_decision
+from embedlog.ledger.quorum import (
+    Decision,
+    fencing_decision,
+    quorum_coverage,
+    recovery_read_decision,
+)
 from embedlog.ledger.quorum import write_set_bookies as ws_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
@@ -56,29 +62,39 @@ def check_password(md: LedgerMetadata, password: bytes) -> None:
 
 
 async def until_covered(
-    ensemble: tuple[str, ...], ack_quorum: int, ask: Callable[[str], Awaitable[T | None]]
+    ensemble: tuple[str, ...],
+    write_quorum: int,
+    ack_quorum: int,
+    ask: Callable[[str], Awaitable[T | None]],
 ) -> tuple[bool, list[T], int]:
-    """Ask every bookie of ``ensemble`` until ensemble coverage (E - AQ + 1) of them said
-    yes, or until AQ of them are unknown: then some ack quorum is not covered.
+    """Ask every bookie of ``ensemble`` until each write set has quorum coverage
+    (WQ - AQ + 1) of yes answers, or until AQ bookies of one write set are unknown: then
+    that ack quorum is not covered.
 
     ``ask(bookie)`` returns its yes answer, None for unknown, or raises to abort. Returns
     (covered, the yes answers counted, unknown count). Stragglers keep running after the
     decision: their request still lands.
     """
+
+    async def answer(slot: int) -> tuple[int, T | None]:
+        return slot, await ask(ensemble[slot])
+
     answers: list[T] = []
-    unknown = 0
-    for fut in asyncio.as_completed([ask(b) for b in ensemble]):
-        answer = await fut
-        if answer is None:
-            unknown += 1
+    positive: set[int] = set()
+    unknown: set[int] = set()
+    for fut in asyncio.as_completed([answer(i) for i in range(len(ensemble))]):
+        slot, yes = await fut
+        if yes is None:
+            unknown.add(slot)
         else:
-            answers.append(answer)
-        decision = fencing_decision(len(ensemble), ack_quorum, len(answers), unknown)
+            positive.add(slot)
+            answers.append(yes)
+        decision = fencing_decision(len(ensemble), write_quorum, ack_quorum, positive, unknown)
         if decision is Decision.YES:
-            return True, answers, unknown
+            return True, answers, len(unknown)
         if decision is Decision.STUCK:
             break
-    return False, answers, unknown
+    return False, answers, len(unknown)
 
 
 async def fence(
@@ -112,12 +128,13 @@ async def fence(
             raise InvalidTermError(f"ledger {lid}: {bookie} has a term above {term}")
         return None
 
-    covered, lacs, unknown = await until_covered(ensemble, md.ack_quorum, ask)
+    covered, lacs, unknown = await until_covered(ensemble, md.write_quorum, md.ack_quorum, ask)
     if covered:
         return max([-1, *lacs])
     raise LedgerRecoveryError(
-        f"ledger {lid}: fenced only {len(lacs)} of {list(ensemble)} ({unknown} unknown); need "
-        f"{len(ensemble) - md.ack_quorum + 1}. Retry when more bookies are reachable."
+        f"ledger {lid}: fenced only {len(lacs)} of {list(ensemble)} ({unknown} unknown); every "
+        f"write set of {md.write_quorum} needs {quorum_coverage(md.write_quorum, md.ack_quorum)} "
+        "fenced. Retry when more bookies are reachable."
     )
 
 

@@ -44,16 +44,35 @@ def ledger_path(ledger_id: int) -> str:
     return f"{LEDGERS}/{ledger_id:020d}"
 
 
+# How often an operation held back by an injected delay looks at the setting again, so
+# that ``heal()`` releases operations that are already waiting.
+_DELAY_RECHECK = 0.05
+
+
 class MetadataClient:
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore, delay: Callable[[], float] | None = None) -> None:
         self.store = store
+        # Fault injection (LocalCluster's ``network.delay_metadata``): seconds every
+        # operation made through ``call`` waits before it reaches the store.
+        self.delay = delay
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` (a call of this client) from the event loop: in a worker thread
         when the store does network round trips (ZooKeeper), so the loop never stalls."""
+        if self.delay is not None:
+            await self._injected_delay(self.delay)
         if self.store.blocking_io:
             return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
         return fn(*args)
+
+    @staticmethod
+    async def _injected_delay(delay: Callable[[], float]) -> None:
+        # Sleeps on the loop (the bookies share it), in steps that re-read the setting:
+        # an operation waits until the current delay has passed since it started.
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while (remaining := start + delay() - loop.time()) > 0:
+            await asyncio.sleep(min(remaining, _DELAY_RECHECK))
 
     # -- cluster ---------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """Network fault injection between named clients and bookies (``cluster.network``).
 
 Faults act on messages, never on answers' meaning: a blocked or dropped
-request, or a lost reply, surfaces to the client as a timeout.
+request, or a lost reply, surfaces to the client as a timeout. The metadata
+delay (a slow ZooKeeper) is applied by the cluster's ``MetadataClient.call``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ class NetworkFaults:
         self._blocked: set[tuple[str, str]] = set()
         self._delays: dict[tuple[str, str], float] = {}
         self._drops: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+        # Seconds each metadata operation waits first. Not part of ``active``: bookie
+        # requests (and add batching) are untouched by a slow metadata store.
+        self.metadata_delay = 0.0
         # True while any fault is configured. Read without the lock on the hot path: a
         # stale read only delays noticing a fault by one request, as a real network would.
         self.active = False
@@ -62,12 +66,21 @@ class NetworkFaults:
             self._drops[(src, dst, op)] += count
             self.active = True
 
+    def delay_metadata(self, seconds: float) -> None:
+        """Every metadata operation of the cluster's clients takes ``seconds`` longer (a slow
+        ZooKeeper); 0 removes the delay. Operations already waiting see the change."""
+        if seconds < 0:
+            raise ValueError(f"delay must be >= 0, got {seconds}")
+        with self._lock:
+            self.metadata_delay = float(seconds)
+
     def heal(self) -> None:
         """Remove every fault."""
         with self._lock:
             self._blocked.clear()
             self._delays.clear()
             self._drops.clear()
+            self.metadata_delay = 0.0
             self.active = False
 
     # -- queried by transports -----------------------------------------------------------------

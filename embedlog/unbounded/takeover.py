@@ -6,8 +6,9 @@ The steps, as the model (``ProtocolUnboundedLedgersAndGWQ.tla``) checked them:
 2. LAFR reads carrying the new term (no fence flag) to the last fragment's ensemble.
    A bookie raises its stored term and answers with its LAFR and LAC; a bookie with a
    higher term answers InvalidTerm and the takeover yields (``InvalidTermError``).
-   Answers of another term are discarded. Recovery may read once ensemble coverage
-   (E - AQ + 1) raised their term: no ack quorum of the old term is left.
+   Answers of another term are discarded. Recovery may read once every write set has
+   quorum coverage (WQ - AQ + 1) that raised their term: no ack quorum of the old term
+   is left.
 3. Recovery reads, with the new term, forward from max(LAFR, first entry of the last
    fragment - 1) + 1, to the ensemble as it was when recovery started. One positive
    recovers an entry; quorum coverage of explicit negatives ends the read phase;
@@ -81,13 +82,13 @@ async def read_lafr_with_term(
             raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
         return None  # unknown, or an answer of another term (discarded)
 
-    covered, raised, unknown = await until_covered(ensemble, md.ack_quorum, ask)
+    covered, raised, unknown = await until_covered(ensemble, md.write_quorum, md.ack_quorum, ask)
     if covered:
         return max([-1, *(lafr for lafr, _ in raised)]), max([-1, *(lac for _, lac in raised)])
     raise LedgerRecoveryError(
         f"ledger {lid}: term {term} reached only {len(raised)} of {list(ensemble)} ({unknown} "
-        f"unknown); need {len(ensemble) - md.ack_quorum + 1}. Take over again when more "
-        "bookies are reachable."
+        f"unknown); every write set of {md.write_quorum} needs "
+        f"{md.write_quorum - md.ack_quorum + 1}. Take over again when more bookies are reachable."
     )
 
 

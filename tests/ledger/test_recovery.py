@@ -83,6 +83,46 @@ def test_recovery_aborts_when_a_write_set_is_unreachable_and_succeeds_later(clus
     assert rh.last_add_confirmed == 4
 
 
+def _e5_wq2_aq2_with_two_bookies_down(make_cluster, down):
+    """Nine acknowledged entries on a 5-bookie E5 WQ2 AQ2 ledger, then the ensemble's
+    bookies at ``down`` (indexes) crash."""
+    cluster = make_cluster(5)
+    wh = cluster.client("c1").create_ledger(5, 2, 2)
+    # Recovery writes the entries past the LAC back to their whole write set (AQ = WQ),
+    # and all five bookies are in the ensemble, so none can replace a crashed one: the
+    # last entry, 8, is on slots 3 and 4, which stay up in both tests.
+    assert write(wh, 9) == list(range(9))
+    ensemble = wh.metadata.ensembles[0]
+    for i in down:
+        cluster.crash_bookie(ensemble[i])
+    return cluster, wh, ensemble
+
+
+def test_e5_wq2_aq2_recovers_with_two_non_adjacent_bookies_down(make_cluster):
+    """Every write set ({0,1} {1,2} {2,3} {3,4} {4,0}) keeps one live bookie, so fencing
+    reaches quorum coverage (1) in each; E - AQ + 1 = 4 fenced bookies are not needed."""
+    cluster, wh, _ = _e5_wq2_aq2_with_two_bookies_down(make_cluster, down=(0, 2))
+    rh = cluster.client("c2", request_timeout=0.5).open_ledger(wh.ledger_id)
+    assert rh.is_closed and rh.last_add_confirmed == 8
+    assert [e.data for e in rh.read(0, 8)] == [b"e%d" % i for i in range(9)]
+    with pytest.raises(LedgerFencedError):
+        wh.add(b"too late")
+
+
+def test_e5_wq2_aq2_recovery_aborts_with_two_adjacent_bookies_down(make_cluster):
+    """Write set {0, 1} is an ack quorum nobody could fence: abort, never truncate."""
+    cluster, wh, ensemble = _e5_wq2_aq2_with_two_bookies_down(make_cluster, down=(0, 1))
+    c2 = cluster.client("c2", request_timeout=0.5)
+    with pytest.raises(LedgerRecoveryError, match="every write set of 2 needs 1 fenced"):
+        c2.open_ledger(wh.ledger_id)
+    assert c2.ledger_metadata(wh.ledger_id).state is LedgerState.IN_RECOVERY
+    cluster.start_bookie(ensemble[0])
+    cluster.start_bookie(ensemble[1])
+    rh = c2.open_ledger(wh.ledger_id)
+    assert rh.last_add_confirmed == 8
+    assert [e.data for e in rh.read(0, 8)] == [b"e%d" % i for i in range(9)]
+
+
 def test_recovery_aborts_instead_of_truncating_when_reads_are_unknown(cluster):
     """Fencing succeeds, but the reads past the LAC see only unknowns: abort, never close."""
     wh = cluster.client("c1").create_ledger(3, 3, 2)

@@ -97,6 +97,25 @@ def test_recovery_writes_reach_the_whole_write_set(make_cluster):
         assert len(set(replicas(cluster, md, eid).values())) == 1
 
 
+def test_takeover_e5_wq2_aq2_with_two_non_adjacent_bookies_down(make_cluster):
+    """The term raise needs quorum coverage in every write set, not E - AQ + 1 bookies:
+    with slots 0 and 2 down each write set of 2 keeps one bookie that raised its term.
+    Two spare bookies take the crashed ones' place for the recovery writes."""
+    cluster = make_cluster(7)
+    ul1 = cluster.client("c1").create_unbounded(5, 2, 2)
+    for i in range(9):
+        ul1.append(b"e%d" % i)
+    ensemble = ul1.metadata.last_fragment[1]
+    cluster.crash_bookie(ensemble[0])
+    cluster.crash_bookie(ensemble[2])
+    ul2 = cluster.client("c2", request_timeout=0.5).open_unbounded(ul1.ledger_id)
+    assert ul2.term == 2 and ul2.last_add_confirmed == 9  # the no-op
+    with pytest.raises(InvalidTermError):
+        ul1.append(b"old term")
+    assert ul2.append(b"new") == 10
+    assert [e.data for e in ul2.read(0, 10)] == [b"e%d" % i for i in range(9)] + [b"new"]
+
+
 def test_two_clients_fighting_over_the_ledger(make_cluster):
     """Alternating takeovers while both append: each takeover lands while the other client
     streams appends. Every entry acknowledged to either is readable, at its id, in one

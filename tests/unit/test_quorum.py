@@ -4,7 +4,6 @@ import pytest
 
 from embedlog.ledger.quorum import (
     Decision,
-    ensemble_coverage,
     fencing_decision,
     quorum_coverage,
     recovery_read_decision,
@@ -59,14 +58,92 @@ def test_unknowns_are_never_negatives():
     assert recovery_read_decision(3, 2, 0, 1, 1) is Decision.PENDING
 
 
-@pytest.mark.parametrize(("e", "aq", "ec"), [(3, 2, 2), (3, 3, 1), (5, 2, 4), (4, 3, 2), (3, 1, 3)])
-def test_ensemble_coverage(e, aq, ec):
-    assert ensemble_coverage(e, aq) == ec
-    assert fencing_decision(e, aq, fenced=ec, unknown=0) is Decision.YES
-    assert fencing_decision(e, aq, fenced=ec - 1, unknown=0) is Decision.PENDING
-    # Once AQ bookies are unknown, some ack quorum may stay unfenced: stuck.
-    assert fencing_decision(e, aq, fenced=0, unknown=aq) is Decision.STUCK
-    assert fencing_decision(e, aq, fenced=0, unknown=aq - 1) is Decision.PENDING
+# (E, WQ, AQ, positive slots, unknown slots, decision); unlisted slots have not answered.
+FENCING_TABLE = [
+    # E == WQ: one write set, the whole ensemble; the old E - AQ + 1 rule.
+    (3, 3, 2, {0, 1}, set(), Decision.YES),
+    (3, 3, 2, {0}, set(), Decision.PENDING),
+    (3, 3, 2, {0}, {1}, Decision.PENDING),
+    (3, 3, 2, set(), {1, 2}, Decision.STUCK),
+    (3, 3, 3, {2}, {0, 1}, Decision.YES),
+    (3, 3, 1, {0, 1}, set(), Decision.PENDING),
+    (3, 3, 1, {0, 1}, {2}, Decision.STUCK),
+    # E5 WQ2 AQ2, two non-adjacent bookies down: every write set keeps one fenced bookie
+    # (E - AQ + 1 = 4 over the ensemble would have been stuck).
+    (5, 2, 2, {1, 3, 4}, {0, 2}, Decision.YES),
+    (5, 2, 2, {1, 3}, {0, 2}, Decision.PENDING),  # write set {4, 0} waits for 4
+    # Two adjacent bookies down: write set {0, 1} is an ack quorum nobody fenced.
+    (5, 2, 2, {2, 3, 4}, {0, 1}, Decision.STUCK),
+    (5, 2, 2, {2, 3}, {4, 0}, Decision.STUCK),  # wraps round: write set {4, 0}
+    # E6 WQ3 AQ2 (QC 2): bookies 0 and 3 down leave each write set two answers.
+    (6, 3, 2, {1, 2, 4, 5}, {0, 3}, Decision.YES),
+    (6, 3, 2, {1, 3, 4, 5}, {0, 2}, Decision.STUCK),  # write set {0, 1, 2}
+    # E5 WQ3 AQ3 (QC 1): two fenced bookies can touch all five write sets.
+    (5, 3, 3, {0, 3}, set(), Decision.YES),
+    (5, 3, 3, {0, 1}, set(), Decision.PENDING),  # write set {2, 3, 4} has none
+    (5, 3, 3, {4}, {1, 2, 3}, Decision.STUCK),
+    # E5 WQ2 AQ1 (QC 2): every bookie must be fenced, one unknown is enough to be stuck.
+    (5, 2, 1, {0, 1, 2, 3}, set(), Decision.PENDING),
+    (5, 2, 1, {0, 1, 2, 3}, {4}, Decision.STUCK),
+    (5, 2, 1, {0, 1, 2, 3, 4}, set(), Decision.YES),
+]
+
+
+@pytest.mark.parametrize(("e", "wq", "aq", "positive", "unknown", "expected"), FENCING_TABLE)
+def test_fencing_needs_quorum_coverage_in_every_write_set(e, wq, aq, positive, unknown, expected):
+    assert fencing_decision(e, wq, aq, positive, unknown) is expected
+
+
+def _slot_states(e):
+    """Every way E bookies can stand: each positive (+), unknown (?) or not answered (.)."""
+    from itertools import product
+
+    for states in product("+?.", repeat=e):
+        yield (
+            {i for i, s in enumerate(states) if s == "+"},
+            {i for i, s in enumerate(states) if s == "?"},
+        )
+
+
+def test_fencing_with_e_equal_wq_is_the_ensemble_coverage_rule():
+    """With one write set, the rule is the old count: E - AQ + 1 positives, AQ unknowns."""
+    for e in range(1, 6):
+        for aq in range(1, e + 1):
+            for positive, unknown in _slot_states(e):
+                if len(positive) >= e - aq + 1:
+                    old = Decision.YES
+                elif len(unknown) >= aq:
+                    old = Decision.STUCK
+                else:
+                    old = Decision.PENDING
+                assert fencing_decision(e, e, aq, positive, unknown) is old
+
+
+def test_fencing_decision_matches_its_definition_over_ack_quorums():
+    """YES iff every ack quorum inside a write set has a fenced member; STUCK iff one
+    such ack quorum is wholly unknown (BookKeeper's RRQuorumCoverageSet)."""
+    from itertools import combinations
+
+    for e in range(1, 7):
+        for wq in range(1, e + 1):
+            for aq in range(1, wq + 1):
+                quorums = [
+                    set(q) for first in range(e) for q in combinations(write_set(first, e, wq), aq)
+                ]
+                for positive, unknown in _slot_states(e):
+                    if all(q & positive for q in quorums):
+                        expected = Decision.YES
+                    elif any(q <= unknown for q in quorums):
+                        expected = Decision.STUCK
+                    else:
+                        expected = Decision.PENDING
+                    assert fencing_decision(e, wq, aq, positive, unknown) is expected, (
+                        e,
+                        wq,
+                        aq,
+                        positive,
+                        unknown,
+                    )
 
 
 def test_every_ack_quorum_meets_a_coverage_set():
