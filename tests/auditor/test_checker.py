@@ -8,7 +8,7 @@ from auditor_helpers import replace_disks, set_rack, write_closed
 
 from embedlog.auditor.checker import MetadataChecker
 from embedlog.auditor.replication import LedgerRepair, Replicator
-from embedlog.auditor.rules import assigned_entries, format_ids, replace_bookie
+from embedlog.auditor.rules import assigned_entries, format_ids, fragment_ranges, swap_bookie
 from embedlog.cluster import repair_client_name
 from embedlog.transport.base import Transport
 from embedlog.wire.messages import OpCode
@@ -181,9 +181,8 @@ def test_metadata_changed_during_the_check_is_analysed_again(make_cluster) -> No
     replace_disks(cluster, victim)
 
     def swap() -> None:
-        cluster.metadata.write_ledger(
-            replace_bookie(cluster.metadata.read_ledger(lid), victim, spare)
-        )
+        md = cluster.metadata.read_ledger(lid)
+        cluster.metadata.write_ledger(swap_bookie(md, victim, spare, fragment_ranges(md)))
 
     hooked = _Hooked(cluster.transport, victim, swap)
     report = MetadataChecker(cluster.metadata, hooked, cluster.runtime, recheck_delay=0).run()
