@@ -384,7 +384,8 @@ class LocalCluster:
             return resp.body[HEADER.size :]
 
     def check_metadata(self) -> Any:
-        """BP-34: check every closed ledger's placement and replication against the bookies."""
+        """BP-34: check the placement and replication of every closed ledger, and of the sealed
+        fragments (all but the last) of open ones, against the bookies."""
         from embedlog.auditor.checker import MetadataChecker
 
         return MetadataChecker(self.metadata, self.transport, self.runtime).run()

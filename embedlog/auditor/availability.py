@@ -14,18 +14,23 @@ Nomenclature (from the BP):
 * ``first_sequence_start``/``last_sequence_start`` are the first entries of the
   group's first and last sequences. A group of a single sequence has period 0.
 
-Wire format, big-endian like Java's ByteBuffer:
+Wire format, big-endian like Java's ByteBuffer, as Apache BookKeeper writes and
+reads it (``org.apache.bookkeeper.util.AvailabilityOfEntriesOfLedger``):
 
-* a 64-byte header: int version (0), int number of entries, then zeros
-  (reserved by the BP for future extensions);
+* a 64-byte header: int version (0), int number of *sequence groups*, then
+  zeros (reserved for future extensions);
 * one 24-byte record per SequenceGroup, in ascending order:
   long firstSequenceStart, long lastSequenceStart, int sequenceSize,
   int sequencePeriod.
 
-Note: the BP text (which this module follows) puts the number of *entries* in
-the header. Apache BookKeeper's Java class writes the number of *groups* there
-instead; embedlog's wire is its own, so the BP's definition is the contract
-here, and the group count is implied by the length anyway.
+The BP's prose says bytes 4-7 hold the number of *entries*. BookKeeper's reader
+parses that many groups, so a count of entries makes it read records that are
+not there (or stop short); its writer puts the group count there, and so do we.
+
+Grouping: the encoder groups greedily, as the BP's worked examples do.
+BookKeeper's encoder never extends a group beyond its first sequence (every
+group it writes is one sequence with period 0); both are valid encodings of the
+same entries, and ``decode`` takes either.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ HEADER_SIZE = 64
 GROUP_SIZE = 24
 CURRENT_VERSION = 0
 
-_HEADER = struct.Struct(">ii")  # version, number of entries; the rest of the 64 bytes is zero
+_HEADER = struct.Struct(">ii")  # version, number of groups; the rest of the 64 bytes is zero
 _GROUP = struct.Struct(">qqii")
 
 _INT_MAX = 2**31 - 1
@@ -173,10 +178,11 @@ class AvailabilityOfEntries:
             return cls(())
         if ids[0] < 0 or ids[-1] > _LONG_MAX:
             raise ValueError(f"entry ids must lie in [0, 2**63): got {ids[0]}..{ids[-1]}")
-        if len(ids) > _INT_MAX:
-            # The header's entry count is a Java int.
-            raise ValueError(f"{len(ids)} entries do not fit the BP-34 header's int count")
-        return cls(_group(_sequences(ids)))  # type: ignore[arg-type]  # attrs converter=tuple
+        groups = _group(_sequences(ids))
+        if len(groups) > _INT_MAX:
+            # The header's group count is a Java int.
+            raise ValueError(f"{len(groups)} sequence groups do not fit the header's int count")
+        return cls(groups)  # type: ignore[arg-type]  # attrs converter=tuple
 
     @classmethod
     def encode(cls, entry_ids: Iterable[int]) -> bytes:
@@ -185,7 +191,7 @@ class AvailabilityOfEntries:
 
     def to_bytes(self) -> bytes:
         out = bytearray(HEADER_SIZE + GROUP_SIZE * len(self._groups))
-        _HEADER.pack_into(out, 0, CURRENT_VERSION, self.num_entries)
+        _HEADER.pack_into(out, 0, CURRENT_VERSION, len(self._groups))
         for i, g in enumerate(self._groups):
             _GROUP.pack_into(
                 out,
@@ -199,7 +205,8 @@ class AvailabilityOfEntries:
 
     @classmethod
     def decode(cls, data: bytes) -> AvailabilityOfEntries:
-        """Parse BP-34 bytes; ValueError if truncated, of another version or inconsistent."""
+        """Parse BP-34 bytes (greedy groups or BookKeeper's one group per sequence);
+        ValueError if truncated, of another version or inconsistent."""
         data = bytes(data)
         if len(data) < HEADER_SIZE:
             raise ValueError(
@@ -216,6 +223,13 @@ class AvailabilityOfEntries:
             raise ValueError(
                 f"availability of entries: unsupported version {version} "
                 f"(this reader knows {CURRENT_VERSION})"
+            )
+        present = (len(data) - HEADER_SIZE) // GROUP_SIZE
+        if declared != present:
+            # Also what a body counting entries in the header (the BP's prose) runs into.
+            raise ValueError(
+                f"availability of entries: header says {declared} sequence groups but "
+                f"{len(data)} bytes hold {present}"
             )
         # Bytes 8..63 are reserved; a reader of version 0 ignores them.
         groups = [
@@ -234,13 +248,7 @@ class AvailabilityOfEntries:
                     f"not after the previous group's last entry {prev.last_entry}"
                 )
             prev = g
-        result = cls(groups)  # type: ignore[arg-type]  # attrs converter=tuple
-        if result.num_entries != declared:
-            raise ValueError(
-                f"availability of entries: header says {declared} entries but the "
-                f"{len(groups)} sequence groups hold {result.num_entries}"
-            )
-        return result
+        return cls(groups)  # type: ignore[arg-type]  # attrs converter=tuple
 
     # -- queries -----------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """BP-34 cluster metadata checker: do the bookies agree with the metadata?
 
-For every *closed* ledger (open and in-recovery ledgers are skipped, as the BP
-says) the checker
+For every closed ledger, and for the sealed fragments (all but the last) of
+every open or recovering one, the checker
 
 1. skips a ledger already marked under-replicated, reporting
    ``underreplicated_too_long`` when the mark is older than the threshold;
@@ -16,10 +16,17 @@ says) the checker
    bookie still silent then is reported (``bookie_unavailable``), saying whether
    it is still registered (the cluster believes it is up) or not.
 
+The BP leaves open ledgers alone because their last fragment is still being
+written. Their other fragments are sealed (the writer moved on only once every
+entry below the new fragment was acknowledged) and never change again, so they
+are checked like a closed ledger's. An unbounded ledger is never closed: without
+this, nothing would ever find a bookie that lost a sealed fragment of it. An
+open ledger with a single fragment has nothing sealed and is skipped.
+
 Before reporting a ledger, the checker looks at its under-replication mark again
-(a marked ledger is being repaired: skip it) and re-reads its metadata; if the
-metadata changed meanwhile (an ensemble was rewritten), the ledger is analysed
-again instead of raising a false alarm.
+(a marked ledger is being repaired: skip it) and re-reads its metadata; if a
+fragment it checked changed meanwhile (an ensemble was rewritten, fragments
+were trimmed), the ledger is analysed again instead of raising a false alarm.
 
 The checker only reports; ``embedlog.auditor.replication`` repairs.
 """
@@ -37,6 +44,7 @@ from attrs import define, field
 from embedlog.auditor.availability import AvailabilityOfEntries
 from embedlog.auditor.rules import (
     HOLDS_NOTHING,
+    analysis_stands,
     bookies_to_ask,
     format_ids,
     fragment_ranges,
@@ -51,7 +59,7 @@ from embedlog.errors import (
 )
 from embedlog.ledger.placement import PlacementPolicy, RackAwarePlacement
 from embedlog.metadata.client import MetadataClient
-from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport, next_txn
 from embedlog.wire.codes import StatusCode
@@ -86,7 +94,9 @@ class LedgerCheck:
     """What the checker learnt about one ledger (the repair works from this)."""
 
     ledger_id: int
-    outcome: str  # "checked" | "open" | "underreplicated" | "deleted"
+    # "checked" (a closed ledger, or an open one's sealed fragments) | "open" (open with
+    # nothing sealed yet) | "underreplicated" | "deleted"
+    outcome: str
     metadata: LedgerMetadata | None = None
     placement: list[str] = field(factory=list)
     held: dict[str, AvailabilityOfEntries] = field(factory=dict)  # bookies that answered
@@ -99,6 +109,11 @@ class LedgerCheck:
     def clean(self) -> bool:
         return not (self.placement or self.missing or self.unavailable or self.too_long)
 
+    @property
+    def sealed_only(self) -> bool:
+        """The ledger is not closed: only its fragments before the last were checked."""
+        return self.metadata is not None and not self.metadata.is_closed
+
 
 @define
 class Report:
@@ -106,8 +121,9 @@ class Report:
 
     violations: list[Violation] = field(factory=list)
     ledgers: dict[int, LedgerCheck] = field(factory=dict)
-    checked: int = 0  # closed ledgers analysed
-    skipped_open: int = 0  # open or in recovery: the BP leaves them alone
+    checked: int = 0  # ledgers analysed: closed ones, and open ones with sealed fragments
+    checked_open: int = 0  # of those, open or recovering: sealed fragments only
+    skipped_open: int = 0  # open or recovering with a single fragment: nothing sealed yet
     skipped_underreplicated: int = 0  # already marked: being repaired
     seconds: float = 0.0
 
@@ -128,7 +144,8 @@ class Report:
     def summary(self) -> str:
         counts = ", ".join(f"{c}={n}" for c, n in self.counts().items())
         return (
-            f"{self.checked} closed ledger(s) checked, {self.skipped_open} open skipped, "
+            f"{self.checked} ledger(s) checked ({self.checked_open} open: sealed fragments "
+            f"only), {self.skipped_open} open with nothing sealed skipped, "
             f"{self.skipped_underreplicated} under-replicated skipped, in {self.seconds:.2f}s; "
             f"violations: {len(self.violations)} ({counts})"
         )
@@ -152,8 +169,14 @@ def violations_of(check: LedgerCheck, registered: set[str]) -> list[Violation]:
     md = check.metadata
     for bookie, ids in sorted(check.missing.items()):
         assigned = ""
-        if md is not None:
+        if md is not None and md.is_closed:
             assigned = f" (write quorum {md.write_quorum}, last entry {md.last_entry_id})"
+        elif md is not None:
+            sealed_end = md.last_fragment[0] - 1
+            assigned = (
+                f" (write quorum {md.write_quorum}; {md.state.value} ledger: its sealed "
+                f"fragments, entries up to {sealed_end})"
+            )
         noun = "entry" if len(ids) == 1 else "entries"
         out.append(
             Violation(
@@ -181,7 +204,8 @@ def violations_of(check: LedgerCheck, registered: set[str]) -> list[Violation]:
 
 
 class MetadataChecker:
-    """BP-34 checker over every closed ledger (or the ones given to ``run``)."""
+    """BP-34 checker over every ledger (or the ones given to ``run``): closed ones whole,
+    open ones up to their last fragment."""
 
     def __init__(
         self,
@@ -281,6 +305,7 @@ class MetadataChecker:
             check = report.ledgers[lid]
             if check.outcome == "checked":
                 report.checked += 1
+                report.checked_open += int(check.sealed_only)
             elif check.outcome == "open":
                 report.skipped_open += 1
             elif check.outcome == "underreplicated":
@@ -304,13 +329,14 @@ class MetadataChecker:
             return LedgerCheck(ledger_id, "deleted")
         check = LedgerCheck(ledger_id, "open", md)
         for _ in range(_MAX_ANALYSES):
-            if md.state is not LedgerState.CLOSED:
+            if not md.is_closed and not fragment_ranges(md):
                 return LedgerCheck(ledger_id, "open", md)
             check = await self._analyse(md)
             if check.clean:
                 return check
-            # Before reporting: a ledger marked meanwhile is being repaired; metadata that
-            # changed meanwhile (an ensemble rewritten) is analysed again, not reported.
+            # Before reporting: a ledger marked meanwhile is being repaired; fragments that
+            # changed meanwhile (an ensemble rewritten, a trim) are analysed again, not
+            # reported. An open ledger's writer adding fragments changes neither.
             marked = await self._marked(ledger_id, md)
             if marked is not None:
                 return marked
@@ -318,7 +344,7 @@ class MetadataChecker:
                 latest = await self.metadata.call(self.metadata.read_ledger, ledger_id)
             except NoSuchLedgerInMetadataError:
                 return LedgerCheck(ledger_id, "deleted")
-            if latest.version == md.version:
+            if latest.version == md.version or analysis_stands(md, latest):
                 return check
             log.info("auditor: ledger %d changed while being checked; checking again", ledger_id)
             md = latest
@@ -392,7 +418,8 @@ class MetadataChecker:
 def placement_problems(
     policy: PlacementPolicy, md: LedgerMetadata, infos: dict[str, dict[str, object]]
 ) -> list[str]:
-    """Placement violations of each fragment that holds entries.
+    """Placement violations of each checked fragment (``fragment_ranges``: not an open
+    ledger's last one, whose ensemble its writer may still change).
 
     A fragment with a bookie that is not registered is not judged: its rack is
     unknown (that bookie's silence is reported as ``bookie_unavailable``).

@@ -34,9 +34,11 @@ def add_auditor_commands(sub: Any) -> None:
     ).add_subparsers(dest="auditor_command", required=True)
     p = auditor.add_parser(
         "check",
-        help="check every closed ledger against its bookies (BP-34)",
+        help="check every ledger against its bookies (BP-34): closed ones, and the sealed "
+        "fragments of open ones",
         description="Report placement, durability, under-replication and bookie availability "
-        "violations of every closed ledger. Exit 1 when any is found.",
+        "violations of every closed ledger and of every fragment but the last of open ones "
+        "(the last is still being written). Exit 1 when any is found.",
     )
     _options(p)
     p.add_argument("--json", action="store_true", help="print the violations as JSON lines")

@@ -1,6 +1,7 @@
 """Re-replication: repair what the BP-34 checker finds.
 
-For each closed ledger whose check found something to repair:
+For each ledger whose check found something to repair (a closed ledger, or
+the sealed fragments of an open one: whatever the checker checked):
 
 1. mark it under-replicated in the metadata (naming the bookies concerned), so
    that the checker leaves it alone while it is being repaired and reports it
@@ -9,8 +10,12 @@ For each closed ledger whose check found something to repair:
    with the placement policy, copy every entry the write sets assign the old
    bookie to the replacement (read from a peer replica, written with the
    recovery flag so that a fenced ledger accepts it), and only then swap the
-   bookie in the fragments by compare-and-swap on the metadata (a conflict
-   leaves the ledger marked for the next run);
+   bookie in those fragments by compare-and-swap on the metadata. An open
+   ledger has a live writer: the swap keeps its state, term and last fragment,
+   and on a version conflict (the writer started a fragment) it re-reads and
+   swaps again in the fragments that are still as they were copied. A ledger
+   being recovered is left marked for the next run (its recovery's closing
+   compare-and-swap must not lose to ours);
 3. for every bookie that answered but lacks entries: copy those entries to it
    from a peer replica;
 4. check the ledger again; when it is clean, remove the mark.
@@ -33,12 +38,21 @@ from attrs import define, field
 
 from embedlog.auditor.availability import AvailabilityOfEntries
 from embedlog.auditor.checker import LedgerCheck, MetadataChecker, Report
-from embedlog.auditor.rules import assigned_entries, copy_sources, format_ids, replace_bookie
+from embedlog.auditor.rules import (
+    FragmentRange,
+    assigned_entries,
+    copy_sources,
+    format_ids,
+    fragment_ranges,
+    may_swap_bookies,
+    swap_bookie,
+)
 from embedlog.errors import (
     BKTimeoutError,
     BookieUnavailableError,
     DigestMismatchError,
     MetadataVersionError,
+    NoSuchLedgerInMetadataError,
     NotEnoughBookiesError,
     status_name,
 )
@@ -54,6 +68,10 @@ from embedlog.wire.messages import AddFlags, OpCode, Request, Response
 log = logging.getLogger(__name__)
 
 Say = Callable[[str], None]
+
+# Compare-and-swap attempts for one bookie swap; each lost one means the ledger's writer
+# changed its metadata in between (a new fragment, a trim), so we re-read and try again.
+MAX_SWAP_ATTEMPTS = 10
 
 
 @define
@@ -145,8 +163,9 @@ class Replicator:
         ]
         marked = await self.metadata.call(self.metadata.underreplicated)
         for c in report.ledgers.values():
-            if c.outcome == "checked" and _replicated(c) and c.ledger_id in marked:
-                # Marked, yet every bookie holds what it should: someone repaired it.
+            if c.outcome in ("checked", "open") and _replicated(c) and c.ledger_id in marked:
+                # Marked, yet every bookie holds what it should: someone repaired it (or, for
+                # an open ledger, its sealed fragments were trimmed away).
                 await self.metadata.call(self.metadata.clear_underreplicated, c.ledger_id)
                 result.unmarked.append(c.ledger_id)
         self.say(f"{len(todo)} ledger(s) to repair")
@@ -181,7 +200,8 @@ class Replicator:
 
         after = await self.checker.check_ledger(lid)
         # Placement is the checker's to report; replication restores copies only.
-        if (after.outcome == "checked" and _replicated(after)) or after.outcome == "deleted":
+        # "open": nothing sealed is left to hold (trimmed away meanwhile).
+        if after.outcome in ("checked", "open", "deleted") and _replicated(after):
             await self.metadata.call(self.metadata.clear_underreplicated, lid)
             repair.repaired = True
         else:
@@ -198,12 +218,25 @@ class Replicator:
         held: dict[str, AvailabilityOfEntries],
         repair: LedgerRepair,
     ) -> LedgerMetadata:
-        """Copy ``old``'s entries to a new bookie, then swap it into the fragments by CAS."""
+        """Copy ``old``'s entries of the checked fragments to a new bookie, then swap it into
+        those fragments by compare-and-swap."""
+        if not may_swap_bookies(md):
+            repair.failures.append(
+                f"{old} not replaced: the ledger is being recovered; run again once it is done"
+            )
+            return md
+        ranges = [r for r in fragment_ranges(md) if old in r[2]]
+        if not ranges:  # swapped out by an earlier step of this repair
+            return md
         available = await self.metadata.call(self.metadata.bookie_infos)
-        ensemble, index = next((ens, ens.index(old)) for _, ens in md.fragments if old in ens)
+        ensemble = ranges[0][2]
+        # Only the ensembles the new bookie joins must not hold it already. Excluding every
+        # bookie of the ledger would leave no candidate for a long unbounded stream, whose
+        # fragments spread over the whole cluster.
+        exclude = {b for _, _, ens in ranges for b in ens}
         try:
             new = self.placement.replace_bookie(
-                list(ensemble), index, md.write_quorum, available, md.bookies()
+                list(ensemble), ensemble.index(old), md.write_quorum, available, exclude
             )
         except NotEnoughBookiesError as exc:
             repair.failures.append(f"no bookie to replace {old}: {exc}")
@@ -218,19 +251,44 @@ class Replicator:
                 f"{old} not replaced: only {copied} of its {len(ids)} entries reached {new}"
             )
             return md
-        try:
-            updated = await self.metadata.call(
-                self.metadata.write_ledger, replace_bookie(md, old, new)
-            )
-        except MetadataVersionError:
-            repair.failures.append(
-                f"{old} not replaced: the ledger's metadata changed meanwhile; run again"
-            )
+        updated = await self._swap(md, old, new, ranges, repair)
+        if updated is None:
             return md
         repair.replaced[old] = new
         held[new] = AvailabilityOfEntries.from_entry_ids(ids)
         log.info("replicator: ledger %d: %s replaced by %s", md.ledger_id, old, new)
         return updated
+
+    async def _swap(
+        self,
+        md: LedgerMetadata,
+        old: str,
+        new: str,
+        ranges: list[FragmentRange],
+        repair: LedgerRepair,
+    ) -> LedgerMetadata | None:
+        """The metadata with ``new`` in ``old``'s place in ``ranges``, written by CAS; None
+        (and a failure noted) when it cannot be written."""
+        why = "its metadata kept changing"
+        for _ in range(MAX_SWAP_ATTEMPTS):
+            swapped = swap_bookie(md, old, new, ranges)
+            if swapped is None:
+                why = "the fragments copied for were trimmed or rewritten meanwhile"
+                break
+            try:
+                return await self.metadata.call(self.metadata.write_ledger, swapped)
+            except MetadataVersionError:
+                pass
+            try:
+                md = await self.metadata.call(self.metadata.read_ledger, md.ledger_id)
+            except NoSuchLedgerInMetadataError:
+                why = "the ledger was deleted"
+                break
+            if not may_swap_bookies(md):
+                why = "the ledger went into recovery meanwhile"
+                break
+        repair.failures.append(f"{old} not replaced: {why}; run again")
+        return None
 
     async def _copy(
         self,

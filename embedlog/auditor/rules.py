@@ -3,24 +3,31 @@
 Everything here works on a ledger's metadata and on what bookies said they
 hold; nothing here talks to a bookie or to the metadata store.
 
-* Which entries each bookie of a closed ledger must hold: round-robin write
-  sets inside each fragment (``write_set``), fragment ``[first, next first)``,
-  the last fragment ending at ``last_entry_id``.
+* Which fragments are checked (``fragment_ranges``): every fragment of a
+  closed ledger, the last ending at ``last_entry_id``; of an open (or
+  recovering) ledger, every fragment but the last. Those are sealed: the
+  writer moved to a new fragment only once every entry below it was
+  acknowledged, so they end where the next begins and never change again
+  (except by this repair, or by a trim dropping them from the front).
+* Which entries each bookie must hold there: round-robin write sets inside
+  each fragment (``write_set``). An unbounded ledger trimmed from the front
+  starts at its first fragment's first entry; nothing below it exists.
 * What is missing: an assigned entry that a bookie *answered* it does not hold.
   A bookie that did not answer (timeout, unreachable, EUNKNOWN, EIO) is never
   a source of "missing": its state is unknown.
 * When an under-replication mark is too old.
-* How re-replication rewrites a closed ledger's ensembles.
+* How re-replication swaps a replacement into the checked fragments, and
+  when it may (never while a recovery or takeover is rewriting the ledger).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Collection, Container, Iterator, Mapping, Sequence
 
 from embedlog.auditor.availability import AvailabilityOfEntries, SequenceGroup
 from embedlog.ledger.quorum import write_set
-from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.codes import StatusCode
 
 # How a bookie's LIST_ENTRIES answer is read: EOK carries the list, ENOLEDGER is an explicit
@@ -29,21 +36,42 @@ from embedlog.wire.codes import StatusCode
 HOLDS_NOTHING = StatusCode.ENOLEDGER
 
 
-def fragment_ranges(md: LedgerMetadata) -> list[tuple[int, int, tuple[str, ...]]]:
-    """(first, last, ensemble) of each fragment of a closed ledger that holds entries.
+FragmentRange = tuple[int, int, tuple[str, ...]]  # (first entry, last entry, ensemble)
 
-    A fragment ends where the next begins; the last ends at ``last_entry_id``.
-    Fragments with no entries (replaced before anything was written to them, or
-    past the end of the ledger) are left out.
+
+def fragment_ranges(md: LedgerMetadata) -> list[FragmentRange]:
+    """(first, last, ensemble) of each fragment the auditor checks, in entry order.
+
+    A fragment ends where the next begins. A closed ledger's last fragment ends
+    at ``last_entry_id``, and fragments with no entries (replaced before
+    anything was written to them, or past the end) are left out. An open or
+    recovering ledger's last fragment is left out: its end is not known yet
+    (the writer or the recovery is still deciding it).
     """
     out = []
     frags = list(md.fragments)
     for i, (first, ensemble) in enumerate(frags):
-        end = frags[i + 1][0] - 1 if i + 1 < len(frags) else md.last_entry_id
-        last = min(end, md.last_entry_id)
-        if first <= last:
-            out.append((first, last, tuple(ensemble)))
+        if i + 1 < len(frags):
+            end = frags[i + 1][0] - 1
+        elif md.is_closed:
+            end = md.last_entry_id
+        else:
+            break
+        if md.is_closed:
+            end = min(end, md.last_entry_id)
+        if first <= end:
+            out.append((first, end, tuple(ensemble)))
     return out
+
+
+def analysis_stands(analysed: LedgerMetadata, latest: LedgerMetadata) -> bool:
+    """Whether an analysis of ``analysed`` still describes ``latest``: every fragment it
+    checked is still there, with the same range and ensemble.
+
+    An open ledger's metadata changes whenever its writer starts a fragment; that
+    leaves the sealed ones alone. A swapped bookie or a trim does not.
+    """
+    return set(fragment_ranges(analysed)) <= set(fragment_ranges(latest))
 
 
 def slot_stripes(
@@ -106,7 +134,7 @@ def assigned_entries(md: LedgerMetadata) -> dict[str, list[int]]:
 
 
 def bookies_to_ask(md: LedgerMetadata) -> list[str]:
-    """The bookies a closed ledger's write sets assign at least one entry (sorted)."""
+    """The bookies the checked fragments' write sets assign at least one entry (sorted)."""
     return sorted(assigned_stripes(md))
 
 
@@ -195,23 +223,39 @@ def copy_sources(
     return first + rest
 
 
-def replace_bookie(md: LedgerMetadata, old: str, new: str) -> LedgerMetadata:
-    """``md`` with ``old`` replaced by ``new`` in every fragment (the closed ledger's repair).
+def may_swap_bookies(md: LedgerMetadata) -> bool:
+    """Whether re-replication may rewrite ``md``'s ensembles now.
 
-    ValueError if ``new`` already sits in a fragment with ``old`` (an ensemble
-    never holds a bookie twice) or ``old`` is in no fragment.
+    Not while it is IN_RECOVERY: the recovery (or an unbounded takeover) ends with a
+    compare-and-swap at the version it wrote, and a swap in between would make it
+    start over (bounded) or give up as if another term had won (unbounded).
     """
+    return md.state is not LedgerState.IN_RECOVERY
+
+
+def swap_bookie(
+    md: LedgerMetadata, old: str, new: str, copied: Collection[FragmentRange]
+) -> LedgerMetadata | None:
+    """``md`` with ``old`` replaced by ``new`` in the checked fragments whose entries were
+    copied to ``new`` (``copied``, as ``fragment_ranges`` gave them), or None when none of
+    them is left as it was (trimmed away, or rewritten by someone else).
+
+    Everything else is kept: state, term, last entry, and the fragments not named, among
+    them an open ledger's last fragment (``fragment_ranges`` never yields it), which its
+    writer owns. ValueError if ``new`` already sits in such a fragment (an ensemble never
+    holds a bookie twice).
+    """
+    todo = {r for r in copied if old in r[2]}
+    hits = {r[0] for r in fragment_ranges(md) if r in todo}
+    if not hits:
+        return None
     frags = []
-    found = False
     for first, ensemble in md.fragments:
-        if old in ensemble:
-            found = True
+        if first in hits:
             if new in ensemble:
                 raise ValueError(
                     f"ledger {md.ledger_id}: {new} is already in the ensemble {list(ensemble)}"
                 )
             ensemble = tuple(new if b == old else b for b in ensemble)
         frags.append((first, ensemble))
-    if not found:
-        raise ValueError(f"ledger {md.ledger_id}: bookie {old} is in no fragment")
     return md.evolve(fragments=tuple(frags))

@@ -7,7 +7,8 @@ serve -> BP-46 phase two in the background (embedlog/bookie/repair.py).
 The request handler answers with BookKeeper's status codes. The rule it never
 breaks: an entry the index says it holds is returned or the read fails with
 EIO; it is never reported as missing. A limbo ledger (BP-46) answers EUNKNOWN
-where it would otherwise say NoSuchEntry/NoSuchLedger.
+where it would otherwise say NoSuchEntry/NoSuchLedger, and to the auditor's
+LIST_ENTRIES (a list is a negative for every id it leaves out).
 """
 
 from __future__ import annotations
@@ -900,6 +901,11 @@ class Bookie:
         info = self.storage.info(req.ledger_id)
         if info is None:
             return self._missing(req, None, StatusCode.ENOLEDGER)
+        if info.limbo and not self.config.unsafe_skip_limbo:
+            # A list is an explicit negative for every id it leaves out, and a limbo ledger
+            # may have lost entries it acknowledged: the auditor must not take the holes for
+            # missing data (nor an empty list for "nothing was ever here").
+            return Response.to(req, StatusCode.EUNKNOWN)
         body = AvailabilityOfEntries.encode(self.storage.entry_ids(req.ledger_id))
         return Response.to(req, StatusCode.EOK, body=body)
 

@@ -1,4 +1,5 @@
-"""BP-34 availability of entries: the BP's own examples, round trips and corrupt input."""
+"""BP-34 availability of entries: the BP's own examples, BookKeeper's bytes, round trips and
+corrupt input."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from embedlog.auditor.availability import (
 )
 
 
-def header(num_entries: int, version: int = 0) -> bytes:
-    return struct.pack(">ii", version, num_entries) + bytes(HEADER_SIZE - 8)
+def header(num_groups: int, version: int = 0) -> bytes:
+    return struct.pack(">ii", version, num_groups) + bytes(HEADER_SIZE - 8)
 
 
 def group(first: int, last: int, size: int, period: int) -> bytes:
@@ -33,7 +34,7 @@ EXAMPLE_2 = [1, 2, 3, 6, 7, 8, 11, 13, 16, 17, 18, 21, 22]
 
 def test_bp_example_1_best_case() -> None:
     data = AvailabilityOfEntries.encode(EXAMPLE_1)
-    assert data == header(8) + group(1, 10, 2, 3)
+    assert data == header(1) + group(1, 10, 2, 3)
     decoded = AvailabilityOfEntries.decode(data)
     assert decoded.groups == [SequenceGroup(1, 10, 2, 3)]
     assert decoded.num_entries == 8
@@ -43,7 +44,7 @@ def test_bp_example_1_best_case() -> None:
 def test_bp_example_2_missing_entry() -> None:
     data = AvailabilityOfEntries.encode(EXAMPLE_2)
     assert data == (
-        header(13)
+        header(4)
         + group(1, 6, 3, 5)
         + group(11, 13, 1, 2)
         + group(16, 16, 3, 0)
@@ -57,6 +58,101 @@ def test_bp_example_2_missing_entry() -> None:
     ] == [(1, 6, 3, 5), (11, 13, 1, 2), (16, 16, 3, 0), (21, 21, 2, 0)]
     assert decoded.entry_ids() == EXAMPLE_2
     assert not decoded.contains(12)
+
+
+# -- BookKeeper's bytes ------------------------------------------------------------------------
+#
+# org.apache.bookkeeper.util.AvailabilityOfEntriesOfLedger: header = int version 0, int number of
+# sequence groups, 56 zero bytes; then per group long firstSequenceStart, long lastSequenceStart,
+# int sequenceSize, int sequencePeriod, all big-endian. The expected bytes below are spelled out
+# in hex from that layout, not built with the helpers above.
+
+ZEROS_56 = "00" * 56
+
+
+def hexheader(num_groups: int) -> str:
+    return "00000000" + f"{num_groups:08x}" + ZEROS_56
+
+
+def hexgroup(first: int, last: int, size: int, period: int) -> str:
+    return f"{first:016x}{last:016x}{size:08x}{period:08x}"
+
+
+@pytest.mark.parametrize(
+    ("ids", "expected_hex"),
+    [
+        # version 0, 0 groups; version 0, 1 group: entry 5 alone
+        ([], "0000000000000000" + ZEROS_56),
+        ([5], "0000000000000001" + ZEROS_56 + "000000000000000500000000000000050000000100000000"),
+        # BP example 1: 8 entries, one group: bytes 4-7 say 1, not 8.
+        (
+            [1, 2, 4, 5, 7, 8, 10, 11],
+            "0000000000000001" + ZEROS_56 + "0000000000000001000000000000000a0000000200000003",
+        ),
+        # BP example 2: 13 entries, four groups.
+        (
+            EXAMPLE_2,
+            hexheader(4)
+            + hexgroup(1, 6, 3, 5)
+            + hexgroup(11, 13, 1, 2)
+            + hexgroup(16, 16, 3, 0)
+            + hexgroup(21, 21, 2, 0),
+        ),
+        # A round-robin bookie (E5 WQ3, slot 3) of 6001 entries: two groups.
+        (
+            [e for e in range(10_001) if e % 5 in (0, 3, 4)],
+            hexheader(2) + hexgroup(0, 0, 1, 0) + hexgroup(3, 9998, 3, 5),
+        ),
+    ],
+)
+def test_encoding_byte_for_byte(ids: list[int], expected_hex: str) -> None:
+    assert AvailabilityOfEntries.encode(ids) == bytes.fromhex(expected_hex)
+    decoded = AvailabilityOfEntries.decode(bytes.fromhex(expected_hex))
+    assert decoded.entry_ids() == sorted(ids) and decoded.num_entries == len(ids)
+
+
+# What BookKeeper's encoder writes: it never adds a second sequence to a group, so every group is
+# one sequence with period 0 (the header counts them).
+@pytest.mark.parametrize(
+    ("bookkeeper_hex", "ids"),
+    [
+        (
+            hexheader(4)
+            + hexgroup(1, 1, 2, 0)
+            + hexgroup(4, 4, 2, 0)
+            + hexgroup(7, 7, 2, 0)
+            + hexgroup(10, 10, 2, 0),
+            EXAMPLE_1,
+        ),
+        (
+            hexheader(6)
+            + hexgroup(1, 1, 3, 0)
+            + hexgroup(6, 6, 3, 0)
+            + hexgroup(11, 11, 1, 0)
+            + hexgroup(13, 13, 1, 0)
+            + hexgroup(16, 16, 3, 0)
+            + hexgroup(21, 21, 2, 0),
+            EXAMPLE_2,
+        ),
+        (
+            hexheader(3)
+            + hexgroup(0, 0, 3, 0)
+            + hexgroup(2**40, 2**40, 1, 0)
+            + hexgroup(2**63 - 2, 2**63 - 2, 2, 0),
+            [0, 1, 2, 2**40, 2**63 - 2, 2**63 - 1],
+        ),
+    ],
+)
+def test_decodes_bookkeepers_one_group_per_sequence(bookkeeper_hex: str, ids: list[int]) -> None:
+    data = bytes.fromhex(bookkeeper_hex)
+    decoded = AvailabilityOfEntries.decode(data)
+    assert decoded.entry_ids() == ids and decoded.num_entries == len(ids)
+    assert all(decoded.contains(e) for e in ids)
+    assert not any(decoded.contains(e) for e in (3, 9, 12, 2**40 + 1) if e not in ids)
+    assert decoded.to_bytes() == data  # decoded as received, groups and all
+    # Our own encoding of the same entries is the greedy one, and means the same.
+    ours = AvailabilityOfEntries.decode(AvailabilityOfEntries.encode(ids))
+    assert len(ours.groups) <= len(decoded.groups) and ours.entry_ids() == ids
 
 
 def test_round_robin_bookie_is_one_group() -> None:
@@ -171,7 +267,7 @@ def test_grouping_is_maximal(ids: set[int]) -> None:
 
 def test_contains_does_not_expand() -> None:
     # Half of 2**62 entries: expanding them would never finish, contains() is arithmetic.
-    data = header(2**30) + group(0, 2**31 - 2, 1, 2)
+    data = header(1) + group(0, 2**31 - 2, 1, 2)
     decoded = AvailabilityOfEntries.decode(data)
     assert decoded.num_entries == 2**30
     assert decoded.contains(2**31 - 2) and not decoded.contains(2**31 - 1)
@@ -190,17 +286,21 @@ def test_contains_does_not_expand() -> None:
         (header(1) + group(0, 0, 1, 0) + b"\x00", "whole 24-byte"),
         (header(0, version=1), "unsupported version 1"),
         (header(0, version=-1), "unsupported version"),
-        (header(5) + group(0, 0, 1, 0), "header says 5 entries"),
-        (header(0) + group(0, 0, 1, 0), "header says 0 entries"),
-        (header(1), "header says 1 entries"),
+        # The group count must match the records that follow.
+        (header(5) + group(0, 0, 1, 0), "header says 5 sequence groups but 88 bytes hold 1"),
+        (header(0) + group(0, 0, 1, 0), "header says 0 sequence groups"),
+        (header(1), "header says 1 sequence groups but 64 bytes hold 0"),
+        (header(-1), "header says -1 sequence groups"),
+        # The BP's prose (entries in the header): BookKeeper would read 8 records here.
+        (header(8) + group(1, 10, 2, 3), "header says 8 sequence groups"),
         (header(1) + group(-3, -3, 1, 0), "negative entry id"),
-        (header(0) + group(0, 0, 0, 0), "sequence size must be positive"),
-        (header(2) + group(5, 0, 1, 0), "last sequence starts before"),
-        (header(2) + group(0, 4, 1, 0), "period must exceed"),
-        (header(4) + group(0, 4, 2, 2), "period must exceed"),
-        (header(2) + group(0, 5, 1, 2), "whole number of periods"),
+        (header(1) + group(0, 0, 0, 0), "sequence size must be positive"),
+        (header(1) + group(5, 0, 1, 0), "last sequence starts before"),
+        (header(1) + group(0, 4, 1, 0), "period must exceed"),
+        (header(1) + group(0, 4, 2, 2), "period must exceed"),
+        (header(1) + group(0, 5, 1, 2), "whole number of periods"),
         (header(2) + group(0, 0, 1, 0) + group(0, 0, 1, 0), "not after the previous"),
-        (header(4) + group(0, 0, 3, 0) + group(2, 2, 1, 0), "not after the previous"),
+        (header(2) + group(0, 0, 3, 0) + group(2, 2, 1, 0), "not after the previous"),
         (header(2) + group(10, 10, 1, 0) + group(3, 3, 1, 0), "not after the previous"),
         (header(1) + group(2**63 - 1, 2**63 - 1, 2, 0), "overflow"),
     ],

@@ -8,7 +8,8 @@ from auditor_helpers import replace_disks, set_rack, write_closed
 
 from embedlog.auditor.checker import MetadataChecker
 from embedlog.auditor.replication import LedgerRepair, Replicator
-from embedlog.auditor.rules import assigned_entries, format_ids, replace_bookie
+from embedlog.auditor.rules import assigned_entries, format_ids, fragment_ranges, swap_bookie
+from embedlog.cluster import repair_client_name
 from embedlog.transport.base import Transport
 from embedlog.wire.messages import OpCode
 
@@ -78,6 +79,34 @@ def test_timeouts_are_unknown_and_rechecked(cluster) -> None:
     # A transient fault: once healed, the recheck finds the bookie and nothing is reported.
     cluster.network.heal()
     assert checker(cluster, request_timeout=0.2).run().violations == []
+
+
+def test_limbo_ledger_is_unknown_never_missing(make_cluster) -> None:
+    # BP-46 meets BP-34: a bookie that crashed without a journal lost what it acknowledged
+    # and holds the ledger in limbo until its repair ran. Its holes are not knowledge: it
+    # answers LIST_ENTRIES with EUNKNOWN, which the checker treats like a timeout.
+    cluster = make_cluster(
+        3, journal_write_data=False, flush_interval=3600.0, repair_retry_interval=0.2
+    )
+    lid = write_closed(cluster, 12)
+    victim = cluster.metadata.read_ledger(lid).ensembles[0][0]
+    cluster.crash_bookie(victim)  # nothing was flushed: every entry of the ledger is gone
+    for peer in cluster.bookie_ids:
+        if peer != victim:
+            cluster.network.block(repair_client_name(victim), peer)  # keep it in limbo
+    cluster.start_bookie(victim)
+    assert cluster.bookie(victim).ledger_info(lid).limbo
+
+    report = checker(cluster, rechecks=2).run()
+
+    assert [(c, ledger) for c, ledger, _ in report.violations] == [("bookie_unavailable", lid)]
+    detail = report.violations[0].detail
+    assert victim in detail and "EUNKNOWN" in detail and "still registered" in detail
+    assert report.ledgers[lid].missing == {}
+
+    cluster.network.heal()
+    cluster.wait_repaired(victim)  # BP-46 phase two copies the lost entries back
+    assert checker(cluster).run().violations == []
 
 
 def test_rack_placement_violation(make_cluster) -> None:
@@ -152,9 +181,8 @@ def test_metadata_changed_during_the_check_is_analysed_again(make_cluster) -> No
     replace_disks(cluster, victim)
 
     def swap() -> None:
-        cluster.metadata.write_ledger(
-            replace_bookie(cluster.metadata.read_ledger(lid), victim, spare)
-        )
+        md = cluster.metadata.read_ledger(lid)
+        cluster.metadata.write_ledger(swap_bookie(md, victim, spare, fragment_ranges(md)))
 
     hooked = _Hooked(cluster.transport, victim, swap)
     report = MetadataChecker(cluster.metadata, hooked, cluster.runtime, recheck_delay=0).run()

@@ -123,6 +123,30 @@ def test_list_entries_uses_the_bp34_encoding(harness):
     assert AvailabilityOfEntries.decode(body).entry_ids() == [0, 1, 3, 4, 6]
 
 
+def test_list_entries_of_a_limbo_ledger_is_unknown(harness):
+    # Its holes may be acknowledged entries lost in a crash: never an explicit list.
+    h = harness()
+    h.boot()
+    for i in (0, 1, 3):
+        h.add(2, i)
+    h.run(h.bookie.set_ledger_state(2, limbo=True))
+    resp = h.request(OpCode.LIST_ENTRIES, 2)
+    assert (resp.status, resp.body) == (StatusCode.EUNKNOWN, b"")
+    assert h.request(OpCode.LIST_ENTRIES, 99).status == StatusCode.ENOLEDGER  # never held
+    h.run(h.bookie.clear_limbo([2]))
+    body = h.request(OpCode.LIST_ENTRIES, 2).body
+    assert AvailabilityOfEntries.decode(body).entry_ids() == [0, 1, 3]
+
+    # unsafe_skip_limbo answers as if there were no limbo, here as for reads.
+    unsafe = harness(unsafe_skip_limbo=True)
+    unsafe.boot("b2")
+    unsafe.add(2, 0)
+    unsafe.run(unsafe.bookie.set_ledger_state(2, limbo=True))
+    resp = unsafe.request(OpCode.LIST_ENTRIES, 2)
+    assert resp.status == StatusCode.EOK
+    assert AvailabilityOfEntries.decode(resp.body).entry_ids() == [0]
+
+
 def test_delete_and_trim(harness):
     h = harness()
     h.boot()
