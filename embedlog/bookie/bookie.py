@@ -57,12 +57,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Journal records: b"A" ledger entry | entry (one add); b"B" ledger | ADD_BATCH body
-# (several entries of one ledger, as pack_entries frames them); b"S" ledger | state JSON.
+# (several entries of one ledger, as pack_entries frames them); b"S" ledger | state JSON;
+# b"T" ledger entry | state JSON (an unbounded ledger's truncation: the entries above
+# ``entry`` dropped and the state, whose truncated_term says so, set in one record).
 _ADD = struct.Struct(">cqq")
 # What parse_batch gives: the entries accepted, each one's verdict (None: all EOK), max LAC.
 Batch = tuple[dict[int, bytes], list[int] | None, int]
 _BATCH = struct.Struct(">cq")
 _STATE = struct.Struct(">cq")
+_TRUNCATE = struct.Struct(">cqq")
 
 
 class _AddPlan:
@@ -308,6 +311,12 @@ class Bookie:
             elif kind == b"S":
                 _, lid = _STATE.unpack_from(payload)
                 self.storage.set_info(lid, LedgerInfo.from_json(payload[_STATE.size :]))
+            elif kind == b"T":
+                # The checkpoint is before this record, so its cut may not have reached
+                # the index: redo it (a no-op if it had), in journal order with the adds.
+                _, lid, eid = _TRUNCATE.unpack_from(payload)
+                self.storage.set_info(lid, LedgerInfo.from_json(payload[_TRUNCATE.size :]))
+                self.storage.cut_replayed(lid, "above", eid)
             end = lsn + 8 + len(payload)
             count += 1
         if count:
@@ -697,8 +706,7 @@ class Bookie:
         if isinstance(plan, Response):
             return plan
         if plan.truncate:
-            assert self.storage is not None and self.journal is not None
-            await self.storage.cut(req.ledger_id, "above", req.entry_id, self.journal.lsn)
+            await self._truncate(req.ledger_id, plan.info, req.entry_id, req.term)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._store_add(req, plan, settle(fut))
         await fut
@@ -750,15 +758,8 @@ class Bookie:
             info.lafr = req.lafr
             if not changed:
                 storage.set_info(lid, info)
-        truncate = False
-        if req.flags & AddFlags.TRUNCATE and (
-            req.term == NO_TERM or req.term > info.truncated_term
-        ):
-            # Once per term: a delayed duplicate of this term's no-op (its sender retried)
-            # must not delete what the new writer appended after the takeover completed.
-            info.truncated_term = req.term
-            term_changed = True
-            truncate = True
+        # Whether it still cuts is decided by _truncate, where no other truncation runs.
+        truncate = bool(req.flags & AddFlags.TRUNCATE)
         plan = _AddPlan(info, accepted, lac, changed, term_changed, truncate)
         plan.batch = batch is not None
         plan.statuses = statuses
@@ -938,19 +939,47 @@ class Bookie:
         refused, changed = self._check_term(req, info)
         if refused:
             return Response.to(req, StatusCode.EINVALIDTERM, term=info.term)
-        if req.term > info.truncated_term:
-            # Durable first: a duplicate of this request must never cut again in this term
-            # (by then the writer may have stored the new fragment's entries here).
-            info.truncated_term = req.term
-            fut = self._journal_state(lid, info, wait=True)
-            assert fut is not None
-            await fut
-            await self.storage.cut(lid, "above", req.entry_id, self.journal.lsn)
-        elif changed:
+        if not await self._truncate(lid, info, req.entry_id, req.term) and changed:
             fut = self._journal_state(lid, info, wait=True)
             assert fut is not None
             await fut
         return Response.to(req, StatusCode.EOK, term=req.term)
+
+    async def _truncate(self, lid: int, info: LedgerInfo, at: int, term: int) -> bool:
+        """Drop the ledger's entries above ``at``, once per ``term`` (``truncated_term``);
+        False if this term's truncation was done already.
+
+        Once per term: a delayed duplicate of the request (its sender retried) must not
+        delete what the new term stored after the first one was answered. So the flag
+        and the cut become durable together: one journal record carries both (replay
+        redoes the cut), and the cut's index batch carries the flag; a crash between
+        the two halves can never leave a flag that makes the retry skip a cut not made.
+        Decided under the lock: a duplicate that comes while the first one is cutting
+        waits for that cut to be durable rather than being answered before it.
+        """
+        storage, journal = self.storage, self.journal
+        assert storage is not None and journal is not None
+        async with storage.exclusive():
+            info = storage.info(lid) or info
+            if term != NO_TERM and term <= info.truncated_term:
+                return False
+            before = info.truncated_term
+            info.truncated_term = term
+            storage.set_info(lid, info)
+            storage.drop_cached(lid, "above", at)
+            durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            try:
+                journal.append_then(_TRUNCATE.pack(b"T", lid, at) + info.to_json(), settle(durable))
+                await durable
+                await storage.cut_locked(lid, "above", at, journal.lsn)
+            except BaseException:
+                # Nothing of the cut reached the index: a retry must cut. (If the record
+                # is durable, replay would redo it; a flush that moves the checkpoint past
+                # it writes this state instead. Either way flag and cut go together.)
+                info.truncated_term = before
+                raise
+            await storage.collect_locked(lid)
+        return True
 
     # -- inspection --------------------------------------------------------------------------
 
