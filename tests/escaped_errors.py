@@ -75,7 +75,10 @@ def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
     return (yield)
 
 
-@pytest.hookimpl(wrapper=True)
+# tryfirst: the outermost wrapper, so this runs after pytest's logging plugin let go of
+# the test's log records, whose arguments may hold the last reference to a failed future
+# (through the exception's traceback frames).
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     # After every fixture's teardown (clusters stopped, loops closed): what the test left.
     result = yield
