@@ -334,7 +334,7 @@ class Bookie:
             "; ".join(self.suspicion),
         )
         ledgers = await self.ledgers_with_me()
-        last: asyncio.Future[None] | None = None
+        assert self.journal is not None
         for md in ledgers:
             plan = protection_for(md, skip_fence=cfg.unsafe_skip_fence_on_boot)
             info = self.storage.info(md.ledger_id) or LedgerInfo()
@@ -344,9 +344,10 @@ class Bookie:
             info.limbo = info.limbo or plan.limbo
             if plan.term is not None and plan.term > info.term:
                 info.term = plan.term
-            last = self._journal_state(md.ledger_id, info, wait=True)
-        if last is not None:
-            await last  # one journal group: every state before it is durable too
+            self._journal_state(md.ledger_id, info, wait=False)
+        # One wait for the whole group (a future per ledger would leave all but the one
+        # awaited with an error nobody retrieves when the journal write fails).
+        await self.journal.sync()
         self.protected_ledgers = len(ledgers)
         if self.cookie_problem is not None:
             cookies.write_cookies(cfg, self.metadata)
@@ -406,15 +407,16 @@ class Bookie:
         self.storage.put(ledger_id, entry_id, body)
 
     async def clear_limbo(self, ledger_ids: list[int]) -> None:
-        assert self.storage is not None
-        last: asyncio.Future[None] | None = None
+        assert self.storage is not None and self.journal is not None
+        cleared = False
         for lid in ledger_ids:
             info = self.storage.info(lid)
             if info is not None and info.limbo:
                 info.limbo = False
-                last = self._journal_state(lid, info, wait=True)
-        if last is not None:
-            await last
+                self._journal_state(lid, info, wait=False)
+                cleared = True
+        if cleared:
+            await self.journal.sync()  # one wait for all (see _phase_one)
 
     def first_live_entry(self, ledger_id: int) -> int | None:
         return self._first_live.get(ledger_id)
