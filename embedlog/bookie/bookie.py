@@ -595,7 +595,7 @@ class Bookie:
             if req.op in (OpCode.DELETE_LEDGER, OpCode.TRIM):
                 return await self._cut(req)
             return Response.to(req, StatusCode.EBADREQ)
-        except (BookieIOError, OSError) as exc:
+        except Exception as exc:
             return self._failed(req, exc)
 
     def handle_nowait(self, req: Request, reply: Reply) -> asyncio.Task[Response] | None:
@@ -673,12 +673,17 @@ class Bookie:
 
     def _failed(self, req: Request, exc: BaseException) -> Response:
         """The answer to a request that hit a disk error; raises BookieGoneError if the
-        error is this bookie crashing or stopping (then there is no answer at all)."""
+        bookie crashed or stopped under the request (then there is no answer at all), and
+        ``exc`` itself if it is no disk error.
+
+        Whatever a request meets once its bookie is gone (closed files, shut executors,
+        a journal failing its waiters) is the crash showing, not a failure of its own:
+        it ends unanswered, quietly, like the bookie."""
+        if self._state is not BookieState.SERVING:
+            raise BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}") from exc
         if isinstance(exc, BookieIOError):
             log.error("bookie %s: %s", self.bookie_id, exc)
             return self._refusal(req, StatusCode.EIO)
-        if self._state is not BookieState.SERVING:
-            raise BookieGoneError(str(exc)) from exc
         if not isinstance(exc, OSError):
             raise exc
         log.error("bookie %s: disk error: %s; going read-only", self.bookie_id, exc)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from harness import KEY
+
 from embedlog.auditor.availability import AvailabilityOfEntries
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import master_key
@@ -152,3 +154,34 @@ def test_unknown_settings_are_named():
         BookieConfig.from_settings("b", ".", flush_intervall=1)
     with pytest.raises(ValueError, match="flush_interval must be > 0"):
         BookieConfig.from_settings("b", ".", flush_interval=0)
+
+
+def test_a_request_still_running_when_the_bookie_crashes_ends_as_gone(harness, caplog):
+    """The bookie's executors and files are gone under a request that was waiting; what it
+    meets next is the crash, not a failure to answer EIO and log a traceback for."""
+    import pytest
+
+    from embedlog.transport.server import BookieGoneError
+
+    h = harness()
+    bookie = h.boot()
+    assert h.add(4, 0).status == StatusCode.EOK
+    gate = asyncio.Event()
+    real_cut = bookie.storage.cut
+
+    async def cut_after_gate(*args):
+        await gate.wait()
+        return await real_cut(*args)
+
+    bookie.storage.cut = cut_after_gate
+
+    async def main():
+        delete = asyncio.ensure_future(h.serve(Request(OpCode.DELETE_LEDGER, 1, 4, master_key=KEY)))
+        await asyncio.sleep(0.01)  # the request waits at the gate
+        bookie.crash()
+        gate.set()
+        with pytest.raises(BookieGoneError):
+            await delete
+
+    h.run(main())
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
