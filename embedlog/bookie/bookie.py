@@ -510,11 +510,16 @@ class Bookie:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_interval)
-            try:
-                await self.flush()
-            except OSError as exc:
-                log.error("bookie %s: flush failed (%s); going read-only", self.bookie_id, exc)
-                self._go_readonly()
+            await self._flush_in_background()
+
+    async def _flush_in_background(self) -> None:
+        """A flush nobody waits for (periodic, or early for a full write cache): its disk
+        error is handled here, where the bookie decides to stop taking adds."""
+        try:
+            await self.flush()
+        except OSError as exc:
+            log.error("bookie %s: flush failed (%s); going read-only", self.bookie_id, exc)
+            self._go_readonly()
 
     async def flush(self) -> None:
         assert self.journal is not None and self.storage is not None
@@ -527,7 +532,9 @@ class Bookie:
         if self.storage.cache_bytes > self.config.write_cache_max_bytes and (
             self._background_flush is None or self._background_flush.done()
         ):
-            self._background_flush = asyncio.get_running_loop().create_task(self.flush())
+            self._background_flush = asyncio.get_running_loop().create_task(
+                self._flush_in_background()
+            )
 
     def _go_readonly(self) -> None:
         if not self.readonly:
