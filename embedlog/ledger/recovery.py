@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from embedlog.errors import (
+    BKError,
     DigestMismatchError,
     InvalidTermError,
     LedgerRecoveryError,
@@ -59,8 +60,12 @@ def settle_later(futures: Iterable[asyncio.Future[Any]]) -> None:
 
 
 def _outcome_dropped(f: asyncio.Future[Any]) -> None:
-    if not f.cancelled() and (exc := f.exception()) is not None:
+    if f.cancelled() or (exc := f.exception()) is None:
+        return
+    if isinstance(exc, BKError):  # an answer (another term, a refusal) that came too late
         log.debug("a request whose outcome was no longer needed failed: %r", exc)
+    else:  # not an answer at all: a bug, which must not go unseen for coming late
+        log.error("a request whose outcome was no longer needed failed", exc_info=exc)
 
 
 def check_password(md: LedgerMetadata, password: bytes) -> None:

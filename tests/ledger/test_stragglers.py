@@ -65,6 +65,23 @@ def test_a_fence_straggler_that_fails_after_coverage(caplog):
     assert unhandled(caplog) == []
 
 
+def test_a_straggler_that_fails_of_a_bug_is_logged_not_dropped(caplog):
+    async def ask(bookie):
+        if bookie == "b3":
+            await asyncio.sleep(0.05)
+            raise ValueError("not an answer: a bug")
+        return 1
+
+    async def main():
+        assert (await until_covered(ENSEMBLE, 2, ask))[0]
+        await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    assert unhandled(caplog) == []
+    [record] = [r for r in caplog.records if r.name == "embedlog.ledger.recovery"]
+    assert record.levelname == "ERROR" and "not an answer: a bug" in caplog.text
+
+
 def test_the_other_asks_when_one_aborts_coverage(caplog):
     async def ask(bookie):
         await asyncio.sleep(0.01 if bookie == "b1" else 0.05)
