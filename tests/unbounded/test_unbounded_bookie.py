@@ -99,6 +99,10 @@ def test_a_truncation_cut_short_by_a_crash_is_redone_not_skipped(
     assert truncate().status != StatusCode.EOK
     cluster.crash_bookie(b)
     cluster.start_bookie(b)
+    # The flag only with its cut.
+    after_reboot = cluster.bookie(b)
+    if after_reboot.ledger_info(LID).truncated_term == 2:
+        assert after_reboot.ledger_entries(LID) == [0, 1, 2]
     # The sender retries in the same term (its first attempt was not acknowledged).
     resp = truncate()
     assert (resp.status, resp.term) == (StatusCode.EOK, 2)
