@@ -85,6 +85,45 @@ def test_truncate_flag_deletes_entries_above(harness):
     assert h.bookie.ledger_entries(6) == [0, 1, 2]  # the journal does not bring them back
 
 
+def test_a_duplicate_truncation_is_answered_only_once_the_first_ones_cut_is_durable(harness):
+    """Without the journal (BP-46) a plain add is answered from the write cache; a no-op
+    whose truncation a duplicate already started must still wait for that truncation to be
+    durable: answered earlier, a crash could leave the writer counting on a cut never made."""
+    import threading
+
+    from harness import entry
+
+    h = harness(journal_write_data=False, flush_interval=3600.0)
+    bookie = h.boot()
+    for eid in range(4):
+        assert h.add(8, eid, term=1).status == StatusCode.EOK
+    release = threading.Event()
+    real_write = bookie.journal._write
+
+    def held_write(*args):
+        release.wait(10)
+        return real_write(*args)
+
+    bookie.journal._write = held_write
+    noop = AddFlags.RECOVERY | AddFlags.TRUNCATE | AddFlags.NOOP
+
+    def truncate():
+        req = Request(OpCode.ADD, 0, 8, 2, noop, 2, 0, KEY, entry(8, 2, b""))
+        return asyncio.ensure_future(h.serve(req))
+
+    async def main():
+        first = truncate()
+        await asyncio.sleep(0.05)  # its truncation record waits for the journal
+        second = truncate()
+        await asyncio.sleep(0.05)
+        assert not second.done()
+        release.set()
+        assert (await first).status == (await second).status == StatusCode.EOK
+
+    h.run(main())
+    assert bookie.ledger_entries(8) == [0, 1, 2]
+
+
 def test_limbo_answers_unknown_instead_of_negatives(harness):
     h = harness()
     h.boot()
