@@ -8,7 +8,7 @@ import pytest
 from embedlog import LocalCluster
 
 sys.path.insert(0, str(Path(__file__).parent))
-pytest_plugins = ["zkserver"]
+pytest_plugins = ["zkserver", "escaped_errors", "pytester"]
 
 
 @pytest.fixture

@@ -58,12 +58,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Journal records: b"A" ledger entry | entry (one add); b"B" ledger | ADD_BATCH body
-# (several entries of one ledger, as pack_entries frames them); b"S" ledger | state JSON.
+# (several entries of one ledger, as pack_entries frames them); b"S" ledger | state JSON;
+# b"T" ledger entry | state JSON (an unbounded ledger's truncation: the entries above
+# ``entry`` dropped and the state, whose truncated_term says so, set in one record).
 _ADD = struct.Struct(">cqq")
 # What parse_batch gives: the entries accepted, each one's verdict (None: all EOK), max LAC.
 Batch = tuple[dict[int, bytes], list[int] | None, int]
 _BATCH = struct.Struct(">cq")
 _STATE = struct.Struct(">cq")
+_TRUNCATE = struct.Struct(">cqq")
 
 
 class _AddPlan:
@@ -306,6 +309,12 @@ class Bookie:
             elif kind == b"S":
                 _, lid = _STATE.unpack_from(payload)
                 self.storage.set_info(lid, LedgerInfo.from_json(payload[_STATE.size :]))
+            elif kind == b"T":
+                # The checkpoint is before this record, so its cut may not have reached
+                # the index: redo it (a no-op if it had), in journal order with the adds.
+                _, lid, eid = _TRUNCATE.unpack_from(payload)
+                self.storage.set_info(lid, LedgerInfo.from_json(payload[_TRUNCATE.size :]))
+                self.storage.cut_replayed(lid, "above", eid)
             end = lsn + 8 + len(payload)
             count += 1
         if count:
@@ -323,7 +332,7 @@ class Bookie:
             "; ".join(self.suspicion),
         )
         ledgers = await self.ledgers_with_me()
-        last: asyncio.Future[None] | None = None
+        assert self.journal is not None
         for md in ledgers:
             plan = protection_for(md, skip_fence=cfg.unsafe_skip_fence_on_boot)
             info = self.storage.info(md.ledger_id) or LedgerInfo()
@@ -333,9 +342,10 @@ class Bookie:
             info.limbo = info.limbo or plan.limbo
             if plan.term is not None and plan.term > info.term:
                 info.term = plan.term
-            last = self._journal_state(md.ledger_id, info, wait=True)
-        if last is not None:
-            await last  # one journal group: every state before it is durable too
+            self._journal_state(md.ledger_id, info, wait=False)
+        # One wait for the whole group (a future per ledger would leave all but the one
+        # awaited with an error nobody retrieves when the journal write fails).
+        await self.journal.sync()
         self.protected_ledgers = len(ledgers)
         if self.cookie_problem is not None:
             cookies.write_cookies(cfg, self.metadata)
@@ -395,15 +405,16 @@ class Bookie:
         self.storage.put(ledger_id, entry_id, body)
 
     async def clear_limbo(self, ledger_ids: list[int]) -> None:
-        assert self.storage is not None
-        last: asyncio.Future[None] | None = None
+        assert self.storage is not None and self.journal is not None
+        cleared = False
         for lid in ledger_ids:
             info = self.storage.info(lid)
             if info is not None and info.limbo:
                 info.limbo = False
-                last = self._journal_state(lid, info, wait=True)
-        if last is not None:
-            await last
+                self._journal_state(lid, info, wait=False)
+                cleared = True
+        if cleared:
+            await self.journal.sync()  # one wait for all (see _phase_one)
 
     def repair_finished(self) -> None:
         assert self.storage is not None
@@ -494,11 +505,16 @@ class Bookie:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_interval)
-            try:
-                await self.flush()
-            except OSError as exc:
-                log.error("bookie %s: flush failed (%s); going read-only", self.bookie_id, exc)
-                self._go_readonly()
+            await self._flush_in_background()
+
+    async def _flush_in_background(self) -> None:
+        """A flush nobody waits for (periodic, or early for a full write cache): its disk
+        error is handled here, where the bookie decides to stop taking adds."""
+        try:
+            await self.flush()
+        except OSError as exc:
+            log.error("bookie %s: flush failed (%s); going read-only", self.bookie_id, exc)
+            self._go_readonly()
 
     async def flush(self) -> None:
         assert self.journal is not None and self.storage is not None
@@ -511,7 +527,9 @@ class Bookie:
         if self.storage.cache_bytes > self.config.write_cache_max_bytes and (
             self._background_flush is None or self._background_flush.done()
         ):
-            self._background_flush = asyncio.get_running_loop().create_task(self.flush())
+            self._background_flush = asyncio.get_running_loop().create_task(
+                self._flush_in_background()
+            )
 
     def _go_readonly(self) -> None:
         if not self.readonly:
@@ -579,7 +597,7 @@ class Bookie:
             if req.op in (OpCode.DELETE_LEDGER, OpCode.TRIM):
                 return await self._cut(req)
             return Response.to(req, StatusCode.EBADREQ)
-        except (BookieIOError, OSError) as exc:
+        except Exception as exc:
             return self._failed(req, exc)
 
     def handle_nowait(self, req: Request, reply: Reply) -> asyncio.Task[Response] | None:
@@ -657,12 +675,17 @@ class Bookie:
 
     def _failed(self, req: Request, exc: BaseException) -> Response:
         """The answer to a request that hit a disk error; raises BookieGoneError if the
-        error is this bookie crashing or stopping (then there is no answer at all)."""
+        bookie crashed or stopped under the request (then there is no answer at all), and
+        ``exc`` itself if it is no disk error.
+
+        Whatever a request meets once its bookie is gone (closed files, shut executors,
+        a journal failing its waiters) is the crash showing, not a failure of its own:
+        it ends unanswered, quietly, like the bookie."""
+        if self._state is not BookieState.SERVING:
+            raise BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}") from exc
         if isinstance(exc, BookieIOError):
             log.error("bookie %s: %s", self.bookie_id, exc)
             return self._refusal(req, StatusCode.EIO)
-        if self._state is not BookieState.SERVING:
-            raise BookieGoneError(str(exc)) from exc
         if not isinstance(exc, OSError):
             raise exc
         log.error("bookie %s: disk error: %s; going read-only", self.bookie_id, exc)
@@ -692,8 +715,7 @@ class Bookie:
         if isinstance(plan, Response):
             return plan
         if plan.truncate:
-            assert self.storage is not None and self.journal is not None
-            await self.storage.cut(req.ledger_id, "above", req.entry_id, self.journal.lsn)
+            await self._truncate(req.ledger_id, plan.info, req.entry_id, req.term)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._store_add(req, plan, settle(fut))
         await fut
@@ -745,15 +767,8 @@ class Bookie:
             info.lafr = req.lafr
             if not changed:
                 storage.set_info(lid, info)
-        truncate = False
-        if req.flags & AddFlags.TRUNCATE and (
-            req.term == NO_TERM or req.term > info.truncated_term
-        ):
-            # Once per term: a delayed duplicate of this term's no-op (its sender retried)
-            # must not delete what the new writer appended after the takeover completed.
-            info.truncated_term = req.term
-            term_changed = True
-            truncate = True
+        # Whether it still cuts is decided by _truncate, where no other truncation runs.
+        truncate = bool(req.flags & AddFlags.TRUNCATE)
         plan = _AddPlan(info, accepted, lac, changed, term_changed, truncate)
         plan.batch = batch is not None
         plan.statuses = statuses
@@ -936,19 +951,47 @@ class Bookie:
         refused, changed = self._check_term(req, info)
         if refused:
             return Response.to(req, StatusCode.EINVALIDTERM, term=info.term)
-        if req.term > info.truncated_term:
-            # Durable first: a duplicate of this request must never cut again in this term
-            # (by then the writer may have stored the new fragment's entries here).
-            info.truncated_term = req.term
-            fut = self._journal_state(lid, info, wait=True)
-            assert fut is not None
-            await fut
-            await self.storage.cut(lid, "above", req.entry_id, self.journal.lsn)
-        elif changed:
+        if not await self._truncate(lid, info, req.entry_id, req.term) and changed:
             fut = self._journal_state(lid, info, wait=True)
             assert fut is not None
             await fut
         return Response.to(req, StatusCode.EOK, term=req.term)
+
+    async def _truncate(self, lid: int, info: LedgerInfo, at: int, term: int) -> bool:
+        """Drop the ledger's entries above ``at``, once per ``term`` (``truncated_term``);
+        False if this term's truncation was done already.
+
+        Once per term: a delayed duplicate of the request (its sender retried) must not
+        delete what the new term stored after the first one was answered. So the flag
+        and the cut become durable together: one journal record carries both (replay
+        redoes the cut), and the cut's index batch carries the flag; a crash between
+        the two halves can never leave a flag that makes the retry skip a cut not made.
+        Decided under the lock: a duplicate that comes while the first one is cutting
+        waits for that cut to be durable rather than being answered before it.
+        """
+        storage, journal = self.storage, self.journal
+        assert storage is not None and journal is not None
+        async with storage.exclusive():
+            info = storage.info(lid) or info
+            if term != NO_TERM and term <= info.truncated_term:
+                return False
+            before = info.truncated_term
+            info.truncated_term = term
+            storage.set_info(lid, info)
+            storage.drop_cached(lid, "above", at)
+            durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            try:
+                journal.append_then(_TRUNCATE.pack(b"T", lid, at) + info.to_json(), settle(durable))
+                await durable
+                await storage.cut_locked(lid, "above", at, journal.lsn)
+            except BaseException:
+                # Nothing of the cut reached the index: a retry must cut. (If the record
+                # is durable, replay would redo it; a flush that moves the checkpoint past
+                # it writes this state instead. Either way flag and cut go together.)
+                info.truncated_term = before
+                raise
+            await storage.collect_locked(lid)
+        return True
 
     # -- inspection --------------------------------------------------------------------------
 

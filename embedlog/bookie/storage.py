@@ -135,7 +135,9 @@ class LedgerStorage:
         async with self._flush_lock:
             await self._flush_locked(checkpoint)
 
-    async def _flush_locked(self, checkpoint: int | None) -> None:
+    async def _flush_locked(
+        self, checkpoint: int | None, cut: tuple[int, Cut, int] | None = None
+    ) -> None:
         # The cache is handed to the flush whole and adds start a new one: nothing is copied
         # or removed entry by entry (the flush was a third of a bookie's work per add).
         # Entries being flushed stay readable until the index has them.
@@ -145,9 +147,12 @@ class LedgerStorage:
         infos += [(lid, None) for lid in self._deleted]
         self._dirty.clear()
         deleted = set(self._deleted)
+        written = infos
+        if cut is not None and cut[1] == "all":
+            written = [(lid, info) for lid, info in infos if lid != cut[0]] + [(cut[0], None)]
         try:
             await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._flush_sync, snapshot, infos, checkpoint
+                self._executor, self._flush_sync, snapshot, written, checkpoint, cut
             )
         except BaseException:
             # Nothing of this flush is known to be in the index: keep every state dirty,
@@ -173,6 +178,7 @@ class LedgerStorage:
         snapshot: dict[int, dict[int, bytes]],
         infos: list[tuple[int, LedgerInfo | None]],
         checkpoint: int | None,
+        cut: tuple[int, Cut, int] | None = None,
     ) -> None:
         locations = []
         for lid, entries in snapshot.items():
@@ -183,41 +189,65 @@ class LedgerStorage:
         deletes = [
             (lid, eid) for lid, info in infos if info is None for eid in self.index.entry_ids(lid)
         ]
+        if cut is not None and cut[1] != "all":
+            lid, how, at = cut
+            deletes += [(lid, e) for e in self.index.entry_ids(lid) if not _keeps(how, at, e)]
         self.index.commit(locations, infos, deletes, checkpoint)
+
+    def exclusive(self) -> asyncio.Lock:
+        """Held by a cut (``cut_locked``) and what must come just before it: no flush runs
+        meanwhile, so the index stays as it was when the cut was decided."""
+        return self._flush_lock
 
     async def cut(self, ledger_id: int, how: Cut, at: int, checkpoint: int) -> None:
         """Durably drop a ledger's entries: all of them, those below ``at``, or those above it.
 
-        Rare (ledger deletion, trimming, an unbounded ledger's truncate no-op), so it
-        flushes first, with a checkpoint so that journal replay can never bring the
-        dropped entries back, and then deletes from the index in one synced batch.
+        Rare (ledger deletion, trimming), so it flushes everything cached, in the same
+        synced index batch as the deletions and a checkpoint, so that journal replay can
+        never bring the dropped entries back.
         """
-
-        def keep(eid: int) -> bool:
-            return (how == "below" and eid >= at) or (how == "above" and eid <= at)
-
-        # All under the flush lock: no other flush can index entries of this ledger between
-        # the cut's own flush and its deletions, or be mid-way between writing an entry log
-        # and indexing it while the cut collects unreferenced logs.
         async with self._flush_lock:
-            await self._flush_locked(checkpoint)
-            cached = self.cache.get(ledger_id, {})
-            for eid in [e for e in cached if not keep(e)]:
-                self.cache_bytes -= len(cached.pop(eid))
-            doomed = [(ledger_id, e) for e in self.index.entry_ids(ledger_id) if not keep(e)]
-            infos: list[tuple[int, LedgerInfo | None]] = []
-            if how == "all":
-                self._infos.pop(ledger_id, None)
-                self._dirty.discard(ledger_id)
-                self.cache.pop(ledger_id, None)
-                infos = [(ledger_id, None)]
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, self.index.commit, [], infos, doomed, None)
-            # Entry logs that only held dropped entries (trimmed unbounded ledgers, deleted
-            # ledgers) can go: the index no longer points into them (synced above).
-            live = await loop.run_in_executor(self._executor, self.index.live_logs)
-            self.logs.remove_unreferenced(live)
-            await loop.run_in_executor(self._executor, self.index.compact_ledger, ledger_id)
+            self.drop_cached(ledger_id, how, at)
+            await self.cut_locked(ledger_id, how, at, checkpoint)
+            await self.collect_locked(ledger_id)
+
+    def drop_cached(self, ledger_id: int, how: Cut, at: int) -> None:
+        """The cut's effect on the write cache: the point in time the cut applies at (what
+        arrives later is kept, as a journal replay of the cut's record would keep it)."""
+        cached = self.cache.get(ledger_id)
+        if cached is None:
+            return
+        for eid in [e for e in cached if not _keeps(how, at, e)]:
+            self.cache_bytes -= len(cached.pop(eid))
+
+    def cut_replayed(self, ledger_id: int, how: Cut, at: int) -> None:
+        """A cut redone by journal replay, before the bookie serves: its record is before the
+        checkpoint the boot's flush will write, so a crash before then redoes it again."""
+        self.drop_cached(ledger_id, how, at)
+        doomed = [(ledger_id, e) for e in self.index.entry_ids(ledger_id) if not _keeps(how, at, e)]
+        if doomed:
+            self.index.commit([], [], doomed, None)
+
+    async def cut_locked(self, ledger_id: int, how: Cut, at: int, checkpoint: int) -> None:
+        """``cut`` (the cache already cut, ``drop_cached``) with ``exclusive()`` held: the
+        flush, the deletions, the ledger states (a truncation's flag among them) and the
+        checkpoint in one synced index batch, so no crash can keep one without the others."""
+        await self._flush_locked(checkpoint, (ledger_id, how, at))
+        if how == "all":
+            self._infos.pop(ledger_id, None)
+            self._dirty.discard(ledger_id)
+            gone = self.cache.pop(ledger_id, {})  # arrived for a ledger being deleted
+            self.cache_bytes -= sum(map(len, gone.values()))
+
+    async def collect_locked(self, ledger_id: int) -> None:
+        """After a cut, with ``exclusive()`` still held: free the space it left behind."""
+        # Entry logs that only held dropped entries (trimmed unbounded ledgers, deleted
+        # ledgers) can go: the index no longer points into them (synced above). Under the
+        # lock: no flush may be between writing an entry log and indexing it meanwhile.
+        loop = asyncio.get_running_loop()
+        live = await loop.run_in_executor(self._executor, self.index.live_logs)
+        self.logs.remove_unreferenced(live)
+        await loop.run_in_executor(self._executor, self.index.compact_ledger, ledger_id)
 
     def close(self) -> None:
         self._executor.submit(self._close_files).result()  # after any flush still running
@@ -238,3 +268,7 @@ class LedgerStorage:
     def _crash_files(self) -> None:
         self.logs.crash()
         self.index.close()
+
+
+def _keeps(how: Cut, at: int, entry_id: int) -> bool:
+    return (how == "below" and entry_id >= at) or (how == "above" and entry_id <= at)

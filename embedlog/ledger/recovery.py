@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 from embedlog.errors import (
+    BKError,
     DigestMismatchError,
     InvalidTermError,
     LedgerRecoveryError,
@@ -56,6 +57,23 @@ MAX_ATTEMPTS = 5
 T = TypeVar("T")
 
 
+def settle_later(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Futures whose outcome no longer decides anything (requests still running after a
+    decision, write-backs of a recovery that failed with their error): a failure they
+    end with is retrieved here, not reported by asyncio as never retrieved."""
+    for f in futures:
+        f.add_done_callback(_outcome_dropped)
+
+
+def _outcome_dropped(f: asyncio.Future[Any]) -> None:
+    if f.cancelled() or (exc := f.exception()) is None:
+        return
+    if isinstance(exc, BKError):  # an answer (another term, a refusal) that came too late
+        log.debug("a request whose outcome was no longer needed failed: %r", exc)
+    else:  # not an answer at all: a bug, which must not go unseen for coming late
+        log.error("a request whose outcome was no longer needed failed", exc_info=exc)
+
+
 def check_password(md: LedgerMetadata, password: bytes) -> None:
     if md.password_hash and md.password_hash != master_key(password).hex():
         raise UnauthorizedAccessError(f"ledger {md.ledger_id}: wrong password")
@@ -82,18 +100,22 @@ async def until_covered(
     answers: list[T] = []
     positive: set[int] = set()
     unknown: set[int] = set()
-    for fut in asyncio.as_completed([answer(i) for i in range(len(ensemble))]):
-        slot, yes = await fut
-        if yes is None:
-            unknown.add(slot)
-        else:
-            positive.add(slot)
-            answers.append(yes)
-        decision = fencing_decision(len(ensemble), write_quorum, ack_quorum, positive, unknown)
-        if decision is Decision.YES:
-            return True, answers, len(unknown)
-        if decision is Decision.STUCK:
-            break
+    asks = [asyncio.ensure_future(answer(i)) for i in range(len(ensemble))]
+    try:
+        for fut in asyncio.as_completed(asks):
+            slot, yes = await fut
+            if yes is None:
+                unknown.add(slot)
+            else:
+                positive.add(slot)
+                answers.append(yes)
+            decision = fencing_decision(len(ensemble), write_quorum, ack_quorum, positive, unknown)
+            if decision is Decision.YES:
+                return True, answers, len(unknown)
+            if decision is Decision.STUCK:
+                break
+    finally:
+        settle_later(asks)  # not cancelled: a straggler's fence (or term) still lands
     return False, answers, len(unknown)
 
 
@@ -190,8 +212,8 @@ async def recovery_read(
                 return decision, body
     finally:
         for t in tasks:
-            if not t.done():
-                t.cancel()
+            t.cancel()
+        settle_later(tasks)  # one may have failed just as another answer decided
     return Decision.STUCK, None  # unreachable: every answer was counted
 
 
@@ -250,6 +272,7 @@ async def read_forward(
     finally:
         for t in reads.values():
             t.cancel()
+        settle_later(reads.values())  # reads ahead of the end (or of the abort) may have failed
 
 
 async def recover_ledger(ctx: ClientContext, ledger_id: int, password: bytes) -> LedgerMetadata:
@@ -312,6 +335,7 @@ async def _recover_once(
         await asyncio.gather(*writes)
     except BaseException:
         writer.stop()
+        settle_later(writes)  # their error is the one raised here
         raise
     last = eid - 1
     closed = writer.md.evolve(state=LedgerState.CLOSED, last_entry_id=last)

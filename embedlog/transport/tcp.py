@@ -109,9 +109,13 @@ class BookieServer:
         if server is not None:
             server.close()
         readers = list(self._readers.items())
-        for writer, task in readers:
+        for writer, _task in readers:
+            # Not cancelled: the abort ends each connection's task through its own
+            # "client hung up" path. (A cancelled one made Python 3.11's StreamReaderProtocol
+            # callback raise CancelledError into the loop's exception handler.)
             writer.transport.abort()
-            task.cancel()
+        # Each ends normally (its errors are handled in _on_connection); only a task
+        # cancelled from outside, at loop shutdown, ends otherwise.
         await asyncio.gather(*(t for _, t in readers), return_exceptions=True)
         if server is not None:
             await server.wait_closed()
@@ -146,6 +150,10 @@ class BookieServer:
             log.warning("closing connection from %s: %s", peer, exc)
         except (ConnectionError, ssl.SSLError, OSError) as exc:
             log.debug("connection from %s failed: %s", peer, exc)
+        except Exception:
+            # Here or nowhere: asyncio's callback for a connection task that raised
+            # closes the transport without a word.
+            log.exception("connection from %s failed", peer)
         finally:
             self._readers.pop(writer, None)
             writer.transport.abort()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 
 from embedlog.bookie.entrylog import EntryLogs
@@ -59,3 +60,21 @@ def test_full_ledger_disk_fails_the_flush_without_losing_a_fence(harness, monkey
     h.boot()
     assert h.add(2, 1, b"old writer").status == StatusCode.EFENCED
     assert h.request(OpCode.READ, 2, 0).body.endswith(b"a")
+
+
+def test_a_full_disk_under_an_early_flush_makes_the_bookie_read_only(harness, monkeypatch):
+    """A write cache past its limit flushes at once, in the background: when that flush
+    meets the full disk the bookie goes read-only, as for its periodic flush (and the
+    error is handled there, not left in a task nobody awaits)."""
+    h = harness(flush_interval=3600.0, write_cache_max_bytes=1000)
+    h.boot()
+    monkeypatch.setattr(EntryLogs, "append_many", _no_space)
+    eid = 0
+    while not h.bookie.readonly:
+        assert eid < 100, "the early flushes never failed"
+        assert h.add(3, eid, b"x" * 300).status == StatusCode.EOK  # journaled: durable
+        h.run(asyncio.sleep(0.01))  # the early flush runs
+        eid += 1
+    assert h.add(3, eid, b"later").status == StatusCode.EREADONLY
+    for e in range(eid):
+        assert h.request(OpCode.READ, 3, e).status == StatusCode.EOK  # still cached

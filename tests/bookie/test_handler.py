@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from harness import KEY
+
 from embedlog.auditor.availability import AvailabilityOfEntries
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import master_key
@@ -81,6 +83,45 @@ def test_truncate_flag_deletes_entries_above(harness):
     h.crash()
     h.boot()
     assert h.bookie.ledger_entries(6) == [0, 1, 2]  # the journal does not bring them back
+
+
+def test_a_duplicate_truncation_is_answered_only_once_the_first_ones_cut_is_durable(harness):
+    """Without the journal (BP-46) a plain add is answered from the write cache; a no-op
+    whose truncation a duplicate already started must still wait for that truncation to be
+    durable: answered earlier, a crash could leave the writer counting on a cut never made."""
+    import threading
+
+    from harness import entry
+
+    h = harness(journal_write_data=False, flush_interval=3600.0)
+    bookie = h.boot()
+    for eid in range(4):
+        assert h.add(8, eid, term=1).status == StatusCode.EOK
+    release = threading.Event()
+    real_write = bookie.journal._write
+
+    def held_write(*args):
+        release.wait(10)
+        return real_write(*args)
+
+    bookie.journal._write = held_write
+    noop = AddFlags.RECOVERY | AddFlags.TRUNCATE | AddFlags.NOOP
+
+    def truncate():
+        req = Request(OpCode.ADD, 0, 8, 2, noop, 2, 0, KEY, entry(8, 2, b""))
+        return asyncio.ensure_future(h.serve(req))
+
+    async def main():
+        first = truncate()
+        await asyncio.sleep(0.05)  # its truncation record waits for the journal
+        second = truncate()
+        await asyncio.sleep(0.05)
+        assert not second.done()
+        release.set()
+        assert (await first).status == (await second).status == StatusCode.EOK
+
+    h.run(main())
+    assert bookie.ledger_entries(8) == [0, 1, 2]
 
 
 def test_limbo_answers_unknown_instead_of_negatives(harness):
@@ -176,3 +217,34 @@ def test_unknown_settings_are_named():
         BookieConfig.from_settings("b", ".", flush_intervall=1)
     with pytest.raises(ValueError, match="flush_interval must be > 0"):
         BookieConfig.from_settings("b", ".", flush_interval=0)
+
+
+def test_a_request_still_running_when_the_bookie_crashes_ends_as_gone(harness, caplog):
+    """The bookie's executors and files are gone under a request that was waiting; what it
+    meets next is the crash, not a failure to answer EIO and log a traceback for."""
+    import pytest
+
+    from embedlog.transport.server import BookieGoneError
+
+    h = harness()
+    bookie = h.boot()
+    assert h.add(4, 0).status == StatusCode.EOK
+    gate = asyncio.Event()
+    real_cut = bookie.storage.cut
+
+    async def cut_after_gate(*args):
+        await gate.wait()
+        return await real_cut(*args)
+
+    bookie.storage.cut = cut_after_gate
+
+    async def main():
+        delete = asyncio.ensure_future(h.serve(Request(OpCode.DELETE_LEDGER, 1, 4, master_key=KEY)))
+        await asyncio.sleep(0.01)  # the request waits at the gate
+        bookie.crash()
+        gate.set()
+        with pytest.raises(BookieGoneError):
+            await delete
+
+    h.run(main())
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []

@@ -438,3 +438,30 @@ def test_parse_address_rejects_malformed(bad: str) -> None:
 
 def test_parse_address_ipv6() -> None:
     assert parse_address("[::1]:3181") == ("::1", 3181)
+
+
+def test_closing_the_server_ends_its_connections_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Connections open when the server closes end without an error (on Python 3.11 a
+    cancelled connection task made asyncio's own callback raise, logged per connection)."""
+
+    async def main() -> None:
+        async with Rig() as rig:
+            writers = []
+            # Idle, and stopped inside a length prefix and inside a frame.
+            for partial in (b"", struct.pack(">I", 100)[:2], struct.pack(">I", 100) + b"x"):
+                _reader, writer = await asyncio.open_connection(rig.server.host, rig.server.port)
+                writer.write(partial)
+                await writer.drain()
+                writers.append(writer)
+            while len(rig.server._readers) < 3:
+                await asyncio.sleep(0.01)
+            await rig.server.close()
+            await asyncio.sleep(0.05)  # asyncio's callbacks for the ended connections
+            for writer in writers:
+                writer.close()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        run(main)
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
+
 from embedlog.transport.base import next_txn
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import FLAG_NOOP, Digester, DigestType, master_key
-from embedlog.wire.messages import AddFlags, OpCode, Request
+from embedlog.wire.messages import AddFlags, OpCode, Request, TrimFlags
 
 LID = 77
 KEY = master_key(b"")
 DIGEST = Digester(DigestType.CRC32C)
 
 
-def add(cluster, bookie, eid, term, *, flags=0, payload=b"x", lafr=-1):
+def add(cluster, bookie, eid, term, *, flags=0, payload=b"x", lafr=-1, lac=-1):
     entry_flags = FLAG_NOOP if flags & AddFlags.NOOP else 0
-    body = DIGEST.pack(LID, eid, -1, payload, entry_flags)
+    body = DIGEST.pack(LID, eid, lac, payload, entry_flags)
     req = Request(OpCode.ADD, next_txn(), LID, eid, flags, term, 0, KEY, body, lafr)
     return cluster.runtime.run(cluster.transport.request("raw", bookie, req, 5.0))
 
@@ -47,3 +49,67 @@ def test_adds_record_the_lafr_and_answers_carry_the_request_term(cluster):
     resp = cluster.runtime.run(cluster.transport.request("raw", b, req, 5.0))
     assert (resp.status, resp.term, resp.lafr) == (StatusCode.EOK, 2, 0)
     assert add(cluster, b, 2, 1).status == StatusCode.EINVALIDTERM
+
+
+def _fail_the_cut(cluster, bookie, above):
+    """Make the bookie's index refuse any batch that deletes this ledger's entries above
+    ``above``: the moment of a truncation where a crash comes between its parts."""
+    index = cluster.bookie(bookie).storage.index
+    real = index.commit
+
+    def commit(locations, infos, deletes=(), checkpoint=None):
+        deletes = list(deletes)
+        if any(lid == LID and eid > above for lid, eid in deletes):
+            raise OSError("injected: the bookie dies before its cut reaches the index")
+        return real(locations, infos, deletes, checkpoint)
+
+    index.commit = commit
+
+
+def _trim_above(cluster, bookie, eid, term):
+    req = Request(OpCode.TRIM, next_txn(), LID, eid, TrimFlags.ABOVE, term, 0, KEY)
+    return cluster.runtime.run(cluster.transport.request("raw", bookie, req, 5.0))
+
+
+@pytest.mark.parametrize("journal_write_data", [True, False])
+@pytest.mark.parametrize("how", ["noop", "trim_above"])
+def test_a_truncation_cut_short_by_a_crash_is_redone_not_skipped(
+    make_cluster, how, journal_write_data
+):
+    """Whether a bookie applied this term's truncation (truncated_term) and the cut itself
+    become durable together: a crash between them must not leave the flag that makes the
+    retry a no-op while the older term's entries above the cut survive the reboot."""
+    # No background flush: the cut's own flush is the one that would write the ledger
+    # state (made dirty by the entries' LACs) with the flag in it.
+    cluster = make_cluster(1, flush_interval=3600, journal_write_data=journal_write_data)
+    b = cluster.bookie_ids[0]
+    for eid in range(4):
+        assert add(cluster, b, eid, 1, lac=eid - 1).status == StatusCode.EOK
+    cluster.runtime.run(cluster.bookie(b).flush())  # the old term's entries are in the index
+    assert add(cluster, b, 4, 1, lac=3).status == StatusCode.EOK  # and one in the cache
+
+    noop = AddFlags.RECOVERY | AddFlags.TRUNCATE | AddFlags.NOOP
+
+    def truncate():
+        if how == "noop":
+            return add(cluster, b, 2, 2, flags=noop, payload=b"")
+        return _trim_above(cluster, b, 2, 2)
+
+    _fail_the_cut(cluster, b, 2)
+    assert truncate().status != StatusCode.EOK
+    cluster.crash_bookie(b)
+    cluster.start_bookie(b)
+    # The flag only with its cut.
+    after_reboot = cluster.bookie(b)
+    if after_reboot.ledger_info(LID).truncated_term == 2:
+        assert after_reboot.ledger_entries(LID) == [0, 1, 2]
+    # The sender retries in the same term (its first attempt was not acknowledged).
+    resp = truncate()
+    assert (resp.status, resp.term) == (StatusCode.EOK, 2)
+    assert cluster.bookie(b).ledger_entries(LID) == [0, 1, 2]
+    assert cluster.bookie(b).ledger_info(LID).truncated_term == 2
+    # What the retry skipped or did stays done across another crash.
+    cluster.crash_bookie(b)
+    cluster.start_bookie(b)
+    assert cluster.bookie(b).ledger_entries(LID) == [0, 1, 2]
+    assert cluster.bookie(b).ledger_info(LID).truncated_term == 2

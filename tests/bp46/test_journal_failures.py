@@ -1,0 +1,61 @@
+"""BP-46 state changes made for many ledgers at once (phase one at boot, limbo cleared by
+repair) when the journal write that should make them durable fails: the boot or the
+repair step fails with that error, and no ledger's journal future is left with an error
+nobody retrieved. That part is checked by tests/escaped_errors.py at teardown: until the
+test's log records are gone, the journal error they carry keeps the futures alive."""
+
+from __future__ import annotations
+
+import pytest
+
+from embedlog.bookie.journal import Journal
+from embedlog.cluster import repair_client_name
+
+NO_FLUSH = 3600.0
+
+
+def failing_journal(monkeypatch, journal_dir):
+    real = Journal._write
+
+    def write(self, parts, size, batch_lsn):
+        if self.dir == journal_dir:
+            raise OSError(5, "injected journal write error")
+        return real(self, parts, size, batch_lsn)
+
+    monkeypatch.setattr(Journal, "_write", write)
+
+
+def crashed_with_ledgers(make_cluster, count=4):
+    cluster = make_cluster(3, journal_write_data=False, flush_interval=NO_FLUSH)
+    b1 = cluster.bookie_ids[0]
+    client = cluster.client("c1")
+    ledgers = []
+    for _ in range(count):
+        wh = client.create_ledger(3, 3, 2)
+        wh.add(b"x")
+        ledgers.append(wh.ledger_id)
+    cluster.crash_bookie(b1)  # unclean, without the journal: phase one at the next boot
+    return cluster, b1, ledgers
+
+
+def test_phase_one_fails_whole_when_its_journal_write_fails(make_cluster, monkeypatch):
+    cluster, b1, _ledgers = crashed_with_ledgers(make_cluster)
+    failing_journal(monkeypatch, cluster.bookie_config(b1).journal_dir)
+    with pytest.raises(OSError, match="injected"):
+        cluster.start_bookie(b1)
+    monkeypatch.undo()
+    cluster.start_bookie(b1)  # phase one again, whole
+    assert cluster.bookie(b1).status()["protected_ledgers"] == 4
+
+
+def test_clearing_limbo_fails_whole_when_its_journal_write_fails(make_cluster, monkeypatch):
+    cluster, b1, ledgers = crashed_with_ledgers(make_cluster)
+    for peer in cluster.bookie_ids[1:]:  # the repair waits: this test clears limbo itself
+        cluster.network.block(repair_client_name(b1), peer)
+    cluster.start_bookie(b1)
+    bookie = cluster.bookie(b1)
+    assert sorted(bookie.limbo_ledgers()) == ledgers
+    failing_journal(monkeypatch, cluster.bookie_config(b1).journal_dir)
+    with pytest.raises(OSError, match="injected"):
+        cluster.runtime.run(bookie.clear_limbo(ledgers))
+    cluster.crash_bookie(b1)
