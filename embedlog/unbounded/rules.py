@@ -68,6 +68,25 @@ def trim_plan(
     return frags[cut:], frags[:cut], frags[cut][0]
 
 
+def rebase_fragments(
+    ours: Sequence[Fragment], at_start: Sequence[Fragment], fresh: Sequence[Fragment]
+) -> tuple[Fragment, ...] | None:
+    """The fragments a takeover opens its term with when the metadata changed under it.
+
+    ``at_start`` is what the takeover began with, ``ours`` what its write-back ended with
+    (changes only from the last fragment of ``at_start`` on), ``fresh`` what the store
+    holds now. A trim drops whole fragments below the last one and never touches the
+    last: then the answer is ``fresh``'s fragments below our starting last fragment and
+    ours from it. Anything else (the last fragment itself changed) is another writer's
+    doing: None.
+    """
+    base = tuple(at_start)[-1]
+    if not fresh or tuple(fresh)[-1] != base:
+        return None
+    below = tuple(f for f in fresh if f[0] < base[0])
+    return below + tuple(f for f in ours if f[0] >= base[0])
+
+
 def visible(is_noop: bool) -> bool:
     """Readers never see the truncate no-op entries (their ids stay taken)."""
     return not is_noop

@@ -38,7 +38,7 @@ from embedlog.errors import (
 )
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
-from embedlog.ledger.recovery import check_password, read_forward, until_covered
+from embedlog.ledger.recovery import check_password, read_forward, settle_later, until_covered
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.unbounded import rules
 from embedlog.unbounded.writer import TermWriter
@@ -171,17 +171,35 @@ async def recover_term(ctx: ClientContext, md: LedgerMetadata, password: bytes) 
         await asyncio.gather(*writes)
     except BaseException:
         writer.stop()
-        for f in writes:  # their error is the one raised here
-            if f.done() and not f.cancelled():
-                f.exception()
+        settle_later(writes)  # their error is the one raised here
         raise
     last = noop_id if noop_id >= 0 else eid - 1
-    try:
-        opened = await ctx.meta(ctx.metadata.write_ledger, writer.md.evolve(state=LedgerState.OPEN))
-    except MetadataVersionError:
-        fresh = await ctx.meta(ctx.metadata.read_ledger, lid)
-        raise InvalidTermError(
-            f"ledger {lid}: term {fresh.term} took over while term {term} was recovering"
-        ) from None
+    opened = await open_term(ctx, md, writer.md)
     log.info("ledger %s: term %s open after entry %s (no-op %s)", lid, term, last, noop_id)
     return TermStart(opened, term, last, noop_id)
+
+
+async def open_term(
+    ctx: ClientContext, at_start: LedgerMetadata, ours: LedgerMetadata
+) -> LedgerMetadata:
+    """``ClientChangesTermToOpen``: OPEN, with the fragments the write-back ended with.
+
+    A compare-and-swap lost to a trim (it drops fragments below the last one while the
+    ledger is IN_RECOVERY in this term) is rebased on the trimmed metadata and tried
+    again; anything else means another term won (InvalidTermError).
+    """
+    lid, term = at_start.ledger_id, at_start.term
+    want = ours.evolve(state=LedgerState.OPEN)
+    for _attempt in range(MAX_ATTEMPTS):
+        try:
+            return await ctx.meta(ctx.metadata.write_ledger, want)
+        except MetadataVersionError:
+            fresh = await ctx.meta(ctx.metadata.read_ledger, lid)
+        fragments = rules.rebase_fragments(ours.fragments, at_start.fragments, fresh.fragments)
+        if fresh.term != term or fresh.state is not LedgerState.IN_RECOVERY or fragments is None:
+            raise InvalidTermError(
+                f"ledger {lid}: term {fresh.term} ({fresh.state.value}) took over while term "
+                f"{term} was recovering"
+            )
+        want = fresh.evolve(state=LedgerState.OPEN, fragments=fragments)
+    raise LedgerRecoveryError(f"ledger {lid}: the metadata kept changing; take over again")

@@ -11,7 +11,11 @@ acknowledges anything.
 
 from __future__ import annotations
 
+import concurrent.futures
+
 from unbounded_helpers import stored, wait_until
+
+from embedlog.metadata.ledger_metadata import LedgerState
 
 
 def test_a_takeover_clears_the_whole_last_fragment_when_e_exceeds_wq(make_cluster):
@@ -43,3 +47,32 @@ def test_a_takeover_clears_the_whole_last_fragment_when_e_exceeds_wq(make_cluste
     assert [e.data for e in ul3.read(0, 2)] == [b"t1-0", b"t2-2"]
     assert s0_after_takeover is None  # dropped although s0 missed the no-op
     ul3.close()
+
+
+def test_a_trim_during_a_takeover_does_not_abort_it(make_cluster):
+    """The takeover's final compare-and-swap loses to a trim's version. The trim only
+    dropped fragments below the last one, so the takeover rebases on it and opens its
+    term (it used to raise InvalidTermError and leave the ledger IN_RECOVERY)."""
+    cluster = make_cluster(3)
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2, fragment_max_entries=5)
+    lid = ul1.ledger_id
+    for i in range(20):
+        ul1.append(b"e%d" % i)
+    assert len(ul1.metadata.fragments) == 4
+    c2 = cluster.client("c2", request_timeout=5.0)
+    for b in cluster.bookie_ids:
+        cluster.network.delay("c2", b, 0.3)  # a slow takeover: the trim lands inside it
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        taking = pool.submit(c2.open_unbounded, lid)
+        wait_until(lambda: cluster.metadata.read_ledger(lid).term == 2)
+        assert cluster.metadata.read_ledger(lid).state is LedgerState.IN_RECOVERY
+        cluster.client("c3").open_unbounded(lid, takeover=False).trim(10)
+        ul2 = taking.result()
+    cluster.network.heal()
+    md = cluster.metadata.read_ledger(lid)
+    assert (ul2.term, md.state, md.fragments[0][0]) == (2, LedgerState.OPEN, 10)
+    appended = ul2.append(b"after")
+    assert [e.data for e in ul2.read(10, appended)] == [b"e%d" % i for i in range(10, 20)] + [
+        b"after"
+    ]
+    ul2.close()

@@ -68,3 +68,24 @@ def test_trim_plan_drops_whole_fragments_below_only():
 
 def test_no_ops_are_invisible():
     assert rules.visible(False) and not rules.visible(True)
+
+
+A, B, C, D = ("a",), ("b",), ("c",), ("d",)
+
+
+@pytest.mark.parametrize(
+    ("ours", "at_start", "fresh", "expected"),
+    [
+        # nothing changed under the takeover
+        ([(0, A), (5, B)], [(0, A), (5, B)], [(0, A), (5, B)], ((0, A), (5, B))),
+        # a trim dropped the first fragment; the write-back replaced a bookie at 7
+        ([(0, A), (5, B), (7, C)], [(0, A), (5, B)], [(5, B)], ((5, B), (7, C))),
+        # a trim of a stream with three fragments, write-back unchanged
+        ([(0, A), (5, B), (9, C)], [(0, A), (5, B), (9, C)], [(9, C)], ((9, C),)),
+        # the last fragment changed: another writer, never rebased
+        ([(0, A), (5, B)], [(0, A), (5, B)], [(0, A), (5, D)], None),
+        ([(0, A), (5, B)], [(0, A), (5, B)], [(0, A), (5, B), (8, D)], None),
+    ],
+)
+def test_rebase_fragments_after_a_trim(ours, at_start, fresh, expected):
+    assert rules.rebase_fragments(ours, at_start, fresh) == expected
