@@ -30,7 +30,7 @@ from embedlog.transport.base import Transport, next_txn
 from embedlog.transport.faults import NetworkFaults
 from embedlog.transport.inprocess import InProcessTransport
 from embedlog.wire.codes import StatusCode
-from embedlog.wire.entry import HEADER, Digester
+from embedlog.wire.entry import HEADER, Digester, header_fields, split_term
 from embedlog.wire.messages import OpCode, Request
 
 log = logging.getLogger(__name__)
@@ -378,10 +378,11 @@ class LocalCluster:
         if resp.status != StatusCode.EOK:
             raise error_for_status(resp.status, f"bookie {bookie_id}, entry {ledger_id}:{entry_id}")
         try:
-            digest = self.metadata.read_ledger(ledger_id).digest_type
-            return resp.body[HEADER.size + Digester(digest).digest_len :]
+            digest_len = Digester(self.metadata.read_ledger(ledger_id).digest_type).digest_len
         except Exception:
-            return resp.body[HEADER.size :]
+            digest_len = 0
+        flags = header_fields(resp.body)[3]
+        return split_term(flags, resp.body[HEADER.size + digest_len :])[1]
 
     def check_metadata(self) -> Any:
         """BP-34: check the placement and replication of every closed ledger, and of the sealed

@@ -47,7 +47,7 @@ from embedlog.ledger.quorum import write_set_bookies as ws_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.codes import Outcome, StatusCode, classify
-from embedlog.wire.entry import Digester, master_key
+from embedlog.wire.entry import Digester, master_key, split_term
 from embedlog.wire.messages import NO_TERM, OpCode, ReadFlags
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,19 @@ def _outcome_dropped(f: asyncio.Future[Any]) -> None:
         log.debug("a request whose outcome was no longer needed failed: %r", exc)
     else:  # not an answer at all: a bug, which must not go unseen for coming late
         log.error("a request whose outcome was no longer needed failed", exc_info=exc)
+
+
+def older_leftover(entry_term: int, floor: int) -> bool:
+    """Unbounded ledgers: an entry made by a term below that of an entry recovered at a
+    lower id was never acknowledged, so recovery reads it as an explicit negative.
+
+    A term's writer writes above its own no-op only after its takeover truncated every
+    bookie of the last fragment above it, and that takeover recovered every entry that
+    was acknowledged before it raised the term. So an older term's entry found above a
+    newer term's entry is a leftover that an aborted takeover's no-op missed (the newer
+    entry being that no-op): recovering it would leave a hole where the no-op stood.
+    """
+    return entry_term < floor
 
 
 def check_password(md: LedgerMetadata, password: bytes) -> None:
@@ -170,8 +183,13 @@ async def recovery_read(
     *,
     term: int = NO_TERM,
     flags: int = ReadFlags.FENCE | ReadFlags.RECOVERY,
+    floor: int = 0,
 ) -> tuple[Decision, bytes | None]:
-    """Ask the entry's write set; decide recoverable (YES), unrecoverable (NO) or STUCK."""
+    """Ask the entry's write set; decide recoverable (YES), unrecoverable (NO) or STUCK.
+
+    Unbounded ledgers: an entry made by a term below ``floor`` (the highest term of an
+    entry recovered below it) counts as an explicit negative (``rules.older_leftover``).
+    """
     lid = md.ledger_id
     bookies = ws_bookies(entry_id, ensemble, md.write_quorum)
 
@@ -189,10 +207,12 @@ async def recovery_read(
         outcome = classify(resp.status)
         if outcome is Outcome.POSITIVE:
             try:
-                digester.unpack(resp.body, lid, entry_id)
+                header, payload = digester.unpack(resp.body, lid, entry_id)
             except DigestMismatchError:
                 log.warning("recovery read %s:%s from %s failed its digest", lid, entry_id, bookie)
                 return Outcome.UNKNOWN, None
+            if floor and older_leftover(split_term(header.flags, payload)[0], floor):
+                return Outcome.NEGATIVE, None
             return outcome, resp.body
         return outcome, None
 
@@ -244,19 +264,29 @@ async def read_forward(
     window = max(1, ctx.recovery_read_window)
     reads: dict[int, asyncio.Task[tuple[Decision, bytes | None]]] = {}
     eid = start + 1
+    floor = 0  # the highest term of an entry recovered so far (unbounded ledgers)
+
+    def ask(entry_id: int) -> asyncio.Task[tuple[Decision, bytes | None]]:
+        read = recovery_read(
+            ctx, md, ensemble, digester, key, entry_id, term=term, flags=flags, floor=floor
+        )
+        return asyncio.ensure_future(read)
+
     try:
         while True:
             for ahead in range(eid, eid + window):
                 if ahead not in reads:
-                    reads[ahead] = asyncio.ensure_future(
-                        recovery_read(
-                            ctx, md, ensemble, digester, key, ahead, term=term, flags=flags
-                        )
-                    )
+                    reads[ahead] = ask(ahead)
             decision, body = await reads.pop(eid)
             if decision is Decision.YES:
                 assert body is not None
                 header, payload = digester.unpack(body, lid, eid)
+                entry_term = split_term(header.flags, payload)[0]
+                if older_leftover(entry_term, floor):
+                    # Read ahead before the floor rose to where it is now: ask again.
+                    reads[eid] = ask(eid)
+                    continue
+                floor = max(floor, entry_term)
                 writes.append(
                     writer.add_packed(eid, digester.pack(lid, eid, lac, payload, header.flags))
                 )

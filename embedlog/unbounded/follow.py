@@ -17,7 +17,7 @@ from embedlog.ledger.entries import Entry
 from embedlog.ledger.reader import read_lac, read_range
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.unbounded import layout, rules
-from embedlog.wire.entry import Digester
+from embedlog.wire.entry import Digester, split_term
 
 # A long poll that sees no progress for this long re-reads the metadata (the writer may
 # have moved to a new fragment, whose bookies are the ones that learn the LAC).
@@ -39,7 +39,7 @@ async def read_visible(
     check_stored(md, first)
     rows = await read_range(ctx, md, digester, first, last)
     return [
-        Entry(md.ledger_id, eid, bytes(payload))
+        Entry(md.ledger_id, eid, bytes(split_term(header.flags, payload)[1]))
         for eid, header, payload in rows
         if rules.visible(header.is_noop)
     ]

@@ -39,10 +39,11 @@ from embedlog.errors import (
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.quorum import write_set_bookies
-from embedlog.ledger.writer import LedgerWriter, PendingAdd
+from embedlog.ledger.writer import Completion, LedgerWriter, PendingAdd
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.unbounded import rules
 from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import FLAG_TERM, TERM
 from embedlog.wire.messages import NO_TERM, OpCode, TrimFlags
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,16 @@ class TermWriter(LedgerWriter):
         self._progress = asyncio.Event()
         self.rollovers = 0
         self._suspects: dict[str, float] = {}  # bookie -> when it last failed this writer
+
+    def add_to(
+        self, future: Completion, payload: bytes, *, entry_flags: int = 0, add_flags: int = 0
+    ) -> None:
+        # Each entry carries the term that made it (wire/entry.py FLAG_TERM): a later
+        # takeover tells an older term's leftover from this term's entries by it.
+        if self.term != NO_TERM:
+            payload = TERM.pack(self.term) + payload
+            entry_flags |= FLAG_TERM
+        super().add_to(future, payload, entry_flags=entry_flags, add_flags=add_flags)
 
     # -- completion --------------------------------------------------------------------------
 

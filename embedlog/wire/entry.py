@@ -28,6 +28,11 @@ _FRAME_SIZE = ENTRY_FRAME.size
 _CRC = struct.Struct(">I")
 
 FLAG_NOOP = 1  # an unbounded ledger's truncate no-op: readers skip it
+# An unbounded ledger's entry: its payload starts with the term of the writer that made
+# it (TERM, 8 bytes), which readers strip. Recovery uses it to tell an older term's
+# leftover above a newer term's entry (never acknowledged) from the log's own entries.
+FLAG_TERM = 2
+TERM = struct.Struct(">q")
 
 
 class DigestType(enum.Enum):
@@ -54,6 +59,14 @@ class EntryHeader:
     @property
     def is_noop(self) -> bool:
         return bool(self.flags & FLAG_NOOP)
+
+
+def split_term(flags: int, payload: bytes) -> tuple[int, bytes]:
+    """(term of the writer that made the entry, the application's payload); entries
+    without FLAG_TERM (bounded ledgers) have term 0."""
+    if flags & FLAG_TERM and len(payload) >= TERM.size:
+        return TERM.unpack_from(payload)[0], payload[TERM.size :]
+    return 0, payload
 
 
 def header_fields(entry: bytes | memoryview) -> tuple[int, int, int, int]:

@@ -76,3 +76,43 @@ def test_a_trim_during_a_takeover_does_not_abort_it(make_cluster):
         b"after"
     ]
     ul2.close()
+
+
+def test_an_aborted_takeover_leaves_no_hole_in_the_displaced_writers_sequence(make_cluster):
+    """E = WQ = 3. Term 1 leaves c1-4 on b3 only (c1-3 reached nobody). Term 2 finds id 3
+    unrecoverable, puts its no-op there on b1 and b2, and is displaced before b3 gets it.
+    Term 3 recovers the no-op at 3 and then hears from b3 first for id 4. Entries carry
+    the term that made them: c1-4 (term 1) above a term-2 entry is a leftover that was
+    never acknowledged. Recovering it would make the stream c1-0, c1-1, c1-2, c1-4."""
+    cluster = make_cluster(3)
+    net = cluster.network
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2)
+    lid = ul1.ledger_id
+    b1, b2, b3 = ul1.metadata.last_fragment[1]
+    for i in range(3):
+        ul1.append(b"c1-%d" % i)
+    wait_until(lambda: all(stored(cluster, b, lid, 2) == b"c1-2" for b in (b1, b2, b3)))
+    net.block("c1", b1)
+    net.block("c1", b2)
+    net.drop_next("c1", b3, "add")
+    ul1.append_async(b"c1-3")  # reaches nobody
+    ul1.append_async(b"c1-4")  # reaches b3 only
+    wait_until(lambda: stored(cluster, b3, lid, 4) == b"c1-4")
+
+    c2 = cluster.client("c2", request_timeout=1.0, add_entry_quorum_timeout=3.0)
+    net.drop_next("c2", b3, "recovery_add", 100)  # term 2's no-op never reaches b3
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        taking = pool.submit(c2.open_unbounded, lid)
+        wait_until(lambda: stored(cluster, b1, lid, 3) == b"")  # the no-op, on b1 and b2
+        wait_until(lambda: stored(cluster, b2, lid, 3) == b"")
+
+        c3 = cluster.client("c3", request_timeout=2.0)
+        net.delay("c3", b1, 0.2)  # b3 answers first
+        net.delay("c3", b2, 0.2)
+        ul3 = c3.open_unbounded(lid)
+        net.heal()
+        assert taking.exception() is not None  # term 2 was displaced
+    appended = ul3.append(b"c3-x")
+    visible = [e.data for e in ul3.read(0, appended)]
+    assert visible == [b"c1-0", b"c1-1", b"c1-2", b"c3-x"]
+    ul3.close()
