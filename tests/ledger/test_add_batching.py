@@ -106,3 +106,25 @@ def test_an_entry_that_released_its_bytes_is_not_sent_again(cluster, monkeypatch
     assert sum(ops.values()) == before  # nothing sent
     assert wh.add(b"y") == 1 and writer.error is None
     wh.close()
+
+
+def test_a_resend_queued_beside_the_first_send_is_sent_once(make_cluster):
+    """A retry that queues an entry for a bookie in the loop iteration that also sends it
+    the first time must not put it twice into one ADD_BATCH: the bookie refuses such a
+    batch, and the writer would take a healthy bookie for a failed one."""
+    cluster = make_cluster(4)
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    writer = wh._writer
+    ensemble = wh.metadata.last_fragment[1]
+
+    async def add_and_resend() -> int:
+        future = writer.add(b"x")
+        p = writer.pending[-1]
+        # Runs after the writer's own send of this iteration, before its outbox flush.
+        asyncio.get_running_loop().call_soon(writer._send, p, 0, ensemble[0])
+        return await future
+
+    assert cluster.runtime.run(add_and_resend()) == 0
+    assert wh.add(b"y") == 1  # the writer still has every bookie
+    assert wh.metadata.fragments == ((0, ensemble),)
+    assert cluster.read_from_bookie(ensemble[0], wh.ledger_id, 0) == b"x"
