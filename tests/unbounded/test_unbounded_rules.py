@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from embedlog.ledger.recovery import older_leftover
 from embedlog.unbounded import rules
+from embedlog.wire.entry import FLAG_NOOP, FLAG_TERM, TERM, split_term
 
 
 @pytest.mark.parametrize(
@@ -89,3 +91,24 @@ A, B, C, D = ("a",), ("b",), ("c",), ("d",)
 )
 def test_rebase_fragments_after_a_trim(ours, at_start, fresh, expected):
     assert rules.rebase_fragments(ours, at_start, fresh) == expected
+
+
+@pytest.mark.parametrize(
+    ("entry_term", "floor", "leftover"),
+    [
+        (1, 0, False),  # nothing recovered yet
+        (2, 2, False),  # the same term as the entry below
+        (3, 2, False),  # a newer term after an older one (its takeover recovered them)
+        (1, 2, True),  # an older term above a newer term's entry: never acknowledged
+        (0, 1, True),  # an entry without a term above a termed one
+    ],
+)
+def test_older_leftover(entry_term, floor, leftover):
+    assert older_leftover(entry_term, floor) is leftover
+
+
+def test_entries_carry_their_term():
+    termed = TERM.pack(7) + b"payload"
+    assert split_term(FLAG_TERM, termed) == (7, b"payload")
+    assert split_term(FLAG_TERM | FLAG_NOOP, TERM.pack(3)) == (3, b"")
+    assert split_term(0, b"payload") == (0, b"payload")  # bounded ledgers' entries
