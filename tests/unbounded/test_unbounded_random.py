@@ -13,13 +13,16 @@ from unbounded_helpers import replicas
 from embedlog import BKError, InvalidTermError
 
 
-@pytest.mark.parametrize("seed", [1, 7, 12])
-def test_random_takeovers_faults_and_trims(make_cluster, seed):
+@pytest.mark.parametrize(
+    ("seed", "shape"),
+    [(1, (3, 3, 2)), (7, (3, 3, 2)), (12, (3, 3, 2)), (3, (4, 3, 2)), (21, (4, 3, 2))],
+)
+def test_random_takeovers_faults_and_trims(make_cluster, seed, shape):
     rng = random.Random(seed)
     cluster = make_cluster(5)
     lid = (
         cluster.client("setup")
-        .create_unbounded(3, 3, 2, fragment_max_entries=rng.choice([None, 7, 30]))
+        .create_unbounded(*shape, fragment_max_entries=rng.choice([None, 7, 30]))
         .ledger_id
     )
     clients = [cluster.client(n, request_timeout=1.0) for n in "abc"]
