@@ -57,7 +57,7 @@ def test_a_fence_straggler_that_fails_after_coverage(caplog):
         return 1
 
     async def main():
-        covered, answers, _unknown = await until_covered(ENSEMBLE, 2, ask)
+        covered, answers, _unknown = await until_covered(ENSEMBLE, len(ENSEMBLE), 2, ask)
         assert covered and answers == [1, 1]
         await asyncio.sleep(0.1)  # the straggler's request lands, and fails
 
@@ -73,7 +73,7 @@ def test_a_straggler_that_fails_of_a_bug_is_logged_not_dropped(caplog):
         return 1
 
     async def main():
-        assert (await until_covered(ENSEMBLE, 2, ask))[0]
+        assert (await until_covered(ENSEMBLE, len(ENSEMBLE), 2, ask))[0]
         await asyncio.sleep(0.1)
 
     asyncio.run(main())
@@ -89,7 +89,7 @@ def test_the_other_asks_when_one_aborts_coverage(caplog):
 
     async def main():
         with pytest.raises(InvalidTermError, match="b1"):
-            await until_covered(ENSEMBLE, 2, ask)
+            await until_covered(ENSEMBLE, len(ENSEMBLE), 2, ask)
         await asyncio.sleep(0.1)
 
     asyncio.run(main())
