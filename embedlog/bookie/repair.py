@@ -21,6 +21,7 @@ from embedlog.errors import (
     BKError,
     BookieIOError,
     DigestMismatchError,
+    LedgerRecoveryError,
     MetadataError,
     NoSuchLedgerInMetadataError,
     status_name,
@@ -78,6 +79,13 @@ class Repairer:
         self._client: Client | None = None
         self.retry_interval = retry_interval
         self.progress = RepairProgress()
+        # Open unbounded ledgers this repair took over: the end that takeover settled.
+        # It stays true after later terms (they recover every entry up to it and write
+        # above it), so a copy that failed is retried without taking the ledger over
+        # again, which would displace its writer on every round.
+        self._settled: dict[int, int] = {}
+        # After a takeover that failed: when the next may be tried, and the pause then.
+        self._takeover_backoff: dict[int, tuple[float, float]] = {}
 
     @property
     def me(self) -> str:
@@ -160,7 +168,9 @@ class Repairer:
             if not md.is_closed and not md.unbounded:
                 md = await self._recover(md)
             elif not md.is_closed and self.me in md.last_fragment[1]:
-                md, recovered_end = await self._take_over(md)
+                recovered_end = self._settled.get(lid)
+                if recovered_end is None:
+                    md, recovered_end = await self._take_over(md)
             target = repair_target(md, self.me, recovered_end=recovered_end)
             if target is None:
                 p.waiting[lid] = "open ledger: its end is not settled yet"
@@ -188,7 +198,18 @@ class Repairer:
         its metadata after the takeover and the recovered end. Its writer is displaced
         (InvalidTermError) and continues by taking over again, as after any takeover."""
         assert self._client is not None
-        start = await take_over(self._client.ctx, md.ledger_id, md.password or b"")
+        lid = md.ledger_id
+        due, pause = self._takeover_backoff.get(lid, (0.0, self.retry_interval))
+        if time.monotonic() < due:
+            raise LedgerRecoveryError(f"ledger {lid}: the last takeover failed; retrying later")
+        try:
+            start = await take_over(self._client.ctx, lid, md.password or b"")
+        except BKError:
+            # Each attempt raises the term and displaces the writer: back off.
+            self._takeover_backoff[lid] = (time.monotonic() + pause, min(pause * 2, 30.0))
+            raise
+        self._takeover_backoff.pop(lid, None)
+        self._settled[lid] = start.last_entry_id
         self.progress.recovered += 1
         log.info(
             "bookie %s: took unbounded ledger %s over (term %s) to settle its end at %s",

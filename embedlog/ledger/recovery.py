@@ -74,7 +74,7 @@ def _outcome_dropped(f: asyncio.Future[Any]) -> None:
         log.error("a request whose outcome was no longer needed failed", exc_info=exc)
 
 
-def older_leftover(entry_term: int, floor: int) -> bool:
+def older_leftover(entry_term: int | None, floor: int) -> bool:
     """Unbounded ledgers: an entry made by a term below that of an entry recovered at a
     lower id was never acknowledged, so recovery reads it as an explicit negative.
 
@@ -83,8 +83,9 @@ def older_leftover(entry_term: int, floor: int) -> bool:
     was acknowledged before it raised the term. So an older term's entry found above a
     newer term's entry is a leftover that an aborted takeover's no-op missed (the newer
     entry being that no-op): recovering it would leave a hole where the no-op stood.
+    An entry without a term (written before entries had one) is never judged so.
     """
-    return entry_term < floor
+    return entry_term is not None and entry_term < floor
 
 
 def check_password(md: LedgerMetadata, password: bytes) -> None:
@@ -286,7 +287,7 @@ async def read_forward(
                     # Read ahead before the floor rose to where it is now: ask again.
                     reads[eid] = ask(eid)
                     continue
-                floor = max(floor, entry_term)
+                floor = max(floor, entry_term or 0)
                 writes.append(
                     writer.add_packed(eid, digester.pack(lid, eid, lac, payload, header.flags))
                 )

@@ -151,7 +151,7 @@ class LedgerWriter:
         self._failed: set[str] = set()  # bookies awaiting replacement
         self._retrying: set[str] = set()  # bookies with no replacement, retried after a pause
         self._changing: asyncio.Task[None] | None = None
-        self._replacing = False  # see _complete
+        self._replacing = 0  # replacements in flight (see _complete)
         self._tasks: set[asyncio.Task[None]] = set()
         self._drained = asyncio.Event()
         self._drained.set()
@@ -587,11 +587,11 @@ class LedgerWriter:
         failed -= pinned
         if not failed:
             return
-        self._replacing = True
+        self._replacing += 1
         try:
             await self._replace(md, ensemble, failed, first)
         finally:
-            self._replacing = False
+            self._replacing -= 1
             if self.error is None:
                 self._resumed()
 

@@ -240,7 +240,15 @@ class TermWriter(LedgerWriter):
                 )
                 return
             self._failed |= missing
-            await self._replace_failed()
+            # One replacement at a time: a change started by a late answer would build on
+            # the same metadata, and the later of the two would undo the other.
+            while self._changing is not None:
+                await asyncio.wait({self._changing})
+            self._changing = asyncio.current_task()  # type: ignore[assignment]
+            try:
+                await self._replace_failed()
+            finally:
+                self._changing = None
             if set(self.md.last_fragment[1]) & missing:
                 await asyncio.sleep(min(self.ctx.bookies.request_timeout, 0.5))
 

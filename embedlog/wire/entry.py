@@ -61,12 +61,12 @@ class EntryHeader:
         return bool(self.flags & FLAG_NOOP)
 
 
-def split_term(flags: int, payload: bytes) -> tuple[int, bytes]:
-    """(term of the writer that made the entry, the application's payload); entries
-    without FLAG_TERM (bounded ledgers) have term 0."""
+def split_term(flags: int, payload: bytes) -> tuple[int | None, bytes]:
+    """(term of the writer that made the entry, the application's payload); None for
+    entries without FLAG_TERM (bounded ledgers, or written before entries had terms)."""
     if flags & FLAG_TERM and len(payload) >= TERM.size:
         return TERM.unpack_from(payload)[0], payload[TERM.size :]
-    return 0, payload
+    return None, payload
 
 
 def header_fields(entry: bytes | memoryview) -> tuple[int, int, int, int]:

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from embedlog.errors import InvalidTermError
+from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.transport.base import next_txn
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, DigestType, master_key
@@ -107,3 +108,34 @@ def test_wiped_bookie_refuses_a_displaced_writer(make_cluster, skip_fence):
         assert resp.status == StatusCode.EINVALIDTERM
         assert cluster.bookie(b3).ledger_info(ul.ledger_id).term == taken.term
     taken.close()
+
+
+def test_a_copy_that_fails_is_retried_without_taking_the_stream_over_again(make_cluster):
+    """The repair's takeover settled the end, but an entry below it cannot be copied yet
+    (its only other copy is on a bookie that is down). Later rounds retry the copy with
+    the end they have: taking the ledger over again would displace its writer every
+    round and the stream would never be writable."""
+    cluster = make_cluster(
+        4, journal_write_data=False, flush_interval=NO_FLUSH, repair_retry_interval=0.05
+    )
+    ul = cluster.client("c1", request_timeout=0.5).create_unbounded(3, 2, 2)
+    lid = ul.ledger_id
+    for i in range(14):
+        ul.append(b"a%d" % i)
+    me, peer = ul.metadata.last_fragment[1][:2]
+    cluster.stop_bookie(peer)  # down for a while: entry 0 has no other copy
+    cluster.crash_bookie(me)  # journal-less: loses its entries
+    cluster.start_bookie(me)
+    while cluster.metadata.read_ledger(lid).term < 2:
+        time.sleep(0.01)
+    rounds = cluster.bookie(me).repairer.progress
+    while "no peer gave a good copy" not in rounds.waiting.get(lid, ""):
+        time.sleep(0.01)
+    time.sleep(0.5)  # about ten retry rounds
+    md = cluster.metadata.read_ledger(lid)
+    assert (md.term, md.state) == (2, LedgerState.OPEN)
+    assert cluster.bookie(me).ledger_info(lid).limbo  # not before the copy is back
+    cluster.start_bookie(peer)
+    cluster.wait_repaired(me)
+    assert cluster.metadata.read_ledger(lid).term == 2
+    assert [cluster.read_from_bookie(me, lid, 0)] == [b"a0"]

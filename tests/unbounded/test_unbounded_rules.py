@@ -100,7 +100,7 @@ def test_rebase_fragments_after_a_trim(ours, at_start, fresh, expected):
         (2, 2, False),  # the same term as the entry below
         (3, 2, False),  # a newer term after an older one (its takeover recovered them)
         (1, 2, True),  # an older term above a newer term's entry: never acknowledged
-        (0, 1, True),  # an entry without a term above a termed one
+        (None, 1, False),  # an entry without a term is never judged a leftover
     ],
 )
 def test_older_leftover(entry_term, floor, leftover):
@@ -111,4 +111,4 @@ def test_entries_carry_their_term():
     termed = TERM.pack(7) + b"payload"
     assert split_term(FLAG_TERM, termed) == (7, b"payload")
     assert split_term(FLAG_TERM | FLAG_NOOP, TERM.pack(3)) == (3, b"")
-    assert split_term(0, b"payload") == (0, b"payload")  # bounded ledgers' entries
+    assert split_term(0, b"payload") == (None, b"payload")  # bounded ledgers' entries
