@@ -7,7 +7,7 @@ import threading
 import pytest
 from unbounded_helpers import replicas, stored, wait_until
 
-from embedlog import InvalidTermError, LedgerState
+from embedlog import InvalidTermError, LedgerRecoveryError, LedgerState
 
 
 def test_append_after_a_takeover_raises_invalid_term_and_reopening_continues(cluster):
@@ -173,3 +173,103 @@ def test_two_clients_fighting_over_the_ledger(make_cluster):
     md = closer.metadata
     for eid in range(closer.last_add_confirmed + 1):
         assert len({v for v in replicas(cluster, md, eid).values() if v is not None}) <= 1
+
+
+# -- a writer's metadata CAS that loses to another client ------------------------------------
+
+
+@pytest.mark.parametrize("takeover", ["completed", "aborted"])
+def test_an_ensemble_change_that_loses_to_a_takeover_raises_invalid_term(make_cluster, takeover):
+    """The displaced writer hears nothing from its bookies (no EINVALIDTERM either): its
+    ensemble change's CAS fails and the metadata it re-reads is another term's (or one
+    IN_RECOVERY). Going ahead on the three spares, which never saw term 2, it would have
+    an old term's entry acknowledged after the takeover."""
+    cluster = make_cluster(6)
+    ul1 = cluster.client("c1", request_timeout=0.5).create_unbounded(3, 3, 2)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul1.ledger_id
+    ensemble = ul1.metadata.last_fragment[1]
+    c2 = cluster.client("c2", request_timeout=0.5)
+    if takeover == "completed":
+        assert c2.open_unbounded(lid).term == 2
+    else:  # the term is raised, then the recovery aborts: IN_RECOVERY at term 2
+        for b in ensemble:
+            cluster.network.drop_next("c2", b, "recovery_read", count=100)
+        with pytest.raises(LedgerRecoveryError):
+            c2.open_unbounded(lid)
+    taken = c2.ledger_metadata(lid)
+    assert taken.term == 2
+    for b in ensemble:
+        cluster.network.block("c1", b)
+    with pytest.raises(InvalidTermError, match="took over"):
+        ul1.append(b"old term")
+    assert c2.ledger_metadata(lid).version == taken.version
+    spares = set(cluster.bookie_ids) - set(ensemble)
+    assert all(not cluster.bookie(b).ledger_entries(lid) for b in spares)
+
+
+def test_a_rollover_that_loses_to_a_takeover_raises_invalid_term(make_cluster):
+    """The displaced writer's next append starts a fragment (the current one is full):
+    the CAS adding it fails, and the metadata it re-reads is term 2's."""
+    cluster = make_cluster(6)
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2, fragment_max_entries=3)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    ul2 = cluster.client("c2").open_unbounded(ul1.ledger_id)
+    taken = ul2.metadata
+    with pytest.raises(InvalidTermError, match="took over"):
+        ul1.append(b"old term")
+    assert cluster.client("m").ledger_metadata(ul1.ledger_id).version == taken.version
+    new = ul2.append(b"new term")
+    assert [(e.entry_id, e.data) for e in ul2.read(0, new)] == [
+        (0, b"e0"),
+        (1, b"e1"),
+        (2, b"e2"),
+        (new, b"new term"),
+    ]
+
+
+def test_an_ensemble_change_that_loses_to_a_trim_is_made_again_on_fresh_metadata(
+    make_cluster,
+):
+    """Another client trims the stream: the writer's metadata is stale, and the CAS of its
+    next ensemble change fails. The ledger is still OPEN in its term, so it replaces the
+    bookie again on the trimmed metadata, keeping the trim."""
+    cluster = make_cluster(6)
+    ul = cluster.client("c1").create_unbounded(3, 3, 2, fragment_max_entries=5)
+    assert [ul.append(b"e%d" % i) for i in range(12)] == list(range(12))
+    lid = ul.ledger_id
+    follower = cluster.client("c2").open_unbounded(lid, takeover=False)
+    follower.trim(10)
+    trimmed = follower.metadata
+    assert [first for first, _ in trimmed.fragments] == [10]
+    dying = trimmed.last_fragment[1][0]
+    cluster.crash_bookie(dying)
+    assert ul.append(b"e12") == 12
+    md = cluster.client("m").ledger_metadata(lid)
+    assert [first for first, _ in md.fragments] == [10, 12]
+    assert dying not in md.last_fragment[1] and (md.state, md.term) == (LedgerState.OPEN, 1)
+    assert [e.data for e in ul.read(10, 12)] == [b"e10", b"e11", b"e12"]
+
+
+def test_a_takeover_reads_forward_from_the_last_fragments_start(make_cluster):
+    """The unbounded "Defect 2": the writer started a new fragment at 5 on two fresh bookies
+    and died before any entry reached them, so they report LAFR -1. Reading forward from
+    there would ask the new fragment's bookies about entries 0..4, find none, put the no-op
+    at 0 and let the new term write over acknowledged entries."""
+    cluster = make_cluster(4)
+    c1 = cluster.client("c1", request_timeout=30.0)
+    ul1 = c1.create_unbounded(2, 2, 2, fragment_max_entries=5)
+    assert [ul1.append(b"e%d" % i) for i in range(5)] == list(range(5))
+    lid = ul1.ledger_id
+    fresh = set(cluster.bookie_ids) - set(ul1.metadata.last_fragment[1])
+    for b in fresh:
+        cluster.network.block("c1", b)
+    ul1.append_async(b"e5")  # the new fragment is written by CAS; e5 never reaches it
+    wait_until(lambda: len(c1.ledger_metadata(lid).fragments) == 2)
+    first, ensemble = c1.ledger_metadata(lid).last_fragment
+    assert first == 5 and set(ensemble) == fresh
+    c1.close()
+    cluster.network.heal()
+    ul2 = cluster.client("c2").open_unbounded(lid)
+    assert ul2.append(b"new") == 6  # after the no-op at 5
+    assert [e.data for e in ul2.read(0, 6)] == [b"e%d" % i for i in range(5)] + [b"new"]
