@@ -13,7 +13,13 @@ import time
 
 import pytest
 
-from embedlog import LedgerClosedError, LedgerFencedError, LedgerRecoveryError, LedgerState
+from embedlog import (
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerRecoveryError,
+    LedgerState,
+    NoSuchEntryError,
+)
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.wire.entry import HEADER
 
@@ -182,6 +188,29 @@ def test_ensemble_change_under_a_crashed_bookie_keeps_acked_entries(make_cluster
     data = [e.data for e in rh.read(0, 39)]
     assert data[:20] == [b"e%d" % i for i in range(20)]
     assert data[20:] == [b"after%d" % i for i in range(20)]
+
+
+def test_an_ensemble_change_starts_at_the_first_unacknowledged_entry(make_cluster):
+    """AQ = WQ = 3: no entry is acknowledged without its copy on the bookie that takes the
+    crashed one's slot. The new fragment starts at the first entry not acknowledged (10):
+    later, the entries queued before the change would stay on the dead bookie and never
+    complete; earlier, acknowledged entries would move to a bookie that never got them."""
+    cluster = make_cluster(4)
+    wh = cluster.client("c1", request_timeout=0.5).create_ledger(3, 3, 3)
+    write(wh, 10)
+    old = wh.metadata.ensembles[0]
+    victim = old[1]
+    cluster.crash_bookie(victim)
+    assert burst(cluster, wh, [b"e%d" % i for i in range(10, 30)]) == list(range(10, 30))
+    md = wh.metadata
+    assert [first for first, _ in md.fragments] == [0, 10]
+    (spare,) = set(md.fragments[1][1]) - set(old)
+    for e in range(30):
+        for b in write_set_bookies(e, md.ensemble_for(e), 3):
+            if b != victim:
+                assert cluster.read_from_bookie(b, wh.ledger_id, e) == b"e%d" % e
+    with pytest.raises(NoSuchEntryError):
+        cluster.read_from_bookie(spare, wh.ledger_id, 9)
 
 
 # -- the TLA+ model's counterexamples (github.com/Vanlightly/bookkeeper-tlaplus, README) --------
