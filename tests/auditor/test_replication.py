@@ -85,8 +85,9 @@ def test_unavailable_bookie_is_replaced_in_the_ensemble(make_cluster) -> None:
 def test_a_dead_bookie_stays_in_the_ensemble_until_every_entry_reached_its_replacement(
     make_cluster,
 ) -> None:
-    # One copy to the spare is lost. Swapped in anyway, the spare would be named for an
-    # entry it does not hold while the only other copy's bookie is the dead one's peer.
+    # One copy to the spare is lost. Swapped in anyway, the spare would be named in the
+    # metadata for an entry it does not hold: with WQ2, that entry's one other copy would
+    # be its only one.
     cluster = make_cluster(4)
     lid = write_closed(cluster, 24)
     md = cluster.metadata.read_ledger(lid)
