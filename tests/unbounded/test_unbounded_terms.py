@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 
 import pytest
@@ -199,6 +200,8 @@ def test_an_ensemble_change_that_loses_to_a_takeover_raises_invalid_term(make_cl
             c2.open_unbounded(lid)
     taken = c2.ledger_metadata(lid)
     assert taken.term == 2
+    if takeover == "aborted":  # the previous writer stays fenced by the state too
+        assert taken.state is LedgerState.IN_RECOVERY
     for b in ensemble:
         cluster.network.block("c1", b)
     with pytest.raises(InvalidTermError, match="took over"):
@@ -273,3 +276,72 @@ def test_a_takeover_reads_forward_from_the_last_fragments_start(make_cluster):
     ul2 = cluster.client("c2").open_unbounded(lid)
     assert ul2.append(b"new") == 6  # after the no-op at 5
     assert [e.data for e in ul2.read(0, 6)] == [b"e%d" % i for i in range(5)] + [b"new"]
+
+
+def test_a_takeover_reads_forward_from_the_lafr_not_the_lac(cluster):
+    """Entry 3 was acknowledged by two of the three bookies: the LAC passed it, the LAFR did
+    not. Reading forward from the LAC, the takeover would leave the third bookie without
+    it although the new term starts as if every entry below the no-op were on its whole
+    write set."""
+    c1 = cluster.client("c1", request_timeout=30.0)  # no resend of entry 3 during the test
+    ul1 = c1.create_unbounded(3, 3, 2)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul1.ledger_id
+    ensemble = ul1.metadata.last_fragment[1]
+    cluster.network.drop_next("c1", ensemble[2], "add")
+    assert ul1.append(b"e3") == 3
+    assert ul1.append(b"e4") == 4  # carries LAC 3 to every bookie
+    assert stored(cluster, ensemble[2], lid, 3) is None
+    c1.close()
+    ul2 = cluster.client("c2").open_unbounded(lid)
+    assert replicas(cluster, ul2.metadata, 3) == {b: b"e3" for b in ensemble}
+    assert [e.data for e in ul2.read(0, 4)] == [b"e%d" % i for i in range(5)]
+
+
+def test_a_takeover_whose_term_raise_cannot_cover_a_write_set_aborts(cluster):
+    """Two of the three bookies never hear of term 2: they are an ack quorum that still
+    takes the old term's adds, so the takeover must not recover anything yet."""
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul1.ledger_id
+    ensemble = ul1.metadata.last_fragment[1]
+    for b in ensemble[1:]:
+        cluster.network.block("c2", b)
+    with pytest.raises(LedgerRecoveryError, match="reached only 1"):
+        cluster.client("c2", request_timeout=0.5).open_unbounded(lid)
+    md = cluster.client("m").ledger_metadata(lid)
+    assert (md.state, md.term) == (LedgerState.IN_RECOVERY, 2)
+    assert cluster.bookie(ensemble[0]).ledger_entries(lid) == [0, 1, 2]  # no no-op written
+    cluster.network.heal()
+    ul3 = cluster.client("c3").open_unbounded(lid)
+    assert ul3.term == 3 and ul3.append(b"new") == 4
+    assert [e.data for e in ul3.read(0, 4)] == [b"e0", b"e1", b"e2", b"new"]
+
+
+def test_a_takeover_whose_closing_cas_loses_to_a_newer_term_yields(cluster):
+    """c2's takeover (term 2) is slow at the bookies; meanwhile c3 raises the term to 3 in
+    the metadata and aborts before any bookie hears of it. c2 finishes its recovery at
+    term 2, and its CAS back to OPEN fails: it must not become the writer of a ledger whose
+    metadata names another term."""
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul1.ledger_id
+    ensemble = ul1.metadata.last_fragment[1]
+    check = cluster.client("m")
+    for b in ensemble:
+        cluster.network.delay("c2", b, 1.0)  # each of c2's steps at the bookies takes 1 s
+        cluster.network.block("c3", b)
+    c2 = cluster.client("c2")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        second = pool.submit(c2.open_unbounded, lid)
+        wait_until(lambda: check.ledger_metadata(lid).term == 2)
+        with pytest.raises(LedgerRecoveryError):
+            cluster.client("c3", request_timeout=0.3).open_unbounded(lid)
+        assert check.ledger_metadata(lid).term == 3
+        with pytest.raises(InvalidTermError, match="took over while term 2 was recovering"):
+            second.result()
+    cluster.network.heal()
+    ul4 = cluster.client("c4").open_unbounded(lid)
+    assert ul4.term == 4
+    last = ul4.append(b"new")
+    assert [e.data for e in ul4.read(0, last)] == [b"e0", b"e1", b"e2", b"new"]
