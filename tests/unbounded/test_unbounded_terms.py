@@ -345,3 +345,24 @@ def test_a_takeover_whose_closing_cas_loses_to_a_newer_term_yields(cluster):
     assert ul4.term == 4
     last = ul4.append(b"new")
     assert [e.data for e in ul4.read(0, last)] == [b"e0", b"e1", b"e2", b"new"]
+
+
+def test_a_takeover_fails_loudly_when_a_bookie_never_confirms_its_writes(cluster):
+    """Guaranteed write quorum: the third bookie never confirms a recovery write and no
+    other bookie can take its place. The takeover must fail once the add quorum timeout
+    passes, never open the new term with a bookie of the last fragment that did not
+    truncate."""
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul1.ledger_id
+    silent = ul1.metadata.last_fragment[1][2]
+    cluster.network.drop_next("c2", silent, "recovery_add", count=1000)
+    c2 = cluster.client("c2", request_timeout=0.5, add_entry_quorum_timeout=1.0)
+    with pytest.raises(LedgerRecoveryError, match="did not reach every bookie"):
+        c2.open_unbounded(lid)
+    md = cluster.client("m").ledger_metadata(lid)
+    assert (md.state, md.term) == (LedgerState.IN_RECOVERY, 2)
+    cluster.network.heal()
+    ul3 = cluster.client("c3").open_unbounded(lid)
+    last = ul3.append(b"new")
+    assert [e.data for e in ul3.read(0, last)] == [b"e0", b"e1", b"e2", b"new"]
