@@ -139,3 +139,21 @@ def test_a_truncation_cut_short_by_a_crash_is_redone_not_skipped(
     cluster.start_bookie(b)
     assert cluster.bookie(b).ledger_entries(LID) == [0, 1, 2]
     assert cluster.bookie(b).ledger_info(LID).truncated_term == 2
+
+
+def test_a_truncation_whose_cut_failed_is_made_by_the_retry(cluster):
+    """No crash this time: the disk refuses the cut once and the bookie keeps serving.
+    The flag goes back with the failed cut, so the sender's retry in the same term cuts;
+    kept, it would make the retry answer EOK over the older term's entries."""
+    b = cluster.bookie_ids[0]
+    for eid in range(5):
+        assert add(cluster, b, eid, 1, lac=eid - 1).status == StatusCode.EOK
+    cluster.runtime.run(cluster.bookie(b).flush())
+    index = cluster.bookie(b).storage.index
+    healthy = index.commit
+    _fail_the_cut(cluster, b, 2)
+    assert _trim_above(cluster, b, 2, 2).status != StatusCode.EOK
+    index.commit = healthy  # the disk is back
+    resp = _trim_above(cluster, b, 2, 2)
+    assert (resp.status, resp.term) == (StatusCode.EOK, 2)
+    assert cluster.bookie(b).ledger_entries(LID) == [0, 1, 2]
