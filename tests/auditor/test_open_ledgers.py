@@ -92,6 +92,33 @@ def test_dead_bookie_of_a_sealed_fragment_is_replaced_without_disturbing_the_wri
     assert checker(cluster).run().violations == []
 
 
+def test_an_ensemble_change_that_loses_to_a_swap_is_made_again_on_fresh_metadata(
+    make_cluster,
+) -> None:
+    # replication-protocol.md: a writer whose ensemble change loses its CAS re-reads the
+    # metadata and, the ledger still OPEN, replaces the bookie again on what it read, which
+    # keeps the swap. Without the retry the writer would fail with a version conflict.
+    cluster = make_cluster(6)
+    wh, victim = write_open_with_a_sealed_fragment(cluster, 12, 6)
+    lid = wh.ledger_id
+    result = replicator(cluster).run()
+    assert result.ok, result.ledgers
+    swapped = cluster.metadata.read_ledger(lid)
+    assert victim not in swapped.bookies()
+    # The writer's metadata predates the swap. One of its bookies dies: its ensemble change
+    # is a CAS at the old version.
+    dying = swapped.last_fragment[1][1]
+    cluster.crash_bookie(dying)
+    assert wh.add(b"entry 18") == 18
+    changed = cluster.metadata.read_ledger(lid)
+    assert changed.fragments[:2] == swapped.fragments
+    assert changed.fragments[2][0] == 18 and dying not in changed.fragments[2][1]
+    wh.close()
+    assert cluster.metadata.read_ledger(lid).fragments == changed.fragments
+    rh = cluster.client("reader").open_ledger(lid)
+    assert [x.data for x in rh.read(0, 18)] == [b"entry %d" % i for i in range(19)]
+
+
 def test_the_last_fragment_of_an_open_ledger_is_not_checked(make_cluster) -> None:
     cluster = make_cluster(4)
     wh, victim = write_open_with_a_sealed_fragment(cluster, 9, 9)

@@ -82,6 +82,32 @@ def test_unavailable_bookie_is_replaced_in_the_ensemble(make_cluster) -> None:
         assert cluster.read_from_bookie(spare, lid, e) == b"entry %d" % e
 
 
+def test_a_dead_bookie_stays_in_the_ensemble_until_every_entry_reached_its_replacement(
+    make_cluster,
+) -> None:
+    # One copy to the spare is lost. Swapped in anyway, the spare would be named in the
+    # metadata for an entry it does not hold: with WQ2, that entry's one other copy would
+    # be its only one.
+    cluster = make_cluster(4)
+    lid = write_closed(cluster, 24)
+    md = cluster.metadata.read_ledger(lid)
+    victim = md.ensembles[0][2]
+    spare = next(b for b in cluster.bookie_ids if b not in md.ensembles[0])
+    cluster.stop_bookie(victim)
+    cluster.network.drop_next("replicator", spare, "recovery_add")
+
+    result = replicator(cluster, request_timeout=0.5).run()
+
+    assert not result.ok and result.ledgers[lid].replaced == {}
+    assert any(f"{victim} not replaced: only" in f for f in result.ledgers[lid].failures)
+    assert cluster.metadata.read_ledger(lid).version == md.version
+    assert victim in cluster.metadata.underreplicated()[lid]["bookies"]
+    # The next run copies what is missing and swaps.
+    result = replicator(cluster).run()
+    assert result.ok and result.ledgers[lid].replaced == {victim: spare}
+    assert checker(cluster).run().violations == []
+
+
 def test_no_replacement_leaves_the_ledger_marked(cluster) -> None:
     lid = write_closed(cluster, 6)
     victim = cluster.metadata.read_ledger(lid).ensembles[0][0]

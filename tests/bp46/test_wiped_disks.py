@@ -76,6 +76,26 @@ def test_wiped_disk_refused_without_auto_fix_then_repaired_with_it(make_cluster,
     assert not cluster.bookie(bid).status()["suspicious_boot"]
 
 
+def test_copies_are_flushed_before_limbo_is_cleared(make_cluster):
+    """The repair's copies reach the write cache, not the journal. Were limbo cleared
+    before they are flushed, a crash would take them while the bookie, now out of limbo
+    and booting cleanly (the journal is on), answers NoSuchEntry for entries it must hold."""
+    cluster = make_cluster(4, flush_interval=3600.0, repair_retry_interval=0.2)
+    acked, _ = _fill(cluster)
+    bid = cluster.bookie_ids[1]
+    cluster.stop_bookie(bid)
+    cluster.wipe_bookie(bid, "all")
+    cluster.start_bookie(bid, auto_fix_cookies=True)
+    status = cluster.wait_repaired(bid)
+    assert status["repair"]["entries_copied"] > 0 and status["limbo_ledgers"] == 0
+    cluster.crash_bookie(bid)
+    cluster.start_bookie(bid)
+    status = cluster.bookie(bid).status()
+    assert not status["suspicious_boot"] and status["limbo_ledgers"] == 0
+    _assert_holds_assignment(cluster, bid)
+    _assert_all_readable(cluster, acked, "reader")
+
+
 def test_fixcookie_cli_then_boot_protects_and_repairs(make_cluster, capsys):
     cluster = make_cluster(4, flush_interval=0.05)
     acked, handles = _fill(cluster, ledgers=2)

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import time
 from collections import Counter
 
 import pytest
 
-from embedlog.errors import NoSuchEntryError
+from embedlog.errors import LedgerFencedError, NoSuchEntryError
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import PendingAdd
 from embedlog.wire.messages import OpCode
@@ -25,6 +27,16 @@ def spy_ops(cluster, monkeypatch) -> Counter:
 
     monkeypatch.setattr(transport, "send_nowait", send_nowait)
     return ops
+
+
+def queue_at_once(cluster, wh, payloads) -> concurrent.futures.Future:
+    """Queue the adds in one loop iteration, so that each bookie's share travels in one
+    ADD_BATCH; the future gives their ids."""
+
+    async def queue():
+        return await asyncio.gather(*(wh.add_aio(p) for p in payloads))
+
+    return cluster.runtime.submit(queue())
 
 
 def test_pipelined_adds_travel_in_batches(cluster, monkeypatch):
@@ -106,6 +118,48 @@ def test_an_entry_that_released_its_bytes_is_not_sent_again(cluster, monkeypatch
     assert sum(ops.values()) == before  # nothing sent
     assert wh.add(b"y") == 1 and writer.error is None
     wh.close()
+
+
+def test_a_batch_without_an_answer_is_unknown_for_every_entry_it_carries(make_cluster, monkeypatch):
+    # The bookie holds a batch until its journal writes it (30 s here) and crashes first:
+    # no verdict for any entry. Each must count as unknown there, so the writer replaces the
+    # bookie and resends all of them (AQ=3: none is acknowledged without that copy).
+    cluster = make_cluster(4)
+    ops = spy_ops(cluster, monkeypatch)
+    wh = cluster.client("c1").create_ledger(3, 3, 3)
+    wh.add(b"e0")
+    slow = wh.metadata.ensembles[0][0]
+    cluster.stop_bookie(slow)
+    cluster.start_bookie(slow, journal_max_group_wait=30.0)
+    before = ops[OpCode.ADD_BATCH]
+    ids = queue_at_once(cluster, wh, [b"e%d" % i for i in range(1, 51)])
+    while len(cluster.bookie(slow).ledger_entries(wh.ledger_id)) < 51:
+        time.sleep(0.01)  # the batch is stored, waiting for the journal
+    assert ops[OpCode.ADD_BATCH] > before
+    cluster.crash_bookie(slow)
+    assert ids.result() == list(range(1, 51))
+    md = wh.metadata
+    assert slow not in md.last_fragment[1]
+    wh.close()
+    for bookie in md.last_fragment[1]:
+        assert cluster.read_from_bookie(bookie, wh.ledger_id, 50) == b"e50"
+
+
+def test_a_refused_batch_fails_each_entry_as_its_verdict_says(make_cluster, monkeypatch):
+    # After a recovery elsewhere, every bookie answers the old writer's batches EFENCED for
+    # each entry: the writer fails them as fenced, as it would fail one fenced add. (Taken
+    # for a failed bookie instead, the batch would start an ensemble change onto the spare.)
+    cluster = make_cluster(4)
+    ops = spy_ops(cluster, monkeypatch)
+    wh = cluster.client("c1").create_ledger(3, 3, 2)
+    wh.add(b"e0")
+    assert cluster.client("c2").open_ledger(wh.ledger_id).last_add_confirmed == 0
+    before = ops[OpCode.ADD_BATCH]
+    ids = queue_at_once(cluster, wh, [b"e%d" % i for i in range(1, 51)])
+    with pytest.raises(LedgerFencedError):
+        ids.result()
+    assert ops[OpCode.ADD_BATCH] > before
+    assert len(wh.metadata.fragments) == 1
 
 
 def test_a_resend_queued_beside_the_first_send_is_sent_once(make_cluster):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from embedlog import (
+    BKError,
     DigestType,
     LedgerClosedError,
     LedgerState,
@@ -44,6 +47,60 @@ def test_pipelined_adds_complete_in_order(cluster):
     for bid in wh.metadata.ensembles[0]:
         held = cluster.bookie(bid).ledger_entries(wh.ledger_id)
         assert len(held) in (1333, 1334)
+
+
+def test_an_add_with_its_ack_quorum_waits_for_every_earlier_entry(cluster):
+    """E3 WQ2: entry 1 is stored by slots 1 and 2 at once, entry 0 waits for slot 0. Entry 1
+    must not be acknowledged (nor the LAC move) before entry 0 is: the LAC promises every
+    entry up to it."""
+    c = cluster.client("c1")
+    wh = c.create_ledger(3, 2, 2)
+    slow, middle, last = wh.metadata.ensembles[0]
+    cluster.network.delay("c1", slow, 2.0)  # well within the request timeout (5 s)
+    f0 = wh.add_async(b"e0")
+    f1 = wh.add_async(b"e1")
+    # Entry 1's whole write set holds it (its answers follow within milliseconds) while
+    # entry 0 is still on its way to the slow bookie.
+    while not all(1 in cluster.bookie(b).ledger_entries(wh.ledger_id) for b in (middle, last)):
+        time.sleep(0.01)
+    time.sleep(0.5)
+    assert not f0.done()
+    assert not f1.done() and wh.last_add_confirmed == -1
+    assert (f0.result(), f1.result()) == (0, 1)
+    assert wh.last_add_confirmed == 1
+
+
+def test_reads_fail_over_and_are_negative_only_when_every_bookie_says_so(cluster):
+    c1 = cluster.client("c1", request_timeout=30.0)
+    wh = c1.create_ledger(3, 3, 2)
+    first, second, third = wh.metadata.ensembles[0]
+    # Entry 0 never reaches the first bookie of its write set (AQ 2 acknowledges it without);
+    # the long request timeout keeps the writer from resending it there before the close.
+    cluster.network.drop_next("c1", first, "add")
+    assert [wh.add(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    wh.close()
+    # The second bookie's entry log loses its data: it answers EIO for every entry.
+    cluster.stop_bookie(second)
+    for log_file in (cluster.data_dir / second / "ledgers").glob("*.log"):
+        if log_file.stat().st_size:
+            log_file.write_bytes(log_file.read_bytes()[:10])
+    cluster.start_bookie(second)
+    with pytest.raises(NoSuchEntryError):
+        cluster.read_from_bookie(first, wh.ledger_id, 0)
+    with pytest.raises(BKError, match="EIO"):
+        cluster.read_from_bookie(second, wh.ledger_id, 0)
+
+    # Entry 0: a negative (first), an error (second), then the copy (third).
+    rh = cluster.client("c2", request_timeout=0.5).open_ledger(wh.ledger_id)
+    assert rh.read(0, 0)[0].data == b"e0"
+    # The third bookie does not answer either: one negative is not "no such entry".
+    cluster.network.block("c3", third)
+    c3 = cluster.client("c3", request_timeout=0.5).open_ledger(wh.ledger_id)
+    with pytest.raises(BKError) as unknown:
+        c3.read(0, 0)
+    assert not isinstance(unknown.value, NoSuchEntryError)
+    # Entry 2's write set starts at the third bookie: a timeout, then the first has it.
+    assert c3.read(2, 2)[0].data == b"e2"
 
 
 @pytest.mark.parametrize(("e", "wq", "aq"), [(2, 3, 2), (3, 2, 3), (3, 3, 0), (0, 0, 0)])

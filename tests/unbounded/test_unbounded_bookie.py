@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from embedlog.transport.base import next_txn
@@ -49,6 +51,30 @@ def test_adds_record_the_lafr_and_answers_carry_the_request_term(cluster):
     resp = cluster.runtime.run(cluster.transport.request("raw", b, req, 5.0))
     assert (resp.status, resp.term, resp.lafr) == (StatusCode.EOK, 2, 0)
     assert add(cluster, b, 2, 1).status == StatusCode.EINVALIDTERM
+
+
+def test_an_add_answered_after_a_term_raise_carries_its_own_term(cluster):
+    """An add of term 1 waits for the journal while a term-2 read raises the stored term.
+    Its answer is term 1's acknowledgement and must say so: answering with the stored
+    term would make the writer of term 1 discard its own ack as another term's."""
+    b = cluster.bookie_ids[0]
+    assert add(cluster, b, 0, 1).status == StatusCode.EOK
+    cluster.stop_bookie(b)
+    cluster.start_bookie(b, journal_max_group_wait=1.0)  # every answer waits 1 s for the journal
+
+    async def raced():
+        body = DIGEST.pack(LID, 1, -1, b"x")
+        late = Request(OpCode.ADD, next_txn(), LID, 1, 0, 1, 0, KEY, body)
+        raising = Request(OpCode.READ, next_txn(), LID, -1, 0, 2, 0, KEY)
+        added = asyncio.ensure_future(cluster.transport.request("raw", b, late, 5.0))
+        await asyncio.sleep(0.2)  # admitted at term 1, waiting for the journal
+        raised = await cluster.transport.request("raw", b, raising, 5.0)
+        return await added, raised
+
+    added, raised = cluster.runtime.run(raced())
+    assert (added.status, added.term) == (StatusCode.EOK, 1)
+    assert (raised.status, raised.term) == (StatusCode.EOK, 2)
+    assert cluster.bookie(b).ledger_info(LID).term == 2
 
 
 def _fail_the_cut(cluster, bookie, above):
@@ -113,3 +139,21 @@ def test_a_truncation_cut_short_by_a_crash_is_redone_not_skipped(
     cluster.start_bookie(b)
     assert cluster.bookie(b).ledger_entries(LID) == [0, 1, 2]
     assert cluster.bookie(b).ledger_info(LID).truncated_term == 2
+
+
+def test_a_truncation_whose_cut_failed_is_made_by_the_retry(cluster):
+    """No crash this time: the disk refuses the cut once and the bookie keeps serving.
+    The flag goes back with the failed cut, so the sender's retry in the same term cuts;
+    kept, it would make the retry answer EOK over the older term's entries."""
+    b = cluster.bookie_ids[0]
+    for eid in range(5):
+        assert add(cluster, b, eid, 1, lac=eid - 1).status == StatusCode.EOK
+    cluster.runtime.run(cluster.bookie(b).flush())
+    index = cluster.bookie(b).storage.index
+    healthy = index.commit
+    _fail_the_cut(cluster, b, 2)
+    assert _trim_above(cluster, b, 2, 2).status != StatusCode.EOK
+    index.commit = healthy  # the disk is back
+    resp = _trim_above(cluster, b, 2, 2)
+    assert (resp.status, resp.term) == (StatusCode.EOK, 2)
+    assert cluster.bookie(b).ledger_entries(LID) == [0, 1, 2]

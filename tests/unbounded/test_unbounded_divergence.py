@@ -68,3 +68,31 @@ def test_without_the_noop_the_log_diverges(cluster):
     wait_until(lambda: reader.read_last_add_confirmed() >= c_id)
     # Readers ask b1 first for entry 1: the acknowledged C is lost to them.
     assert [e.data for e in reader.read(0, 1)] == [b"A", b"B"]
+
+
+def test_the_noop_truncates_what_an_older_term_left_above_it(cluster):
+    """The article's scenario with two of c1's entries on b1 only (B at 1, B2 at 2). The
+    no-op lands at 1 (over B); only its truncate removes B2, which c2's C at 2 does not
+    overwrite on b1 while b1 is unreachable: without it the write set of 2 holds B2 and C."""
+    c1 = cluster.client("c1", request_timeout=5.0)
+    ul1 = c1.create_unbounded(3, 3, 2)
+    ensemble = ul1.metadata.last_fragment[1]
+    b1, b2, b3 = ensemble[1], ensemble[2], ensemble[0]
+    lid = ul1.ledger_id
+    assert ul1.append(b"A") == 0
+    wait_until(lambda: all(stored(cluster, b, lid, 0) == b"A" for b in ensemble))
+    cluster.network.block("c1", b2)
+    cluster.network.block("c1", b3)
+    ul1.append_async(b"B")
+    ul1.append_async(b"B2")
+    wait_until(lambda: stored(cluster, b1, lid, 2) == b"B2")
+
+    c2 = cluster.client("c2", request_timeout=5.0)
+    cluster.network.drop_next("c2", b1, "fence", 5)
+    cluster.network.drop_next("c2", b1, "recovery_read", 100)
+    ul2 = c2.open_unbounded(lid)
+    assert ul2.last_add_confirmed == 1  # the no-op
+    cluster.network.block("c2", b1)
+    assert ul2.append(b"C") == 2
+    cluster.network.heal()
+    assert replicas(cluster, ul2.metadata, 2) == {b1: None, b2: b"C", b3: b"C"}

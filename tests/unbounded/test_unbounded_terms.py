@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 
 import pytest
 from unbounded_helpers import replicas, stored, wait_until
 
-from embedlog import InvalidTermError, LedgerState
+from embedlog import InvalidTermError, LedgerRecoveryError, LedgerState
 
 
 def test_append_after_a_takeover_raises_invalid_term_and_reopening_continues(cluster):
@@ -173,3 +174,196 @@ def test_two_clients_fighting_over_the_ledger(make_cluster):
     md = closer.metadata
     for eid in range(closer.last_add_confirmed + 1):
         assert len({v for v in replicas(cluster, md, eid).values() if v is not None}) <= 1
+
+
+# -- a writer's metadata CAS that loses to another client ------------------------------------
+
+
+@pytest.mark.parametrize("takeover", ["completed", "aborted"])
+def test_an_ensemble_change_that_loses_to_a_takeover_raises_invalid_term(make_cluster, takeover):
+    """The displaced writer hears nothing from its bookies (no EINVALIDTERM either): its
+    ensemble change's CAS fails and the metadata it re-reads is another term's (or one
+    IN_RECOVERY). Going ahead on the three spares, which never saw term 2, it would have
+    an old term's entry acknowledged after the takeover."""
+    cluster = make_cluster(6)
+    ul1 = cluster.client("c1", request_timeout=0.5).create_unbounded(3, 3, 2)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul1.ledger_id
+    ensemble = ul1.metadata.last_fragment[1]
+    c2 = cluster.client("c2", request_timeout=0.5)
+    if takeover == "completed":
+        assert c2.open_unbounded(lid).term == 2
+    else:  # the term is raised, then the recovery aborts: IN_RECOVERY at term 2
+        for b in ensemble:
+            cluster.network.drop_next("c2", b, "recovery_read", count=100)
+        with pytest.raises(LedgerRecoveryError):
+            c2.open_unbounded(lid)
+    taken = c2.ledger_metadata(lid)
+    assert taken.term == 2
+    if takeover == "aborted":  # the previous writer stays fenced by the state too
+        assert taken.state is LedgerState.IN_RECOVERY
+    for b in ensemble:
+        cluster.network.block("c1", b)
+    with pytest.raises(InvalidTermError, match="took over"):
+        ul1.append(b"old term")
+    assert c2.ledger_metadata(lid).version == taken.version
+    spares = set(cluster.bookie_ids) - set(ensemble)
+    assert all(not cluster.bookie(b).ledger_entries(lid) for b in spares)
+
+
+def test_a_rollover_that_loses_to_a_takeover_raises_invalid_term(make_cluster):
+    """The displaced writer's next append starts a fragment (the current one is full):
+    the CAS adding it fails, and the metadata it re-reads is term 2's."""
+    cluster = make_cluster(6)
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2, fragment_max_entries=3)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    ul2 = cluster.client("c2").open_unbounded(ul1.ledger_id)
+    taken = ul2.metadata
+    with pytest.raises(InvalidTermError, match="took over"):
+        ul1.append(b"old term")
+    assert cluster.client("m").ledger_metadata(ul1.ledger_id).version == taken.version
+    new = ul2.append(b"new term")
+    assert [(e.entry_id, e.data) for e in ul2.read(0, new)] == [
+        (0, b"e0"),
+        (1, b"e1"),
+        (2, b"e2"),
+        (new, b"new term"),
+    ]
+
+
+def test_an_ensemble_change_that_loses_to_a_trim_is_made_again_on_fresh_metadata(
+    make_cluster,
+):
+    """Another client trims the stream: the writer's metadata is stale, and the CAS of its
+    next ensemble change fails. The ledger is still OPEN in its term, so it replaces the
+    bookie again on the trimmed metadata, keeping the trim."""
+    cluster = make_cluster(6)
+    ul = cluster.client("c1").create_unbounded(3, 3, 2, fragment_max_entries=5)
+    assert [ul.append(b"e%d" % i) for i in range(12)] == list(range(12))
+    lid = ul.ledger_id
+    follower = cluster.client("c2").open_unbounded(lid, takeover=False)
+    follower.trim(10)
+    trimmed = follower.metadata
+    assert [first for first, _ in trimmed.fragments] == [10]
+    dying = trimmed.last_fragment[1][0]
+    cluster.crash_bookie(dying)
+    assert ul.append(b"e12") == 12
+    md = cluster.client("m").ledger_metadata(lid)
+    assert [first for first, _ in md.fragments] == [10, 12]
+    assert dying not in md.last_fragment[1] and (md.state, md.term) == (LedgerState.OPEN, 1)
+    assert [e.data for e in ul.read(10, 12)] == [b"e10", b"e11", b"e12"]
+
+
+def test_a_takeover_reads_forward_from_the_last_fragments_start(make_cluster):
+    """The unbounded "Defect 2": the writer started a new fragment at 5 on two fresh bookies
+    and died before any entry reached them, so they report LAFR -1. Reading forward from
+    there would ask the new fragment's bookies about entries 0..4, find none, put the no-op
+    at 0 and let the new term write over acknowledged entries."""
+    cluster = make_cluster(4)
+    c1 = cluster.client("c1", request_timeout=30.0)
+    ul1 = c1.create_unbounded(2, 2, 2, fragment_max_entries=5)
+    assert [ul1.append(b"e%d" % i) for i in range(5)] == list(range(5))
+    lid = ul1.ledger_id
+    fresh = set(cluster.bookie_ids) - set(ul1.metadata.last_fragment[1])
+    for b in fresh:
+        cluster.network.block("c1", b)
+    ul1.append_async(b"e5")  # the new fragment is written by CAS; e5 never reaches it
+    wait_until(lambda: len(c1.ledger_metadata(lid).fragments) == 2)
+    first, ensemble = c1.ledger_metadata(lid).last_fragment
+    assert first == 5 and set(ensemble) == fresh
+    # c1 dies; its requests to the new fragment stay lost (a closed client's writer still
+    # sends the entry its cancelled rollover held back).
+    c1.close()
+    ul2 = cluster.client("c2").open_unbounded(lid)
+    assert ul2.append(b"new") == 6  # after the no-op at 5
+    assert [e.data for e in ul2.read(0, 6)] == [b"e%d" % i for i in range(5)] + [b"new"]
+
+
+def test_a_takeover_reads_forward_from_the_lafr_not_the_lac(cluster):
+    """Entry 3 was acknowledged by two of the three bookies: the LAC passed it, the LAFR did
+    not. Reading forward from the LAC, the takeover would leave the third bookie without
+    it although the new term starts as if every entry below the no-op were on its whole
+    write set."""
+    c1 = cluster.client("c1", request_timeout=30.0)  # no resend of entry 3 during the test
+    ul1 = c1.create_unbounded(3, 3, 2)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul1.ledger_id
+    ensemble = ul1.metadata.last_fragment[1]
+    cluster.network.drop_next("c1", ensemble[2], "add")
+    assert ul1.append(b"e3") == 3
+    assert ul1.append(b"e4") == 4  # carries LAC 3 to every bookie
+    assert stored(cluster, ensemble[2], lid, 3) is None
+    c1.close()
+    ul2 = cluster.client("c2").open_unbounded(lid)
+    assert replicas(cluster, ul2.metadata, 3) == {b: b"e3" for b in ensemble}
+    assert [e.data for e in ul2.read(0, 4)] == [b"e%d" % i for i in range(5)]
+
+
+def test_a_takeover_whose_term_raise_cannot_cover_a_write_set_aborts(cluster):
+    """Two of the three bookies never hear of term 2: they are an ack quorum that still
+    takes the old term's adds, so the takeover must not recover anything yet."""
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul1.ledger_id
+    ensemble = ul1.metadata.last_fragment[1]
+    for b in ensemble[1:]:
+        cluster.network.block("c2", b)
+    with pytest.raises(LedgerRecoveryError, match="reached only 1"):
+        cluster.client("c2", request_timeout=0.5).open_unbounded(lid)
+    md = cluster.client("m").ledger_metadata(lid)
+    assert (md.state, md.term) == (LedgerState.IN_RECOVERY, 2)
+    assert cluster.bookie(ensemble[0]).ledger_entries(lid) == [0, 1, 2]  # no no-op written
+    cluster.network.heal()
+    ul3 = cluster.client("c3").open_unbounded(lid)
+    assert ul3.term == 3 and ul3.append(b"new") == 4
+    assert [e.data for e in ul3.read(0, 4)] == [b"e0", b"e1", b"e2", b"new"]
+
+
+def test_a_takeover_whose_closing_cas_loses_to_a_newer_term_yields(cluster):
+    """c2's takeover (term 2) is slow at the bookies; meanwhile c3 raises the term to 3 in
+    the metadata and aborts before any bookie hears of it. c2 finishes its recovery at
+    term 2, and its CAS back to OPEN fails: it must not become the writer of a ledger whose
+    metadata names another term."""
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul1.ledger_id
+    ensemble = ul1.metadata.last_fragment[1]
+    check = cluster.client("m")
+    for b in ensemble:
+        cluster.network.delay("c2", b, 1.0)  # each of c2's steps at the bookies takes 1 s
+        cluster.network.block("c3", b)
+    c2 = cluster.client("c2")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        second = pool.submit(c2.open_unbounded, lid)
+        wait_until(lambda: check.ledger_metadata(lid).term == 2)
+        with pytest.raises(LedgerRecoveryError):
+            cluster.client("c3", request_timeout=0.3).open_unbounded(lid)
+        assert check.ledger_metadata(lid).term == 3
+        with pytest.raises(InvalidTermError, match="took over while term 2 was recovering"):
+            second.result()
+    cluster.network.heal()
+    ul4 = cluster.client("c4").open_unbounded(lid)
+    assert ul4.term == 4
+    last = ul4.append(b"new")
+    assert [e.data for e in ul4.read(0, last)] == [b"e0", b"e1", b"e2", b"new"]
+
+
+def test_a_takeover_fails_loudly_when_a_bookie_never_confirms_its_writes(cluster):
+    """Guaranteed write quorum: the third bookie never confirms a recovery write and no
+    other bookie can take its place. The takeover must fail once the add quorum timeout
+    passes, never open the new term with a bookie of the last fragment that did not
+    truncate."""
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2)
+    assert [ul1.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul1.ledger_id
+    silent = ul1.metadata.last_fragment[1][2]
+    cluster.network.drop_next("c2", silent, "recovery_add", count=1000)
+    c2 = cluster.client("c2", request_timeout=0.5, add_entry_quorum_timeout=1.0)
+    with pytest.raises(LedgerRecoveryError, match="did not reach every bookie"):
+        c2.open_unbounded(lid)
+    md = cluster.client("m").ledger_metadata(lid)
+    assert (md.state, md.term) == (LedgerState.IN_RECOVERY, 2)
+    cluster.network.heal()
+    ul3 = cluster.client("c3").open_unbounded(lid)
+    last = ul3.append(b"new")
+    assert [e.data for e in ul3.read(0, last)] == [b"e0", b"e1", b"e2", b"new"]
