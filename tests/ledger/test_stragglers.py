@@ -111,31 +111,21 @@ def test_a_recovery_read_answer_that_fails_after_the_decision(caplog):
     assert unhandled(caplog) == []
 
 
+async def read_forward_from_the_start(answer) -> int:
+    """The read phase of a takeover in term 2 over fake bookies that answer ``answer``."""
+    ctx, md = context(answer, window=4)
+    return await read_forward(
+        ctx, md, ENSEMBLE, DIGEST, b"", None, [], start=-1, lac=-1, term=2, flags=0, aborted=""
+    )
+
+
 def test_a_read_ahead_that_fails_after_the_end_was_found(caplog):
     """Entry 0 is unrecoverable: the end. Entry 1's read, run ahead, was refused."""
 
     def answer(bookie, eid):
         return StatusCode.ENOENTRY if eid == 0 else StatusCode.EINVALIDTERM
 
-    async def main():
-        ctx, md = context(answer, window=4)
-        end = await read_forward(
-            ctx,
-            md,
-            ENSEMBLE,
-            DIGEST,
-            b"",
-            None,
-            [],
-            start=-1,
-            lac=-1,
-            term=2,
-            flags=0,
-            aborted="",
-        )
-        assert end == 0
-
-    asyncio.run(main())
+    assert asyncio.run(read_forward_from_the_start(answer)) == 0
     assert unhandled(caplog) == []
 
 
@@ -143,25 +133,8 @@ def test_read_aheads_when_the_read_phase_aborts(caplog):
     def answer(bookie, eid):
         return StatusCode.EUNKNOWN if eid == 0 else StatusCode.EINVALIDTERM
 
-    async def main():
-        ctx, md = context(answer, window=4)
-        with pytest.raises(LedgerRecoveryError):
-            await read_forward(
-                ctx,
-                md,
-                ENSEMBLE,
-                DIGEST,
-                b"",
-                None,
-                [],
-                start=-1,
-                lac=-1,
-                term=2,
-                flags=0,
-                aborted="",
-            )
-
-    asyncio.run(main())
+    with pytest.raises(LedgerRecoveryError):
+        asyncio.run(read_forward_from_the_start(answer))
     assert unhandled(caplog) == []
 
 
