@@ -159,7 +159,7 @@ class TermWriter(LedgerWriter):
         # already acknowledged from ``first`` on would leave that entry with fewer than AQ
         # copies on the bookies the metadata lists for it. It is retried instead until
         # the entry reaches its whole write set (the LAFR passes it).
-        return any(p.settled and p.entry_id >= first and p.has_ack(idx) for p in self._replicating)
+        return any(p.entry_id >= first and p.has_ack(idx) for p in self._replicating)
 
     def fail(self, error: BKError) -> None:
         # An unbounded ledger is IN_RECOVERY only while a higher term takes over.
