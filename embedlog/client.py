@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator, Mapping
 
@@ -19,8 +20,11 @@ from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport
 from embedlog.unbounded.ledger import UnboundedLedger
+from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import DigestType, master_key
 from embedlog.wire.messages import OpCode
+
+log = logging.getLogger(__name__)
 
 
 def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
@@ -296,12 +300,22 @@ class Client:
     async def delete_ledger_aio(self, ledger_id: int) -> None:
         md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
         await self.ctx.meta(self.ctx.metadata.delete_ledger, ledger_id)
+        key = md.master_key
 
         async def drop(b: str) -> None:
             try:
-                await self.ctx.bookies.call(b, OpCode.DELETE_LEDGER, ledger_id)
+                resp = await self.ctx.bookies.call(
+                    b, OpCode.DELETE_LEDGER, ledger_id, master_key=key
+                )
             except UNKNOWN_OUTCOMES:
-                pass  # the auditor's garbage collection finds orphans later
+                return  # the auditor's garbage collection finds orphans later
+            if resp.status == StatusCode.EUA:
+                log.warning(
+                    "bookie %s kept ledger %s: it holds another key for it than the metadata "
+                    "did (docs/security.md, Ledger keys)",
+                    b,
+                    ledger_id,
+                )
 
         await asyncio.gather(*(drop(b) for b in md.bookies()))
 

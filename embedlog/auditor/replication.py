@@ -300,7 +300,7 @@ class Replicator:
     ) -> int:
         """Copy ``ids`` to ``target`` from peers; returns how many arrived."""
         sem = asyncio.Semaphore(self.concurrency)
-        master_key = bytes.fromhex(md.password_hash)
+        master_key = md.master_key
         errors: list[str] = []
         done = 0
         step = max(1000, len(ids) // 10)

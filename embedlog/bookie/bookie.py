@@ -4,11 +4,13 @@ Boot: cookie check -> open storage -> unclean-shutdown check -> journal replay
 -> BP-46 phase one when a check failed (fence, limbo, cookie fix) -> register ->
 serve -> BP-46 phase two in the background (embedlog/bookie/repair.py).
 
-The request handler answers with BookKeeper's status codes. The rule it never
-breaks: an entry the index says it holds is returned or the read fails with
-EIO; it is never reported as missing. A limbo ledger (BP-46) answers EUNKNOWN
-where it would otherwise say NoSuchEntry/NoSuchLedger, and to the auditor's
-LIST_ENTRIES (a list is a negative for every id it leaves out).
+The request handler answers with BookKeeper's status codes. A request that would
+change a ledger's state must prove the ledger's master key (embedlog/bookie/keys.py);
+refused with EUA, it changes nothing. The rule it never breaks: an entry the index
+says it holds is returned or the read fails with EIO; it is never reported as missing.
+A limbo ledger (BP-46) answers EUNKNOWN where it would otherwise say
+NoSuchEntry/NoSuchLedger, and to the auditor's LIST_ENTRIES (a list is a negative for
+every id it leaves out).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
 from embedlog.bookie.integrity import protection_for, suspicion_reasons
 from embedlog.bookie.journal import Durable, Journal, replay
+from embedlog.bookie.keys import KeyVerdict, key_verdict
 from embedlog.bookie.repair import Repairer
 from embedlog.bookie.storage import LedgerStorage
 from embedlog.errors import BookieIOError, NoSuchLedgerInMetadataError
@@ -336,8 +339,10 @@ class Bookie:
         for md in ledgers:
             plan = protection_for(md, skip_fence=cfg.unsafe_skip_fence_on_boot)
             info = self.storage.info(md.ledger_id) or LedgerInfo()
-            if not info.master_key and md.password_hash:
-                info.master_key = md.password_hash
+            if not info.master_key:
+                # The metadata's key, never a request's: a record whose key is empty
+                # accepts no state change (keys.py) until it holds the ledger's own.
+                info.master_key = md.master_key.hex()
             info.fenced = info.fenced or plan.fence
             info.limbo = info.limbo or plan.limbo
             if plan.term is not None and plan.term > info.term:
@@ -561,7 +566,8 @@ class Bookie:
         limbo: bool | None = None,
         master_key: bytes | None = None,
     ) -> None:
-        """Durably change a ledger's flags (used by the BP-46 boot phases and repair)."""
+        """Durably change a ledger's flags. A record it creates without ``master_key``
+        accepts no request that changes the ledger's state (keys.py)."""
         assert self.storage is not None
         info = self.storage.info(ledger_id) or LedgerInfo()
         if fenced is not None:
@@ -748,14 +754,11 @@ class Bookie:
             if not accepted:
                 return self._refusal(req, StatusCode.EBADREQ, statuses)
         info = storage.info(lid)
+        if key_verdict(req, info) is KeyVerdict.REFUSED:
+            return self._refusal(req, StatusCode.EUA, statuses)
         changed = info is None
         if info is None:
             info = LedgerInfo(master_key=req.master_key.hex())
-        elif info.master_key and info.master_key != req.master_key.hex():
-            return self._refusal(req, StatusCode.EUA, statuses)
-        elif not info.master_key:
-            info.master_key = req.master_key.hex()
-            changed = True
         if info.fenced and not req.flags & AddFlags.RECOVERY:
             return self._refusal(req, StatusCode.EFENCED, statuses)
         refused, term_changed = self._check_term(req, info)
@@ -822,13 +825,14 @@ class Bookie:
         assert storage is not None
         lid, eid = req.ledger_id, req.entry_id
         info = storage.info(lid)
-        fencing = bool(req.flags & ReadFlags.FENCE)
-        if fencing or req.term != NO_TERM:
+        verdict = key_verdict(req, info)
+        if verdict is KeyVerdict.REFUSED:
+            return Response.to(req, StatusCode.EUA, entry_id=eid)
+        if verdict is not KeyVerdict.KEYLESS:  # a fence or a term: state to change
+            fencing = bool(req.flags & ReadFlags.FENCE)
             new = info is None
             if info is None:
                 info = LedgerInfo(master_key=req.master_key.hex())
-            elif req.master_key and info.master_key and info.master_key != req.master_key.hex():
-                return Response.to(req, StatusCode.EUA, entry_id=eid)
             refused, changed = self._check_term(req, info)
             if refused:
                 return Response.to(req, StatusCode.EINVALIDTERM, entry_id=eid, term=info.term)
@@ -898,10 +902,10 @@ class Bookie:
     def _write_lac(self, req: Request) -> Response:
         assert self.storage is not None
         info = self.storage.info(req.ledger_id)
+        if key_verdict(req, info) is KeyVerdict.REFUSED:
+            return Response.to(req, StatusCode.EUA)
         if info is None:
             return self._missing(req, None, StatusCode.ENOLEDGER)
-        if info.master_key and req.master_key and info.master_key != req.master_key.hex():
-            return Response.to(req, StatusCode.EUA)
         if req.entry_id > info.explicit_lac:
             # Not journaled: a LAC forgotten in a crash only makes readers wait for the next.
             info.explicit_lac = req.entry_id
@@ -929,7 +933,10 @@ class Bookie:
         lid = req.ledger_id
         if req.op == OpCode.TRIM and req.flags & TrimFlags.ABOVE:
             return await self._clean_above(req)
-        if self.storage.info(lid) is None:
+        info = self.storage.info(lid)
+        if key_verdict(req, info) is KeyVerdict.REFUSED:
+            return Response.to(req, StatusCode.EUA)
+        if info is None:
             return self._missing(req, None, StatusCode.ENOLEDGER)
         if req.op == OpCode.DELETE_LEDGER:
             await self.storage.cut(lid, "all", 0, self.journal.lsn)
@@ -944,10 +951,10 @@ class Bookie:
         if req.term == NO_TERM:
             return Response.to(req, StatusCode.EBADREQ)
         info = self.storage.info(lid)
+        if key_verdict(req, info) is KeyVerdict.REFUSED:
+            return Response.to(req, StatusCode.EUA)
         if info is None:
             info = LedgerInfo(master_key=req.master_key.hex())
-        elif req.master_key and info.master_key and info.master_key != req.master_key.hex():
-            return Response.to(req, StatusCode.EUA)
         refused, changed = self._check_term(req, info)
         if refused:
             return Response.to(req, StatusCode.EINVALIDTERM, term=info.term)

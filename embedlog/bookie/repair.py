@@ -232,7 +232,7 @@ class Repairer:
         # Without the password a MAC cannot be checked; the header still must match.
         verify = md.password is not None or md.digest_type is not DigestType.MAC
         sem = asyncio.Semaphore(COPY_CONCURRENCY)
-        key = bytes.fromhex(md.password_hash) if md.password_hash else b""
+        key = md.master_key
 
         async def copy(eid: int, peers: list[str]) -> None:
             async with sem:

@@ -91,6 +91,16 @@ class LedgerMetadata:
     def bookies(self) -> set[str]:
         return {b for _, ens in self.fragments for b in ens}
 
+    @property
+    def master_key(self) -> bytes:
+        """The key bookies require of every request that changes this ledger's state;
+        b"" when the metadata holds none (or no hex): bookies then refuse every such
+        request for the ledger."""
+        try:
+            return bytes.fromhex(self.password_hash)
+        except ValueError:
+            return b""
+
     def evolve(self, **changes: Any) -> LedgerMetadata:
         return attrs.evolve(self, **changes)
 

@@ -51,9 +51,10 @@ def test_copies_reach_a_fenced_ledger(cluster) -> None:
     victim = md.ensembles[0][0]
     bookie = cluster.bookie(victim)
     drop = assigned_entries(md)[victim]
-    # The bookie loses the ledger's entries but keeps it, fenced.
+    # The bookie loses the ledger's entries but keeps it, fenced (and its key, as BP-46
+    # protection takes it from the metadata).
     cluster.runtime.run(bookie.storage.cut(lid, "all", 0, bookie.journal.lsn))
-    cluster.runtime.run(bookie.set_ledger_state(lid, fenced=True))
+    cluster.runtime.run(bookie.set_ledger_state(lid, fenced=True, master_key=md.master_key))
     assert bookie.ledger_info(lid).fenced
     assert checker(cluster).run().ledgers[lid].missing == {victim: drop}
 

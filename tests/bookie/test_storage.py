@@ -38,7 +38,7 @@ def test_unsynced_journal_records_are_lost_in_a_crash(harness):
     async def add_and_crash():
         tasks = [
             asyncio.ensure_future(
-                h.serve(Request(OpCode.ADD, 100 + i, 7, i, master_key=b"k", body=entry(7, i)))
+                h.serve(Request(OpCode.ADD, 100 + i, 7, i, master_key=KEY, body=entry(7, i)))
             )
             for i in range(5)
         ]
