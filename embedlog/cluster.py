@@ -21,7 +21,7 @@ from typing import Any
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
 from embedlog.client import Client
-from embedlog.errors import error_for_status
+from embedlog.errors import ClientClosedError, error_for_status
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
 from embedlog.metadata.uri import open_store
@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 _BOOKIE_DIR = re.compile(r"^bookie-(\d+)$")
 WIPE_TARGETS = ("journal", "ledgers", "index", "all")
 ADMIN = "admin"  # the client name of LocalCluster's own requests (read_from_bookie)
+STOPPED = (
+    "the cluster is stopped (LocalCluster.stop()): its clients and their ledger handles take "
+    "no more calls; start() it again and make new clients"
+)
 
 
 def repair_client_name(bookie_id: str) -> str:
@@ -85,6 +89,7 @@ class LocalCluster:
         self._meta: MetadataClient | None = None
         self._transport: Transport | None = None
         self._repair_request_timeout = 5.0
+        self._stopped = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -194,7 +199,8 @@ class LocalCluster:
                         rt.run(self._transport.close(), timeout=10)
                     except Exception:
                         log.exception("closing transport")
-                rt.close()
+                rt.close(STOPPED)
+                self._stopped = True
             self._bookies.clear()
             if self._store is not None:
                 self._store.close()
@@ -213,6 +219,8 @@ class LocalCluster:
     @property
     def runtime(self) -> Runtime:
         if self._runtime is None:
+            if self._stopped:
+                raise ClientClosedError(STOPPED)
             raise RuntimeError(
                 "the cluster is not started: use `with LocalCluster(...)` or .start()"
             )
