@@ -24,13 +24,29 @@ def _ledger_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# What admin output never shows: the ledger's password, and the master key derived from
+# it, which is all a client needs to write to, fence or delete the ledger on its bookies.
+SECRET_FIELDS = ("password", "password_hash")
+HIDDEN = "<hidden>"
+
+
+def public_metadata(md: Any) -> dict[str, Any]:
+    """A ledger's metadata as ``ledger show`` prints it: every field, the secrets hidden."""
+    doc: dict[str, Any] = json.loads(md.to_bytes())
+    for name in SECRET_FIELDS:
+        if name in doc:
+            doc[name] = HIDDEN
+    doc["version"] = md.version
+    return doc
+
+
 def _ledger_show(args: argparse.Namespace) -> int:
     meta = _metadata(args)
-    md = meta.read_ledger(args.ledger_id)
-    doc = json.loads(md.to_bytes())
-    doc["version"] = md.version
-    print(json.dumps(doc, indent=2, sort_keys=True))
-    meta.store.close()
+    try:
+        md = meta.read_ledger(args.ledger_id)
+    finally:
+        meta.store.close()
+    print(json.dumps(public_metadata(md), indent=2, sort_keys=True))
     return 0
 
 

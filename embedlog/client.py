@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 
+from embedlog import validate
 from embedlog.errors import NotEnoughBookiesError
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES, BookieClient
 from embedlog.ledger.context import ClientContext
@@ -25,14 +26,6 @@ from embedlog.wire.entry import DigestType, master_key
 from embedlog.wire.messages import OpCode
 
 log = logging.getLogger(__name__)
-
-
-def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
-    if not ensemble_size >= write_quorum >= ack_quorum >= 1:
-        raise ValueError(
-            "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
-            f"E={ensemble_size} WQ={write_quorum} AQ={ack_quorum}"
-        )
 
 
 class Client:
@@ -72,6 +65,9 @@ class Client:
     def runtime(self) -> Runtime:
         return self._runtime
 
+    def _check_open(self) -> None:
+        validate.check_open(self._runtime, self.ctx)
+
     # -- bounded ledgers ---------------------------------------------------------------------
 
     def create_ledger(
@@ -84,6 +80,7 @@ class Client:
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
     ) -> WriteHandle:
+        self._check_open()
         return self._runtime.run(
             self.create_ledger_aio(
                 ensemble_size,
@@ -105,6 +102,8 @@ class Client:
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
     ) -> WriteHandle:
+        self._check_open()
+        password = validate.password(password)
         md = await self.new_ledger_metadata(
             ensemble_size,
             write_quorum,
@@ -128,9 +127,12 @@ class Client:
         custom_metadata: Mapping[str, bytes] | None,
         unbounded: bool = False,
     ) -> LedgerMetadata:
-        check_quorums(ensemble_size, write_quorum, ack_quorum)
-        if not isinstance(digest, DigestType):
-            raise TypeError(f"digest must be a DigestType, not {digest!r}")
+        ensemble_size, write_quorum, ack_quorum = validate.quorums(
+            ensemble_size, write_quorum, ack_quorum
+        )
+        digest = validate.digest(digest)
+        password = validate.password(password)
+        custom_metadata = validate.custom_metadata(custom_metadata)
         available = await self.ctx.writable_bookies()
         if len(available) < ensemble_size:
             raise NotEnoughBookiesError(
@@ -146,7 +148,7 @@ class Client:
             digest_type=digest,
             password_hash=master_key(password).hex(),
             password=password,
-            custom_metadata=dict(custom_metadata or {}),
+            custom_metadata=custom_metadata,
             term=1 if unbounded else -1,
             unbounded=unbounded,
             ctime=time.time(),
@@ -156,6 +158,7 @@ class Client:
     def open_ledger(
         self, ledger_id: int, *, password: bytes = b"", recover: bool = True
     ) -> ReadHandle:
+        self._check_open()
         return self._runtime.run(
             self.open_ledger_aio(ledger_id, password=password, recover=recover)
         )
@@ -163,7 +166,10 @@ class Client:
     async def open_ledger_aio(
         self, ledger_id: int, *, password: bytes = b"", recover: bool = True
     ) -> ReadHandle:
-        if recover:
+        self._check_open()
+        ledger_id = validate.ledger_id(ledger_id)
+        password = validate.password(password)
+        if validate.flag(recover, "recover"):
             md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
             if md.unbounded:
                 # Bounded recovery would fence and close the stream for good.
@@ -202,6 +208,7 @@ class Client:
         digest: DigestType = DigestType.CRC32C,
     ) -> UnboundedLedger:
         """A new unbounded ledger at term 1, with this client as its writer."""
+        self._check_open()
         return self._runtime.run(
             self.create_unbounded_aio(
                 ensemble_size,
@@ -226,8 +233,9 @@ class Client:
         from embedlog.unbounded import layout
         from embedlog.unbounded.writer import TermWriter
 
-        if fragment_max_entries is not None and fragment_max_entries < 1:
-            raise ValueError(f"fragment_max_entries must be >= 1, got {fragment_max_entries}")
+        self._check_open()
+        password = validate.password(password)
+        fragment_max_entries = validate.optional_count(fragment_max_entries, "fragment_max_entries")
         md = await self.new_ledger_metadata(
             ensemble_size,
             write_quorum,
@@ -259,6 +267,7 @@ class Client:
 
         takeover=False: a follower that reads and tails and never disturbs the writer.
         """
+        self._check_open()
         return self._runtime.run(
             self.open_unbounded_aio(ledger_id, password=password, takeover=takeover)
         )
@@ -270,7 +279,10 @@ class Client:
         from embedlog.unbounded.takeover import take_over
         from embedlog.unbounded.writer import TermWriter
 
-        if takeover:
+        self._check_open()
+        ledger_id = validate.ledger_id(ledger_id)
+        password = validate.password(password)
+        if validate.flag(takeover, "takeover"):
             start = await take_over(self.ctx, ledger_id, password)
             writer = TermWriter(
                 self.ctx,
@@ -295,9 +307,12 @@ class Client:
         return UnboundedLedger(self._runtime, self.ctx, md, password, lac=lac)
 
     def delete_ledger(self, ledger_id: int) -> None:
+        self._check_open()
         self._runtime.run(self.delete_ledger_aio(ledger_id))
 
     async def delete_ledger_aio(self, ledger_id: int) -> None:
+        self._check_open()
+        ledger_id = validate.ledger_id(ledger_id)
         md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
         await self.ctx.meta(self.ctx.metadata.delete_ledger, ledger_id)
         key = md.master_key
@@ -320,17 +335,26 @@ class Client:
         await asyncio.gather(*(drop(b) for b in md.bookies()))
 
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        self._check_open()
+        ledger_id = validate.ledger_id(ledger_id)
         return self._runtime.run(self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id))
 
     def list_ledgers(self) -> Iterator[int]:
+        self._check_open()
         return iter(
             self._runtime.run(self.ctx.meta(lambda: list(self.ctx.metadata.list_ledgers())))
         )
 
     def close(self) -> None:
+        """Stop this client's writers; every later call on it or its handles raises
+        ClientClosedError. Closing again does nothing."""
         if self._closed:
             return
         self._closed = True
+        self.ctx.closed_reason = (
+            f"client {self.name} is closed: it and its ledger handles take no more calls; "
+            "make a new client"
+        )
 
         async def stop_all() -> None:
             for w in self._writers:

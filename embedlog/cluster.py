@@ -21,7 +21,7 @@ from typing import Any
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
 from embedlog.client import Client
-from embedlog.errors import error_for_status
+from embedlog.errors import ClientClosedError, error_for_status
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
 from embedlog.metadata.uri import open_store
@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 _BOOKIE_DIR = re.compile(r"^bookie-(\d+)$")
 WIPE_TARGETS = ("journal", "ledgers", "index", "all")
 ADMIN = "admin"  # the client name of LocalCluster's own requests (read_from_bookie)
+STOPPED = (
+    "the cluster is stopped (LocalCluster.stop()): its clients and their ledger handles take "
+    "no more calls; start() it again and make new clients"
+)
 
 
 def repair_client_name(bookie_id: str) -> str:
@@ -78,16 +82,26 @@ class LocalCluster:
         self._sessions: dict[str, MetadataStore] = {}
         self._known: list[str] = []
         self._clients: list[Client] = []
+        self._failed: dict[str, Exception] = {}
         self.network = NetworkFaults()
         self._runtime: Runtime | None = None
         self._store: MetadataStore | None = None
         self._meta: MetadataClient | None = None
         self._transport: Transport | None = None
         self._repair_request_timeout = 5.0
+        self._stopped = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> LocalCluster:
+        """Open the metadata store and boot every bookie.
+
+        A bookie that cannot boot does not keep the others down: the others start, a
+        warning names it and why, and ``failed_bookies`` holds its error (start it again
+        with ``start_bookie`` once fixed). Only when bookies were to boot and none could
+        does start() raise (that bookie's error, the others' in a note): such a cluster
+        can do nothing.
+        """
         if self._runtime is not None:
             return self
         if self._data_dir_arg is None:
@@ -106,14 +120,35 @@ class LocalCluster:
                 key=lambda n: int(n.split("-")[1]),
             )
             self._known = list(existing)
+            self._failed.clear()
             for bid in existing:
-                self.start_bookie(bid)
+                self._boot_or_report(bid)
             while len(self._known) < self.num_bookies:
-                self.add_bookie()
+                self._boot_or_report(self._new_bookie_id())
+            if self._failed and not self.running_bookies():
+                first = next(iter(self._failed.values()))
+                for bid, exc in self._failed.items():
+                    first.add_note(f"bookie {bid} could not boot: {exc}")
+                raise first
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _boot_or_report(self, bookie_id: str) -> None:
+        if bookie_id not in self._known:
+            self._known.append(bookie_id)
+        try:
+            self.start_bookie(bookie_id)
+        except Exception as exc:  # start_bookie recorded it in failed_bookies
+            log.warning(
+                "bookie %s could not boot; the cluster starts without it: %s", bookie_id, exc
+            )
+
+    @property
+    def failed_bookies(self) -> dict[str, Exception]:
+        """Bookies whose last boot failed (bookie id -> why); empty when all are running."""
+        return dict(self._failed)
 
     def _make_transport(self) -> Transport:
         if self.transport_kind == "tcp":
@@ -164,7 +199,8 @@ class LocalCluster:
                         rt.run(self._transport.close(), timeout=10)
                     except Exception:
                         log.exception("closing transport")
-                rt.close()
+                rt.close(STOPPED)
+                self._stopped = True
             self._bookies.clear()
             if self._store is not None:
                 self._store.close()
@@ -183,6 +219,8 @@ class LocalCluster:
     @property
     def runtime(self) -> Runtime:
         if self._runtime is None:
+            if self._stopped:
+                raise ClientClosedError(STOPPED)
             raise RuntimeError(
                 "the cluster is not started: use `with LocalCluster(...)` or .start()"
             )
@@ -228,14 +266,17 @@ class LocalCluster:
 
     def add_bookie(self) -> str:
         with self._lock:
-            taken = {int(b.split("-")[1]) for b in self._known}
-            n = 1
-            while n in taken:
-                n += 1
-            bid = f"bookie-{n}"
+            bid = self._new_bookie_id()
             self._known.append(bid)
             self.start_bookie(bid)
             return bid
+
+    def _new_bookie_id(self) -> str:
+        taken = {int(b.split("-")[1]) for b in self._known}
+        n = 1
+        while n in taken:
+            n += 1
+        return f"bookie-{n}"
 
     def start_bookie(self, bookie_id: str, **settings: Any) -> None:
         """Boot ``bookie_id``: cookie check, unclean-shutdown check, BP-46 phases.
@@ -258,9 +299,12 @@ class LocalCluster:
             self._sessions[bookie_id] = session
             try:
                 self.runtime.run(bookie.start())
-            except BaseException:
+            except BaseException as exc:
                 self._end_session(bookie_id, clean=True)
+                if isinstance(exc, Exception):
+                    self._failed[bookie_id] = exc
                 raise
+            self._failed.pop(bookie_id, None)
             hook = getattr(self._transport, "bookie_started", None)
             if hook is not None:
                 hook(bookie_id, bookie)
@@ -296,12 +340,18 @@ class LocalCluster:
             time.sleep(0.02)
 
     def stop_bookie(self, bookie_id: str) -> None:
-        """Clean shutdown: everything is flushed and the unclean-shutdown bit cleared."""
+        """Clean shutdown: everything is flushed and the unclean-shutdown bit cleared.
+
+        The bookie is stopped and its files released even when that fails (a full disk):
+        then BookieIOError says so, and its next boot replays the journal as after a crash.
+        """
         with self._lock:
             bookie = self._running(bookie_id)
             self._transport_stopped(bookie_id)
-            self.runtime.run(bookie.stop())
-            self._end_session(bookie_id, clean=True)
+            try:
+                self.runtime.run(bookie.stop())
+            finally:
+                self._end_session(bookie_id, clean=True)
 
     def crash_bookie(self, bookie_id: str) -> None:
         """Abrupt stop: the bookie loses everything its storage had not made durable."""

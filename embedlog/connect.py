@@ -57,7 +57,10 @@ def _connected_client_class() -> type[Client]:
                     self.runtime.run(self.transport.close(), timeout=10)
                 finally:
                     self._store.close()
-                    self.runtime.close()
+                    self.runtime.close(
+                        f"client {self.name} is closed: it and its ledger handles take no "
+                        "more calls; connect() again"
+                    )
 
     return ConnectedClient
 

@@ -126,6 +126,12 @@ class MetadataError(BKError):
     code = -9
 
 
+class ClientClosedError(BKError, RuntimeError):
+    """The client was closed, or its cluster stopped: make a new client to go on."""
+
+    code = -19
+
+
 class NoSuchLedgerInMetadataError(NoSuchLedgerError):
     """The metadata store has no such ledger."""
 

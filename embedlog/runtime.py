@@ -15,6 +15,8 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from embedlog.errors import ClientClosedError
+
 T = TypeVar("T")
 
 
@@ -22,6 +24,7 @@ class Runtime:
     def __init__(self, name: str = "embedlog") -> None:
         self.name = name
         self.loop = asyncio.new_event_loop()
+        self._closed_reason: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"{name}-loop", daemon=True)
         self._started = threading.Event()
         self._thread.start()
@@ -36,8 +39,23 @@ class Runtime:
     def in_loop(self) -> bool:
         return threading.current_thread() is self._thread
 
+    @property
+    def closed_reason(self) -> str | None:
+        """Why this runtime takes no more work (None while it does)."""
+        if self._closed_reason is None and self.loop.is_closed():
+            return f"the embedlog runtime {self.name} is closed"
+        return self._closed_reason
+
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Schedule ``coro`` on the loop; returns a concurrent.futures.Future."""
+        """Schedule ``coro`` on the loop; returns a concurrent.futures.Future.
+
+        ClientClosedError once the runtime is closed (or closing): its loop would never
+        run ``coro``.
+        """
+        why = self.closed_reason
+        if why is not None:
+            coro.close()
+            raise ClientClosedError(why)
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
@@ -55,9 +73,12 @@ class Runtime:
 
         return self.run(_call())
 
-    def close(self) -> None:
+    def close(self, reason: str | None = None) -> None:
+        """Stop the loop; later calls raise ClientClosedError with ``reason``."""
         if self.loop.is_closed():
             return
+        if self._closed_reason is None:
+            self._closed_reason = reason or f"the embedlog runtime {self.name} is closed"
 
         async def _shutdown() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -67,7 +88,7 @@ class Runtime:
 
         if self._thread.is_alive():
             try:
-                self.submit(_shutdown()).result(10)
+                asyncio.run_coroutine_threadsafe(_shutdown(), self.loop).result(10)
             except Exception:
                 pass
             self.loop.call_soon_threadsafe(self.loop.stop)

@@ -451,21 +451,53 @@ class Bookie:
     # -- stop and crash ----------------------------------------------------------------------
 
     async def stop(self) -> None:
+        """Clean shutdown: flush, clear the unclean-shutdown bit, release every file.
+
+        The files and the index are released whatever fails, so the bookie can boot again
+        once the cause is fixed. When the final flush fails (a full disk) the unclean bit
+        stays set, so the next boot replays the journal as after a crash; this then raises
+        BookieIOError saying so, once everything is released.
+        """
         if self._state is not BookieState.SERVING:
             return
         self._state = BookieState.STOPPED
-        await self.publish_status()
-        self.metadata.unregister_bookie(self.session, self.bookie_id)
-        for task in (self._flusher, self._repair_task):
-            if task is not None:
-                task.cancel()
+        try:
+            await self.publish_status()
+            try:
+                self.metadata.unregister_bookie(self.session, self.bookie_id)
+            except Exception as exc:  # the end of its session removes the registration too
+                log.warning("bookie %s: could not unregister: %s", self.bookie_id, exc)
+            for task in (self._flusher, self._repair_task):
+                if task is not None:
+                    task.cancel()
+            try:
+                await self._final_flush()
+            except Exception as exc:
+                log.error("bookie %s: clean shutdown failed: %s", self.bookie_id, exc)
+                raise BookieIOError(
+                    f"bookie {self.bookie_id} stopped, but not cleanly: its final flush failed "
+                    f"({exc}). Its files are released; its next boot replays the journal as "
+                    "after a crash, so nothing acknowledged is lost. Free space (or fix the "
+                    "disk) before starting it again."
+                ) from exc
+        finally:
+            await self._release_files()
+
+    async def _final_flush(self) -> None:
         assert self.journal is not None and self.storage is not None
         await self.journal.sync()
         await self.storage.flush(self.journal.lsn)
         self.journal.remove_before(self.journal.lsn)
-        await self.journal.close()
-        self.storage.index.set_unclean_bit(False)
-        self.storage.close()
+        self.storage.index.set_unclean_bit(False)  # only once everything above held
+
+    async def _release_files(self) -> None:
+        if self.journal is not None:
+            try:
+                await self.journal.close()
+            except OSError:
+                pass  # the final flush failed on it already, and said so
+        if self.storage is not None:
+            self.storage.close()
         self._wake_all()
         self._shutdown_executors()
 

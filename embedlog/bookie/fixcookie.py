@@ -12,6 +12,7 @@ from __future__ import annotations
 from embedlog.bookie import cookie as cookies
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.index import PROTECT, LedgerIndex
+from embedlog.dirlock import DirLock, DirLockedError
 from embedlog.errors import CookieError
 from embedlog.metadata.client import MetadataClient
 
@@ -29,11 +30,20 @@ def fix_cookies(config: BookieConfig, metadata: MetadataClient) -> list[str]:
     if check.first_boot or not check.problems:
         return []
     config.index_dir.mkdir(parents=True, exist_ok=True)
-    # Opening the index also proves no process holds it: LevelDB allows one at a time.
-    index = LedgerIndex(config.index_dir)
+    # Locking the index also proves that no bookie uses it (a running one holds the lock).
     try:
-        index.set_marker(PROTECT, True)
+        lock = DirLock(config.index_dir)
+    except DirLockedError as exc:
+        raise CookieError(
+            f"bookie {config.bookie_id} is running: its index {exc}; stop it first"
+        ) from None
+    try:
+        index = LedgerIndex(config.index_dir)
+        try:
+            index.set_marker(PROTECT, True)
+        finally:
+            index.close()
     finally:
-        index.close()
+        lock.release()
     cookies.write_cookies(config, metadata)
     return list(check.problems)

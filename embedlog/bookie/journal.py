@@ -196,10 +196,13 @@ class Journal:
         return sum(p.stat().st_size for _, p in journal_files(self.dir))
 
     async def close(self) -> None:
-        await self.sync()
-        if self._task is not None:
-            self._task.cancel()
-        self._file.close()
+        """Sync, then release the file; released even when the sync fails (it raises)."""
+        try:
+            await self.sync()
+        finally:
+            if self._task is not None:
+                self._task.cancel()
+            self._file.close()
 
     def crash(self) -> None:
         if self._task is not None:

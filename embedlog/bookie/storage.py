@@ -18,6 +18,8 @@ from typing import Literal
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.entrylog import EntryLogs
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
+from embedlog.dirlock import DirLock, DirLockedError
+from embedlog.errors import BookieIOError
 from embedlog.wire.entry import parse_header
 
 log = logging.getLogger(__name__)
@@ -29,8 +31,27 @@ class LedgerStorage:
     def __init__(self, config: BookieConfig, executor: Executor) -> None:
         self.config = config
         self._executor = executor
-        self.index = LedgerIndex(config.index_dir)
-        self.logs = EntryLogs(config.ledger_dir, config.entry_log_max_size)
+        config.index_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            # Before LevelDB is touched: LevelDB refusing a second open in this process
+            # would drop its lock for the first one (see embedlog/dirlock.py).
+            self._dir_lock = DirLock(config.index_dir)
+        except DirLockedError as exc:
+            raise BookieIOError(
+                f"bookie {config.bookie_id}: its index {exc}; one bookie at a time may use "
+                "a bookie's disks: stop the other one first"
+            ) from None
+        try:
+            self.index = LedgerIndex(config.index_dir)
+        except BaseException:
+            self._dir_lock.release()
+            raise
+        try:
+            self.logs = EntryLogs(config.ledger_dir, config.entry_log_max_size)
+        except BaseException:
+            self.index.close()
+            self._dir_lock.release()
+            raise
         self.cache: dict[int, dict[int, bytes]] = {}  # ledger -> entry -> entry bytes
         self.cache_bytes = 0
         self._flushing: dict[int, dict[int, bytes]] = {}  # the cache a flush is writing
@@ -253,8 +274,11 @@ class LedgerStorage:
         self._executor.submit(self._close_files).result()  # after any flush still running
 
     def _close_files(self) -> None:
-        self.logs.close()
-        self.index.close()
+        try:
+            self.logs.close()
+        finally:
+            self.index.close()  # its lock must go whatever happened: the next boot needs it
+            self._dir_lock.release()
 
     def crash(self) -> None:
         self._crashed = True
@@ -266,8 +290,11 @@ class LedgerStorage:
         self._executor.submit(self._crash_files).result()
 
     def _crash_files(self) -> None:
-        self.logs.crash()
-        self.index.close()
+        try:
+            self.logs.crash()
+        finally:
+            self.index.close()
+            self._dir_lock.release()
 
 
 def _keeps(how: Cut, at: int, entry_id: int) -> bool:

@@ -34,6 +34,8 @@ class ClientContext:
     unsafe_recovery_from_minus_one: bool = False  # the model's "Defect 2"
     # Unbounded ledgers: a takeover writes no truncate no-op (the article's log divergence).
     unsafe_takeover_without_noop: bool = False
+    # Why the client that owns this context takes no more calls (None: it does).
+    closed_reason: str | None = None
 
     @property
     def name(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 
+from embedlog import validate
 from embedlog.errors import BKError, ReadPastLastConfirmedError
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
@@ -15,9 +16,8 @@ from embedlog.runtime import Runtime
 from embedlog.wire.entry import Digester
 
 
-def check_range(first: int, last: int) -> None:
-    if first < 0 or last < first:
-        raise ValueError(f"bad entry range {first}..{last}: need 0 <= first <= last")
+def check_range(first: int, last: int) -> tuple[int, int]:
+    return validate.entry_range(first, last)
 
 
 async def read_entries(
@@ -52,6 +52,7 @@ class WriteHandle:
         """Queue ``data``; the future gives its entry id once it (and all before it) is acked."""
         if not isinstance(data, bytes | bytearray | memoryview):
             raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
+        validate.check_open(self._runtime, self._ctx)
         return self._inbox.submit(self._writer, bytes(data))
 
     def add(self, data: bytes) -> int:
@@ -62,10 +63,12 @@ class WriteHandle:
         return await self._writer.add(bytes(data))
 
     def close(self) -> None:
+        validate.check_open(self._runtime, self._ctx)
         self._runtime.run(self._writer.close())
 
     def read(self, first: int, last: int) -> list[Entry]:
-        check_range(first, last)
+        validate.check_open(self._runtime, self._ctx)
+        first, last = check_range(first, last)
         lac = self._writer.lac
         if last > lac:
             raise ReadPastLastConfirmedError(
@@ -117,6 +120,7 @@ class ReadHandle:
 
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies (and the metadata, which may have closed meanwhile)."""
+        validate.check_open(self._runtime, self._ctx)
         return self._runtime.run(self._refresh())
 
     async def _refresh(self, *, timeout_ms: int = 0) -> int:
@@ -131,10 +135,12 @@ class ReadHandle:
         return self._lac
 
     def read(self, first: int, last: int) -> list[Entry]:
+        validate.check_open(self._runtime, self._ctx)
         return self._runtime.run(self.read_aio(first, last))
 
     async def read_aio(self, first: int, last: int) -> list[Entry]:
-        check_range(first, last)
+        validate.check_open(self._runtime, self._ctx)
+        first, last = check_range(first, last)
         if last > self._lac and not self._md.is_closed:
             await self._refresh()
         if last > self._lac:

@@ -14,6 +14,7 @@ import concurrent.futures
 from collections import deque
 from typing import TYPE_CHECKING
 
+from embedlog.errors import ClientClosedError
 from embedlog.ledger.future import new_future
 
 if TYPE_CHECKING:
@@ -32,8 +33,20 @@ class AddInbox:
         self._queue.append((writer, payload, future))
         if not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon_threadsafe(self._take)
+            try:
+                self._loop.call_soon_threadsafe(self._take)
+            except RuntimeError:  # the loop closed (its cluster stopped) under the caller
+                self._scheduled = False
+                self._fail_queued()
         return future
+
+    def _fail_queued(self) -> None:
+        # Never left pending: nothing would ever complete these futures.
+        closed = ClientClosedError("the client's event loop is closed (its cluster stopped)")
+        while self._queue:
+            _writer, _payload, future = self._queue.popleft()
+            if future.set_running_or_notify_cancel():
+                future.set_exception(closed)
 
     def _take(self) -> None:
         # Cleared before taking: an add queued after the last take sees False and wakes

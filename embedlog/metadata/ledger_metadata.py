@@ -49,11 +49,13 @@ class LedgerMetadata:
     state: LedgerState = LedgerState.OPEN
     last_entry_id: int = -1
     digest_type: DigestType = DigestType.CRC32C
-    password_hash: str = ""  # hex master key; lets open_ledger refuse a wrong password early
+    # Hex master key; lets open_ledger refuse a wrong password early. Never in a repr (nor
+    # the password below): a repr ends up in logs and test reports.
+    password_hash: str = field(default="", repr=False)
     # The ledger's password, as BookKeeper keeps it in ledger metadata: a bookie repairing
     # itself (BP-46) or the auditor must open and recover ledgers it did not create.
     # Protect the metadata store accordingly. None for ledgers written before it was kept.
-    password: bytes | None = None
+    password: bytes | None = field(default=None, repr=False)
     custom_metadata: Mapping[str, bytes] = field(factory=dict)
     term: int = -1  # unbounded ledgers: the current writer's term; -1 for bounded ledgers
     unbounded: bool = False

@@ -9,16 +9,19 @@ Layout of the LevelDB keyspace:
     b"n" + path   ->  version (8 bytes, big-endian) + data     every node
     b"e" + path   ->  b""                                      ephemeral marker
 
-LevelDB admits one process at a time (its LOCK file), so a lock protecting
-read-modify-write cycles inside this process is enough for compare-and-swap.
+One store object at a time may have the directory open: the store holds a lock
+of its own on it (embedlog/dirlock.py) for its whole lifetime, taken before
+LevelDB is touched, refusing a second open in this process and any open by
+another process. A lock protecting read-modify-write cycles inside this object
+is then enough for compare-and-swap.
 Every write is synced: metadata is the record of which ledgers exist and how
 they were closed, and losing an acknowledged close on a power cut would let a
 later reader see a different end of the ledger.
 
 Ephemeral nodes live only as long as the session that made them, but that
 session dies with the process, while the disk survives it. So ephemerals are
-marked, and the markers left over by an earlier process (which no session can
-still own, given the LOCK) are swept when the store is opened.
+marked, and the markers left over by an earlier holder (which no session can
+still own, given the lock) are swept when the store is opened.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 
 import plyvel
 
+from embedlog.dirlock import DirLock, DirLockedError
 from embedlog.errors import MetadataError
 from embedlog.metadata.memory import normalize
 from embedlog.metadata.store import (
@@ -49,7 +53,7 @@ _SYNC = {"sync": True}
 
 
 class MetadataStoreInUseError(MetadataError):
-    """Another process holds the embedded metadata store open."""
+    """The embedded metadata store is open already (in this process or another one)."""
 
 
 def _node_key(path: str) -> bytes:
@@ -77,17 +81,29 @@ class LevelDBMetadataStore(MetadataStore):
         except OSError as exc:
             raise MetadataError(f"cannot create metadata store at {self.path}: {exc}") from exc
         try:
+            # Before LevelDB is touched: a refused LevelDB open drops the process's LevelDB
+            # lock (see embedlog/dirlock.py), and another process could then open it too.
+            self._dir_lock = DirLock(self.path)
+        except DirLockedError as exc:
+            raise _in_use(self.path, exc) from None
+        except OSError as exc:
+            raise MetadataError(f"cannot lock metadata store at {self.path}: {exc}") from exc
+        try:
             self._db = plyvel.DB(str(self.path), create_if_missing=True)
+            # No session outlives the previous holder: ephemerals on disk are leftovers.
+            self._sweep_ephemerals()
         except plyvel.Error as exc:
+            self._dir_lock.release()
             detail = exc.args[0].decode(errors="replace") if exc.args else str(exc)
-            if detail.startswith("IO error: lock ") or "already held by process" in detail:
+            if detail.startswith("IO error: lock "):  # opened without embedlog's lock
                 raise MetadataStoreInUseError(
-                    f"metadata store at {self.path} is in use by another process; use a "
-                    f"ZooKeeper metadata_uri to share a cluster between processes ({detail})"
+                    f"metadata store at {self.path} is open in LevelDB by something that does "
+                    f"not take embedlog's lock ({detail}); stop it first"
                 ) from exc
             raise MetadataError(f"cannot open metadata store at {self.path}: {detail}") from exc
-        # No session survives its process: ephemerals on disk now are leftovers of a crash.
-        self._sweep_ephemerals()
+        except BaseException:
+            self._dir_lock.release()
+            raise
 
     def _sweep_ephemerals(self) -> None:
         """Delete every ephemeral node, whichever session made it."""
@@ -210,8 +226,11 @@ class LevelDBMetadataStore(MetadataStore):
         with self._lock:
             if self._db.closed:
                 return
-            self._sweep_ephemerals()
-            self._db.close()
+            try:
+                self._sweep_ephemerals()
+            finally:
+                self._db.close()
+                self._dir_lock.release()  # only now: LevelDB has let go of every file
 
     @property
     def closed(self) -> bool:
@@ -222,6 +241,19 @@ class LevelDBMetadataStore(MetadataStore):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _in_use(path: Path, exc: DirLockedError) -> MetadataStoreInUseError:
+    if exc.in_this_process:
+        return MetadataStoreInUseError(
+            f"metadata store at {path} is already open in this process ({exc.holder}); "
+            "use that cluster's clients (cluster.client()) or stop it first: one LocalCluster "
+            "or connect() at a time may open an embedded store"
+        )
+    return MetadataStoreInUseError(
+        f"metadata store at {path} is in use by another process ({exc.holder}); stop it "
+        "first, or use a ZooKeeper metadata_uri to share a cluster between processes"
+    )
 
 
 class _LevelDBSession(SessionView):

@@ -13,6 +13,7 @@ import concurrent.futures
 import time
 from collections.abc import Generator
 
+from embedlog import validate
 from embedlog.errors import InvalidTermError, LedgerClosedError, ReadPastLastConfirmedError
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
@@ -95,6 +96,7 @@ class UnboundedLedger:
                 f"ledger {self.ledger_id} was opened with takeover=False: a follower holds "
                 "no term and cannot append; open it with takeover=True to become the writer"
             )
+        validate.check_open(self._runtime, self._ctx)
         if self._closed:
             raise LedgerClosedError(f"this handle of ledger {self.ledger_id} was closed")
         return self._inbox.submit(writer, bytes(data))
@@ -112,10 +114,12 @@ class UnboundedLedger:
 
     def read(self, first: int, last: int) -> list[Entry]:
         """Entries first..last (at most the LAC), the no-op entries left out."""
+        validate.check_open(self._runtime, self._ctx)
         return self._runtime.run(self.read_aio(first, last))
 
     async def read_aio(self, first: int, last: int) -> list[Entry]:
-        check_range(first, last)
+        validate.check_open(self._runtime, self._ctx)
+        first, last = check_range(first, last)
         md, lac = await self._view()
         if last > lac:
             md, lac = await self._refresh()
@@ -126,6 +130,7 @@ class UnboundedLedger:
         return await follow.read_visible(self._ctx, md, self._digester, first, last)
 
     def read_last_add_confirmed(self) -> int:
+        validate.check_open(self._runtime, self._ctx)
         return self._runtime.run(self._refresh())[1]
 
     async def _view(self) -> tuple[LedgerMetadata, int]:
@@ -149,6 +154,13 @@ class UnboundedLedger:
         Waits with long-poll LAC reads; stops after ``timeout`` seconds without a new
         entry (None: never). Entries below the trim point are skipped.
         """
+        # Checked here, not at the first next(): a bad argument fails the call that made it.
+        validate.check_open(self._runtime, self._ctx)
+        start = validate.whole_number(start, "start")
+        timeout = validate.optional_seconds(timeout, "timeout")
+        return self._tail(start, timeout)
+
+    def _tail(self, start: int, timeout: float | None) -> Generator[Entry, None, None]:
         next_id = start
         idle_since = time.monotonic()
         while True:
@@ -193,9 +205,12 @@ class UnboundedLedger:
 
     def trim(self, before_entry_id: int) -> None:
         """Delete the whole fragments that lie below ``before_entry_id`` (bookies and metadata)."""
+        validate.check_open(self._runtime, self._ctx)
         self._runtime.run(self.trim_aio(before_entry_id))
 
     async def trim_aio(self, before_entry_id: int) -> None:
+        validate.check_open(self._runtime, self._ctx)
+        before_entry_id = validate.whole_number(before_entry_id, "before_entry_id")
         old, new = await trimming.trim(self._ctx, self.ledger_id, before_entry_id, self._key)
         writer = self._writer
         if writer is not None and writer.md.version == old.version and new is not old:
@@ -213,7 +228,9 @@ class UnboundedLedger:
         if self._closed:
             return
         self._closed = True
-        if self._writer is not None and not self._loop.is_closed():
+        # A closed client (or stopped cluster) already stopped its writers: nothing to wait for.
+        closed = self._runtime.closed_reason or self._ctx.closed_reason
+        if self._writer is not None and closed is None:
             self._runtime.run(self._close_writer(self._writer))
 
     async def _close_writer(self, writer: TermWriter) -> None:

@@ -7,6 +7,7 @@ import errno
 
 from embedlog.bookie.entrylog import EntryLogs
 from embedlog.bookie.files import AppendFile
+from embedlog.errors import BookieIOError
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import OpCode, ReadFlags
 
@@ -78,3 +79,138 @@ def test_a_full_disk_under_an_early_flush_makes_the_bookie_read_only(harness, mo
     assert h.add(3, eid, b"later").status == StatusCode.EREADONLY
     for e in range(eid):
         assert h.request(OpCode.READ, 3, e).status == StatusCode.EOK  # still cached
+
+
+def _boot_fails_while_full(h) -> None:
+    """A boot that must flush what it replayed cannot while the disk is full; it says so."""
+    try:
+        h.boot()
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    else:
+        raise AssertionError("the boot should have met the full disk")
+
+
+def test_stop_on_a_full_disk_releases_everything_and_the_next_boot_replays(harness, monkeypatch):
+    """The journal and the entry logs are full when the bookie stops: stop still lets go
+    of the index and every file (the bookie boots again once space is freed), reports that
+    it did not stop cleanly, and the next boot replays the journal: every acknowledged
+    entry and state is there."""
+    h = harness(flush_interval=3600.0)
+    h.boot()
+    for eid in range(5):
+        assert h.add(4, eid, b"acked%d" % eid).status == StatusCode.EOK
+    assert h.request(OpCode.READ, 5, -1, flags=ReadFlags.FENCE).status == StatusCode.EOK
+    monkeypatch.setattr(AppendFile, "append_parts", _no_space)
+    assert h.add(4, 5, b"never").status == StatusCode.EIO  # unknown to its writer
+    try:
+        h.stop()
+    except BookieIOError as exc:
+        assert "not cleanly" in str(exc) and "replays the journal" in str(exc)
+        assert isinstance(exc.__cause__, OSError) and exc.__cause__.errno == errno.ENOSPC
+    else:
+        raise AssertionError("a stop whose final flush failed must say so")
+    assert h.bookie.state.value == "stopped"
+    _boot_fails_while_full(h)  # the index lock was released: the boot got as far as flushing
+
+    monkeypatch.undo()  # the operator freed space
+    b = h.boot()
+    assert b.unclean_shutdown_detected
+    for eid in range(5):
+        assert h.read(4, eid).body.endswith(b"acked%d" % eid)
+    assert h.add(5, 0, b"old writer").status == StatusCode.EFENCED
+    assert h.add(4, 5, b"again").status == StatusCode.EOK
+    h.stop()  # clean this time
+    assert not h.boot().unclean_shutdown_detected
+    assert h.read(4, 5).body.endswith(b"again")
+
+
+def test_stop_with_only_the_ledger_disk_full(harness, monkeypatch):
+    """The journal is fine, the entry logs are full: the acknowledged entries exist only in
+    the journal, and the stop must not move the checkpoint past them."""
+    h = harness(flush_interval=3600.0)
+    h.boot()
+    for eid in range(3):
+        assert h.add(6, eid, b"e%d" % eid).status == StatusCode.EOK
+    monkeypatch.setattr(EntryLogs, "append_many", _no_space)
+    try:
+        h.stop()
+    except BookieIOError as exc:
+        assert exc.__cause__ is not None and exc.__cause__.errno == errno.ENOSPC
+    else:
+        raise AssertionError("the final flush should have met the full disk")
+    monkeypatch.undo()
+    assert h.boot().unclean_shutdown_detected
+    for eid in range(3):
+        assert h.read(6, eid).body.endswith(b"e%d" % eid)
+
+
+def test_a_bookie_on_a_full_disk_does_not_keep_the_cluster_down(make_cluster, monkeypatch):
+    """The cluster's story: bookie-2's disk fills up; stop_bookie still stops it; the whole
+    cluster restarts without it (start() names it and why); once space is freed it boots,
+    replays its journal and holds every acknowledged entry."""
+    cluster = make_cluster(3, flush_interval=3600.0)
+    full_dir = cluster.bookie_config("bookie-2").data_dir
+    real_append = AppendFile.append_parts
+
+    def append_unless_full(self, parts):
+        if full_dir in self.path.parents:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_append(self, parts)
+
+    client = cluster.client()
+    wh = client.create_ledger(3, 3, 3)
+    acked = [wh.add(b"entry %d" % i) for i in range(20)]
+    wh.close()
+    monkeypatch.setattr(AppendFile, "append_parts", append_unless_full)
+    try:
+        cluster.stop_bookie("bookie-2")
+    except BookieIOError as exc:
+        assert "bookie-2 stopped, but not cleanly" in str(exc)
+    else:
+        raise AssertionError("the final flush should have met the full disk")
+    cluster.stop()
+
+    cluster.start()  # bookie-2 still cannot boot: it would replay onto a full disk
+    assert list(cluster.failed_bookies) == ["bookie-2"]
+    why = cluster.failed_bookies["bookie-2"]
+    assert isinstance(why, OSError) and why.errno == errno.ENOSPC
+    assert cluster.running_bookies() == ["bookie-1", "bookie-3"]
+    client = cluster.client()
+    rh = client.open_ledger(wh.ledger_id)
+    assert [e.data for e in rh.read(0, acked[-1])] == [b"entry %d" % i for i in acked]
+    assert client.create_ledger(2, 2, 2).add(b"on the others") == 0
+
+    monkeypatch.undo()  # space freed
+    cluster.start_bookie("bookie-2")
+    assert cluster.failed_bookies == {}
+    assert cluster.bookie("bookie-2").unclean_shutdown_detected
+    for eid in acked:
+        assert cluster.read_from_bookie("bookie-2", wh.ledger_id, eid) == b"entry %d" % eid
+
+
+def test_start_raises_when_no_bookie_can_boot(make_cluster, monkeypatch):
+    cluster = make_cluster(2, flush_interval=3600.0)
+    wh = cluster.client().create_ledger(2, 2, 2)
+    wh.add(b"x")
+    monkeypatch.setattr(AppendFile, "append_parts", _no_space)
+    for bid in cluster.bookie_ids:
+        try:
+            cluster.stop_bookie(bid)
+        except BookieIOError:
+            pass
+    cluster.stop()
+    try:
+        cluster.start()
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+        notes = "\n".join(exc.__notes__)
+        assert "bookie bookie-1 could not boot" in notes
+        assert "bookie bookie-2 could not boot" in notes
+    else:
+        raise AssertionError("a cluster none of whose bookies boots must not start")
+    assert cluster.running_bookies() == []
+    monkeypatch.undo()
+    cluster.start()
+    assert cluster.failed_bookies == {}
+    assert cluster.client().open_ledger(wh.ledger_id).read(0, 0)[0].data == b"x"
