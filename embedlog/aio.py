@@ -9,12 +9,15 @@ wrappers let a coroutine on *another* loop await it without blocking that loop:
     async def main(cluster: LocalCluster) -> None:
         client = AsyncClient(cluster.client("app"))
         wh = await client.create_ledger(3, 3, 2)
-        futures = [wh.add_nowait(b"event %d" % i) for i in range(1000)]  # pipelined
+        futures = [await wh.enqueue(b"event %d" % i) for i in range(1000)]  # pipelined
         last = await futures[-1]
         await wh.close()
 
 Adds and appends hand their entry to the runtime as the blocking ``add_async`` does
-and await its future directly (no thread per entry). Everything else (creating,
+and await its future directly (no thread per entry). They respect the handle's bound
+on adds in flight (docs/security.md, "Client limits") without blocking the loop:
+``enqueue`` and ``add`` await room; ``add_nowait`` cannot wait, so it raises
+TooManyAddsInFlightError when the bound is reached. Everything else (creating,
 opening, recovery, reads, trims, closes) runs the blocking call in a worker thread
 (``asyncio.to_thread``), so it has exactly the blocking API's meaning and errors.
 Do not call these from the runtime's own loop (``client.runtime.loop``): use the
@@ -131,11 +134,18 @@ class AsyncWriteHandle:
 
     def add_nowait(self, data: bytes) -> asyncio.Future[int]:
         """Queue ``data`` at once (pipelining); the future gives its entry id once it and
-        every earlier entry are acknowledged. Call from a running loop."""
-        return asyncio.wrap_future(self.handle.add_async(data))
+        every earlier entry are acknowledged. Call from a running loop. Raises
+        TooManyAddsInFlightError if the handle's bound on adds in flight is reached."""
+        return asyncio.wrap_future(
+            self.handle._add(data, False, "await enqueue(data), which waits for room")
+        )
+
+    async def enqueue(self, data: bytes) -> asyncio.Future[int]:
+        """``add_nowait`` that first awaits room under the bound on adds in flight."""
+        return asyncio.wrap_future(await self.handle.queue_aio(data))
 
     async def add(self, data: bytes) -> int:
-        return await self.add_nowait(data)
+        return await (await self.enqueue(data))
 
     async def read(self, first: int, last: int) -> list[Entry]:
         return await asyncio.to_thread(self.handle.read, first, last)
@@ -187,11 +197,18 @@ class AsyncUnboundedLedger:
         return self.ledger.last_add_confirmed
 
     def append_nowait(self, data: bytes) -> asyncio.Future[int]:
-        """Queue ``data`` at once (pipelining); the future gives its entry id."""
-        return asyncio.wrap_future(self.ledger.append_async(data))
+        """Queue ``data`` at once (pipelining); the future gives its entry id. Raises
+        TooManyAddsInFlightError if the bound on appends in flight is reached."""
+        return asyncio.wrap_future(
+            self.ledger._append(data, False, "await enqueue(data), which waits for room")
+        )
+
+    async def enqueue(self, data: bytes) -> asyncio.Future[int]:
+        """``append_nowait`` that first awaits room under the bound on appends in flight."""
+        return asyncio.wrap_future(await self.ledger.queue_aio(data))
 
     async def append(self, data: bytes) -> int:
-        return await self.append_nowait(data)
+        return await (await self.enqueue(data))
 
     async def read(self, first: int, last: int) -> list[Entry]:
         return await asyncio.to_thread(self.ledger.read, first, last)

@@ -9,6 +9,11 @@ from collections.abc import Iterator, Mapping
 
 from embedlog import validate
 from embedlog.errors import NotEnoughBookiesError
+from embedlog.ledger.admission import (
+    DEFAULT_MAX_ADDS_IN_FLIGHT,
+    DEFAULT_MAX_BYTES_IN_FLIGHT,
+    check_limits,
+)
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES, BookieClient
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.handles import ReadHandle, WriteHandle
@@ -23,6 +28,7 @@ from embedlog.transport.base import Transport
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import DigestType, master_key
+from embedlog.wire.limits import DEFAULT_MAX_ENTRY_SIZE
 from embedlog.wire.messages import OpCode
 
 log = logging.getLogger(__name__)
@@ -40,12 +46,17 @@ class Client:
         placement: PlacementPolicy | None = None,
         add_entry_quorum_timeout: float = 60.0,
         explicit_lac_interval: float = 0.2,
+        max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE,
+        max_adds_in_flight: int = DEFAULT_MAX_ADDS_IN_FLIGHT,
+        max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+        max_block_seconds: float | None = None,
         unsafe_recovery_reads_without_fence: bool = False,
         unsafe_recovery_from_minus_one: bool = False,
         unsafe_takeover_without_noop: bool = False,
     ) -> None:
         if request_timeout <= 0:
             raise ValueError(f"request_timeout must be > 0, got {request_timeout}")
+        check_limits(max_entry_size, max_adds_in_flight, max_bytes_in_flight, max_block_seconds)
         self.name = name
         self._runtime = runtime
         self.ctx = ClientContext(
@@ -54,6 +65,10 @@ class Client:
             placement or RandomPlacement(),
             add_entry_quorum_timeout=add_entry_quorum_timeout,
             explicit_lac_interval=explicit_lac_interval,
+            max_entry_size=max_entry_size,
+            max_adds_in_flight=max_adds_in_flight,
+            max_bytes_in_flight=max_bytes_in_flight,
+            max_block_seconds=max_block_seconds,
             unsafe_recovery_reads_without_fence=unsafe_recovery_reads_without_fence,
             unsafe_recovery_from_minus_one=unsafe_recovery_from_minus_one,
             unsafe_takeover_without_noop=unsafe_takeover_without_noop,

@@ -120,6 +120,18 @@ class ReadOnlyBookieError(BKError):
     code = -104
 
 
+class EntryTooLargeError(BKError, ValueError):
+    """The entry is larger than the client's max_entry_size (docs/security.md)."""
+
+    code = -100
+
+
+class TooManyAddsInFlightError(BKError):
+    """A handle's bound on adds in flight was reached and the add could not wait for room."""
+
+    code = -105
+
+
 class MetadataError(BKError):
     """The metadata store failed or holds something it cannot decode."""
 

@@ -40,6 +40,7 @@ from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import FRAMED_HEADER, HEADER
+from embedlog.wire.limits import MAX_PACKED_ENTRY, oversized
 from embedlog.wire.messages import (
     ENTRY_FRAME,
     NO_TERM,
@@ -775,7 +776,7 @@ class Bookie:
         statuses: list[int] | None = None
         if batch is None:  # a plain add
             body = req.body
-            if len(body) < HEADER.size:
+            if not HEADER.size <= len(body) <= MAX_PACKED_ENTRY:
                 return self._refusal(req, StatusCode.EBADREQ)
             h_ledger, h_entry, lac, _flags = HEADER.unpack_from(body)
             if h_ledger != lid or h_entry != req.entry_id:
@@ -783,7 +784,8 @@ class Bookie:
             accepted = {h_entry: body}
         else:
             accepted, statuses, lac = batch
-            if not accepted:
+            # Only a body above the limit can hold an entry above it: no cost per entry.
+            if not accepted or (len(req.body) > MAX_PACKED_ENTRY and oversized(accepted)):
                 return self._refusal(req, StatusCode.EBADREQ, statuses)
         info = storage.info(lid)
         if key_verdict(req, info) is KeyVerdict.REFUSED:

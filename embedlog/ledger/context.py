@@ -7,9 +7,11 @@ from typing import Any, TypeVar
 
 from attrs import define
 
+from embedlog.ledger.admission import DEFAULT_MAX_ADDS_IN_FLIGHT, DEFAULT_MAX_BYTES_IN_FLIGHT
 from embedlog.ledger.bookie_client import BookieClient
 from embedlog.ledger.placement import PlacementPolicy
 from embedlog.metadata.client import MetadataClient
+from embedlog.wire.limits import DEFAULT_MAX_ENTRY_SIZE
 
 T = TypeVar("T")
 
@@ -29,6 +31,14 @@ class ClientContext:
     # Entries a writer has on the wire at once; more wait in its queue. Bounds the work
     # in flight so a burst of adds cannot push every request past its timeout.
     max_outstanding_adds: int = 1000
+    # Client limits (embedlog/ledger/admission.py, docs/security.md): the largest payload
+    # of an add, and per writing handle the adds in flight (entries and payload bytes)
+    # before the next add waits for room, at most max_block_seconds (None: as long as it
+    # takes; 0: raise TooManyAddsInFlightError at once).
+    max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
+    max_adds_in_flight: int = DEFAULT_MAX_ADDS_IN_FLIGHT
+    max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT
+    max_block_seconds: float | None = None
     # UNSAFE, for tests only: break one recovery rule each, to show the damage the rule prevents.
     unsafe_recovery_reads_without_fence: bool = False  # the model's "Defect 1"
     unsafe_recovery_from_minus_one: bool = False  # the model's "Defect 2"

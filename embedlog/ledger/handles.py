@@ -6,6 +6,7 @@ import concurrent.futures
 
 from embedlog import validate
 from embedlog.errors import BKError, ReadPastLastConfirmedError
+from embedlog.ledger.admission import entry_bytes
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
 from embedlog.ledger.inbox import AddInbox
@@ -48,19 +49,46 @@ class WriteHandle:
     def last_add_confirmed(self) -> int:
         return self._writer.lac
 
-    def add_async(self, data: bytes) -> concurrent.futures.Future[int]:
-        """Queue ``data``; the future gives its entry id once it (and all before it) is acked."""
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
+    def add_async(self, data: bytes, *, wait: bool = True) -> concurrent.futures.Future[int]:
+        """Queue ``data``; the future gives its entry id once it (and all before it) is acked.
+
+        Raises EntryTooLargeError above the client's ``max_entry_size``. With the handle's
+        bound of adds in flight reached (``max_adds_in_flight``, ``max_bytes_in_flight``),
+        waits for room, at most ``max_block_seconds``, then raises
+        TooManyAddsInFlightError; ``wait=False`` raises at once instead of waiting.
+        """
+        return self._add(data, wait, "call add_async(data) with wait=True")
+
+    def _add(self, data: bytes, wait: bool, instead: str) -> concurrent.futures.Future[int]:
+        payload = entry_bytes(data, self._ctx.max_entry_size, f"ledger {self.ledger_id}")
         validate.check_open(self._runtime, self._ctx)
-        return self._inbox.submit(self._writer, bytes(data))
+        size = len(payload)
+        self._writer.budget.take(size, self._runtime, wait=wait, instead=instead)
+        return self._submit(payload, size)
+
+    async def queue_aio(self, data: bytes) -> concurrent.futures.Future[int]:
+        """``add_async`` for a coroutine on any event loop: awaits room (never blocks the
+        loop) and returns the add's future without waiting for its acknowledgement."""
+        payload = entry_bytes(data, self._ctx.max_entry_size, f"ledger {self.ledger_id}")
+        size = len(payload)
+        await self._writer.budget.take_async(size)
+        return self._submit(payload, size)
+
+    def _submit(self, payload: bytes, size: int) -> concurrent.futures.Future[int]:
+        try:
+            return self._inbox.submit(self._writer, payload, size)
+        except BaseException:
+            self._writer.budget.release(1, size)
+            raise
 
     def add(self, data: bytes) -> int:
         return self.add_async(data).result()
 
     async def add_aio(self, data: bytes) -> int:
-        """The asyncio flavour (call on the runtime loop)."""
-        return await self._writer.add(bytes(data))
+        """The asyncio flavour (call on the runtime loop): awaits room, like add_async."""
+        payload = entry_bytes(data, self._ctx.max_entry_size, f"ledger {self.ledger_id}")
+        await self._writer.budget.take_async(len(payload))
+        return await self._writer.add(payload, cost=len(payload))
 
     def close(self) -> None:
         validate.check_open(self._runtime, self._ctx)

@@ -4,7 +4,8 @@ The blocking API's ``add_async`` runs on the caller's thread; the writer lives o
 the loop. Waking the loop for every add (``call_soon_threadsafe``) costs a
 self-pipe write and a callback each; the inbox wakes it once for whatever queued
 up meanwhile, and hands each add's concurrent future to the writer to complete
-directly.
+directly. Each add arrives having taken room in the writer's ``AddBudget``
+(``cost``: its payload bytes); one cancelled before the loop takes it gives it back.
 """
 
 from __future__ import annotations
@@ -24,13 +25,18 @@ if TYPE_CHECKING:
 class AddInbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._queue: deque[tuple[LedgerWriter, bytes, concurrent.futures.Future[int]]] = deque()
+        self._queue: deque[tuple[LedgerWriter, bytes, concurrent.futures.Future[int], int]] = (
+            deque()
+        )
         self._scheduled = False
 
-    def submit(self, writer: LedgerWriter, payload: bytes) -> concurrent.futures.Future[int]:
-        """Queue ``payload`` for ``writer`` (from any thread); the future gives its entry id."""
+    def submit(
+        self, writer: LedgerWriter, payload: bytes, cost: int = -1
+    ) -> concurrent.futures.Future[int]:
+        """Queue ``payload`` for ``writer`` (from any thread); the future gives its entry id.
+        ``cost``: the bytes taken from ``writer.budget`` for it (-1: none)."""
         future: concurrent.futures.Future[int] = new_future()
-        self._queue.append((writer, payload, future))
+        self._queue.append((writer, payload, future, cost))
         if not self._scheduled:
             self._scheduled = True
             try:
@@ -55,8 +61,10 @@ class AddInbox:
         self._scheduled = False
         queue = self._queue
         while queue:
-            writer, payload, future = queue.popleft()
+            writer, payload, future, cost = queue.popleft()
             # RUNNING from here on: the caller can no longer cancel it under the writer.
             # One cancelled before this point is simply not written.
             if future.set_running_or_notify_cancel():
-                writer.add_to(future, payload)
+                writer.add_to(future, payload, cost=cost)
+            elif cost >= 0:
+                writer.budget.release(1, cost)

@@ -30,12 +30,14 @@ from embedlog.errors import (
     NotEnoughBookiesError,
     UnauthorizedAccessError,
 )
+from embedlog.ledger.admission import AddBudget
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.quorum import write_set
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, master_key
+from embedlog.wire.limits import MAX_BATCH_BYTES, split_batches
 from embedlog.wire.messages import (
     ENTRY_FRAME,
     NO_TERM,
@@ -54,7 +56,8 @@ log = logging.getLogger(__name__)
 # a concurrent future's lock once more per entry).
 _ALREADY_DONE = (asyncio.InvalidStateError, concurrent.futures.InvalidStateError)
 
-# Adds for one bookie that share a request at most (ADD_BATCH).
+# Adds for one bookie that share a request at most (ADD_BATCH); their bytes are capped
+# too (wire/limits.py MAX_BATCH_BYTES).
 MAX_BATCH = 64
 
 
@@ -69,6 +72,7 @@ class PendingAdd:
     __slots__ = (
         "acked",
         "acks",
+        "cost",
         "created",
         "entry_id",
         "flags",
@@ -78,9 +82,14 @@ class PendingAdd:
         "settled",
     )
 
-    def __init__(self, entry_id: int, framed: bytes, future: Completion, flags: int) -> None:
+    def __init__(
+        self, entry_id: int, framed: bytes, future: Completion, flags: int, cost: int = -1
+    ) -> None:
         self.entry_id = entry_id
         self.flags = flags
+        # The payload bytes this add holds of the writer's AddBudget until it settles; -1
+        # for adds the budget does not count (recovery's write-back, a takeover's no-op).
+        self.cost = cost
         # The packed entry as an ADD_BATCH body frames it (``frame_entry``): batches join
         # these as they are, a plain ADD sends ``packed``.
         self.framed = framed
@@ -145,6 +154,13 @@ class LedgerWriter:
         self.lac = lac
         self.next_entry_id = lac + 1
         self.pending: deque[PendingAdd] = deque()  # added, not yet acknowledged (in order)
+        # The callers' adds in flight, from add_async until settled (admission.py).
+        self.budget = AddBudget(
+            ctx.max_adds_in_flight,
+            ctx.max_bytes_in_flight,
+            ctx.max_block_seconds,
+            f"ledger {md.ledger_id}",
+        )
         self._waiting: deque[PendingAdd] = deque()  # the tail of pending not yet sent
         self.error: BKError | None = None
         self._add_flags: int = AddFlags.RECOVERY if recovery else AddFlags.NONE
@@ -180,25 +196,34 @@ class LedgerWriter:
     # -- adding ------------------------------------------------------------------------------
 
     def add(
-        self, payload: bytes, *, entry_flags: int = 0, add_flags: int = 0
+        self, payload: bytes, *, entry_flags: int = 0, add_flags: int = 0, cost: int = -1
     ) -> asyncio.Future[int]:
         """Queue an entry; the future resolves to its id once it is acknowledged in order."""
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.add_to(future, payload, entry_flags=entry_flags, add_flags=add_flags)
+        self.add_to(future, payload, entry_flags=entry_flags, add_flags=add_flags, cost=cost)
         return future
 
     def add_to(
-        self, future: Completion, payload: bytes, *, entry_flags: int = 0, add_flags: int = 0
+        self,
+        future: Completion,
+        payload: bytes,
+        *,
+        entry_flags: int = 0,
+        add_flags: int = 0,
+        cost: int = -1,
     ) -> None:
-        """``add`` with the caller's future (see ``Completion``)."""
+        """``add`` with the caller's future (see ``Completion``); ``cost``: the payload
+        bytes the caller took from ``budget`` for it (-1: none taken)."""
         if self.error is not None:
+            if cost >= 0:
+                self.budget.release(1, cost)
             future.set_exception(self.error)
             return
         eid = self.next_entry_id
         self.next_entry_id += 1
         lac = self.lac if self.fixed_lac is None else self.fixed_lac
         framed = self.digester.pack_framed(self.md.ledger_id, eid, lac, payload, entry_flags)
-        self._queue(PendingAdd(eid, framed, future, self._add_flags | add_flags))
+        self._queue(PendingAdd(eid, framed, future, self._add_flags | add_flags, cost))
 
     def add_packed(
         self, entry_id: int, packed: bytes, *, add_flags: int = 0
@@ -324,8 +349,9 @@ class LedgerWriter:
                 # bookie refuses a batch holding one entry twice, which would look like a
                 # failed bookie.
                 items = list(dict.fromkeys(items))
-            for start in range(0, len(items), MAX_BATCH):
-                run = items[start : start + MAX_BATCH]
+            sizes = [len(p.framed) for p in items]
+            for start, stop in split_batches(sizes, MAX_BATCH, MAX_BATCH_BYTES):
+                run = items[start:stop]
                 flags = run[0].flags
                 if (
                     len(run) == 1
@@ -505,16 +531,26 @@ class LedgerWriter:
             return
         need = self._needed_acks()
         pending = self.pending
-        completed = False
         hook = not self._plain_acks
+        done: list[PendingAdd] = []
+        freed = freed_bytes = 0
         while pending and pending[0].acked >= need:
             p = pending.popleft()
             self._in_flight -= 1
             self.lac = p.entry_id
-            completed = True
             if hook:
                 self._acknowledged(p)
             p.settled = True
+            if p.cost >= 0:
+                freed += 1
+                freed_bytes += p.cost
+            done.append(p)
+        completed = bool(done)
+        if freed:
+            # Before the futures complete: their done callbacks (on this thread, where
+            # waiting for room is refused) find the room these adds made.
+            self.budget.release(freed, freed_bytes)
+        for p in done:
             try:
                 p.future.set_result(p.entry_id)
             except _ALREADY_DONE:  # an asyncio caller cancelled it, or the writer failed it
@@ -538,6 +574,9 @@ class LedgerWriter:
         """Fail every outstanding and future add with ``error``."""
         if self.error is None:
             self.error = error
+        costs = [p.cost for p in self.pending if p.cost >= 0]
+        if costs:
+            self.budget.release(len(costs), sum(costs))  # before any callback runs
         while self.pending:
             p = self.pending.popleft()
             p.settled = True
@@ -809,6 +848,11 @@ class LedgerWriter:
 
     def stop(self) -> None:
         """Forget outstanding work (the client is closing)."""
+        self.budget.shut(
+            LedgerClosedError(
+                f"ledger {self.md.ledger_id}: the client was closed; this add was not queued"
+            )
+        )
         for task in list(self._tasks):
             task.cancel()
         if self._lac_timer is not None:

@@ -15,6 +15,7 @@ from collections.abc import Generator
 
 from embedlog import validate
 from embedlog.errors import InvalidTermError, LedgerClosedError, ReadPastLastConfirmedError
+from embedlog.ledger.admission import entry_bytes
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
@@ -83,13 +84,29 @@ class UnboundedLedger:
 
     # -- appending ---------------------------------------------------------------------------
 
-    def append_async(self, data: bytes) -> concurrent.futures.Future[int]:
+    def append_async(self, data: bytes, *, wait: bool = True) -> concurrent.futures.Future[int]:
         """Queue ``data``; the future gives its entry id once it (and all before it) is acked.
 
-        Fails with InvalidTermError once another client took the ledger over.
+        Fails with InvalidTermError once another client took the ledger over. The entry
+        size limit and the bound on appends in flight are add_async's (WriteHandle).
         """
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"entry data must be bytes, not {type(data).__name__}")
+        return self._append(data, wait, "call append_async(data) with wait=True")
+
+    def _append(self, data: bytes, wait: bool, instead: str) -> concurrent.futures.Future[int]:
+        writer, payload = self._appendable(data)
+        size = len(payload)
+        writer.budget.take(size, self._runtime, wait=wait, instead=instead)
+        return self._submit(writer, payload, size)
+
+    async def queue_aio(self, data: bytes) -> concurrent.futures.Future[int]:
+        """``append_async`` for a coroutine on any event loop: awaits room (never blocks
+        the loop) and returns the append's future without waiting for its acknowledgement."""
+        writer, payload = self._appendable(data)
+        await writer.budget.take_async(len(payload))
+        return self._submit(writer, payload, len(payload))
+
+    def _appendable(self, data: bytes) -> tuple[TermWriter, bytes]:
+        payload = entry_bytes(data, self._ctx.max_entry_size, f"ledger {self.ledger_id}")
         writer = self._writer
         if writer is None:
             raise InvalidTermError(
@@ -99,16 +116,27 @@ class UnboundedLedger:
         validate.check_open(self._runtime, self._ctx)
         if self._closed:
             raise LedgerClosedError(f"this handle of ledger {self.ledger_id} was closed")
-        return self._inbox.submit(writer, bytes(data))
+        return writer, payload
+
+    def _submit(
+        self, writer: TermWriter, payload: bytes, size: int
+    ) -> concurrent.futures.Future[int]:
+        try:
+            return self._inbox.submit(writer, payload, size)
+        except BaseException:
+            writer.budget.release(1, size)
+            raise
 
     def append(self, data: bytes) -> int:
         return self.append_async(data).result()
 
     async def append_aio(self, data: bytes) -> int:
-        """The asyncio flavour (call on the runtime loop)."""
+        """The asyncio flavour (call on the runtime loop): awaits room, like append_async."""
         if self._writer is None:
             raise InvalidTermError(f"ledger {self.ledger_id}: a follower cannot append")
-        return await self._writer.add(bytes(data))
+        payload = entry_bytes(data, self._ctx.max_entry_size, f"ledger {self.ledger_id}")
+        await self._writer.budget.take_async(len(payload))
+        return await self._writer.add(payload, cost=len(payload))
 
     # -- reading -----------------------------------------------------------------------------
 

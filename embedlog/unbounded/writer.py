@@ -89,14 +89,20 @@ class TermWriter(LedgerWriter):
         self._suspects: dict[str, float] = {}  # bookie -> when it last failed this writer
 
     def add_to(
-        self, future: Completion, payload: bytes, *, entry_flags: int = 0, add_flags: int = 0
+        self,
+        future: Completion,
+        payload: bytes,
+        *,
+        entry_flags: int = 0,
+        add_flags: int = 0,
+        cost: int = -1,
     ) -> None:
         # Each entry carries the term that made it (wire/entry.py FLAG_TERM): a later
         # takeover tells an older term's leftover from this term's entries by it.
         if self.term != NO_TERM:
             payload = TERM.pack(self.term) + payload
             entry_flags |= FLAG_TERM
-        super().add_to(future, payload, entry_flags=entry_flags, add_flags=add_flags)
+        super().add_to(future, payload, entry_flags=entry_flags, add_flags=add_flags, cost=cost)
 
     # -- completion --------------------------------------------------------------------------
 
