@@ -50,7 +50,9 @@ class AddInbox:
         # Never left pending: nothing would ever complete these futures.
         closed = ClientClosedError("the client's event loop is closed (its cluster stopped)")
         while self._queue:
-            _writer, _payload, future = self._queue.popleft()
+            writer, _payload, future, cost = self._queue.popleft()
+            if cost >= 0:
+                writer.budget.release(1, cost)
             if future.set_running_or_notify_cancel():
                 future.set_exception(closed)
 
