@@ -30,7 +30,8 @@ def fix_cookies(config: BookieConfig, metadata: MetadataClient) -> list[str]:
         return []
     config.index_dir.mkdir(parents=True, exist_ok=True)
     # Opening the index also proves no process holds it: LevelDB allows one at a time.
-    index = LedgerIndex(config.index_dir)
+    # A wiped index disk gets a new index; a damaged one is refused (LedgerIndex).
+    index = LedgerIndex(config.index_dir, create=not (config.index_dir / "CURRENT").exists())
     try:
         index.set_marker(PROTECT, True)
     finally:
