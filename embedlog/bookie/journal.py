@@ -9,7 +9,8 @@ Record frame: length u32 | crc32c u32 | payload (never empty). A record that is
 not intact (short, or a bad CRC) is judged by ``judge_bad_record``: a torn tail is
 cut, so nothing is ever appended after garbage; a bad record with an intact one
 after it is corruption, which replay reports (the boot is then suspicious, BP-46)
-and skips, resuming at that intact record.
+and skips: it goes on at the next record when the bad one's length still leads
+there, else at the next file (BP-46 repair brings back what was dropped).
 
 Group commit: appends accumulate in a buffer while the previous batch is being
 written; the writer task then writes the whole buffer with one write and one
@@ -110,8 +111,8 @@ class BadRecord:
     """What replay makes of a journal record that is not intact."""
 
     offset: int  # where it starts in its file
-    resume: int | None  # where the next intact record starts; None: none was found
     torn_tail: bool  # True: cut the file here; False: corruption
+    resume: int | None  # corruption: where replay may go on (None: at the next file)
     why: str
 
 
@@ -127,31 +128,38 @@ def judge_bad_record(data: bytes, offset: int, *, last_file: bool) -> BadRecord:
     the disk out of order look the same; taking them for corruption costs a protective
     boot, never an entry.) The one damage this cannot see: the file's very last record
     spoilt in place, which is exactly what a torn write leaves.
+
+    Replay goes on after corruption only when the bad record's own length leads to an
+    intact record: only its bytes are spoilt. Found by searching, an intact record may
+    lie inside the damaged one (an entry's payload can hold anything, a record-like
+    frame too), so the rest of the file is left to BP-46 repair instead.
     """
-    resume: int | None = None
-    complete = True
     if offset + FRAME.size <= len(data):
         length, _ = FRAME.unpack_from(data, offset)
         end = offset + FRAME.size + length
         if length and end < len(data) and intact_end(data, end) is not None:
-            resume = end  # only its bytes are bad: its length still leads to the next one
-    if resume is None:
-        resume, complete = next_intact(data, offset + 1)
-    if resume is not None:
-        return BadRecord(offset, resume, False, f"an intact record follows at byte {resume}")
+            return BadRecord(
+                offset,
+                False,
+                end,
+                f"only this record is spoilt: the next, at byte {end}, is intact",
+            )
+    found, complete = next_intact(data, offset + 1)
+    if found is not None:
+        return BadRecord(offset, False, None, f"an intact record follows at byte {found}")
     if not last_file:
         return BadRecord(
-            offset, None, False, "the file was complete before the next one was started"
+            offset, False, None, "the file was complete before the next one was started"
         )
     if not complete:
         return BadRecord(
             offset,
-            None,
             False,
+            None,
             "no intact record was found after it within the search's bounds, so it cannot "
             "be told from corruption",
         )
-    return BadRecord(offset, None, True, "no intact record follows: a torn tail")
+    return BadRecord(offset, True, None, "no intact record follows: a torn tail")
 
 
 @frozen

@@ -33,7 +33,8 @@ def high_length(data: bytes, at: int) -> bytes:
 MID = len(A)  # where B starts
 AFTER = len(A) + len(B)  # where C starts
 
-# (case, file bytes, where the bad record starts, last file?, torn tail?, resume at)
+# (case, file bytes, where the bad record starts, last file?, torn tail?, resume at).
+# Corruption resumes only where the bad record's own length leads to an intact record.
 CASES = [
     ("short header at the end", A + B[:5], MID, True, True, None),
     ("partial record at the end", A + B[:-7], MID, True, True, None),
@@ -57,18 +58,18 @@ CASES = [
     ),
     ("payload byte flipped, intact record after", A + flip(B, 20) + C, MID, True, False, AFTER),
     ("crc byte flipped, intact record after", A + flip(B, 5) + C, MID, True, False, AFTER),
-    ("length made huge, intact record after", A + high_length(B, 0) + C, MID, True, False, AFTER),
-    ("length's low byte flipped, intact record after", A + flip(B, 3) + C, MID, True, False, AFTER),
-    ("zeroed pages, intact record after", A + bytes(len(B)) + C, MID, True, False, AFTER),
+    ("first record spoilt, the rest intact", flip(A, 30) + B + C, 0, True, False, MID),
+    ("length made huge, intact record after", A + high_length(B, 0) + C, MID, True, False, None),
+    ("length's low byte flipped, intact record after", A + flip(B, 3) + C, MID, True, False, None),
+    ("zeroed pages, intact record after", A + bytes(len(B)) + C, MID, True, False, None),
     (
         "partial record, zeros, then an intact record",
         A + B[:-7] + bytes(300) + C,
         MID,
         True,
         False,
-        len(A) + len(B) - 7 + 300,
+        None,
     ),
-    ("first record spoilt, the rest intact", flip(A, 30) + B + C, 0, True, False, MID),
     ("partial record at the end of an earlier file", A + B[:-7], MID, False, False, None),
     ("intact-looking tail of an earlier file spoilt", A + flip(B, 20), MID, False, False, None),
 ]
@@ -83,6 +84,33 @@ def test_torn_tail_or_corruption(data, bad, last, torn, resume):
     verdict = judge_bad_record(data, bad, last_file=last)
     assert (verdict.offset, verdict.torn_tail, verdict.resume) == (bad, torn, resume)
     assert verdict.why
+
+
+# (case, file bytes, where the search starts, the first intact record it finds)
+SEARCH_CASES = [
+    (
+        "inside a damaged length's record: the next record",
+        A + high_length(B, 0) + C,
+        MID + 1,
+        AFTER,
+    ),
+    ("past zeroed pages", A + bytes(len(B)) + C, MID + 1, AFTER),
+    ("past a partial record and zeros", A + B[:-7] + bytes(300) + C, MID + 1, AFTER - 7 + 300),
+    (
+        "a record-like frame inside a payload comes first",
+        A + rec(b"Q" * 8 + rec(b"forged")) + C,
+        MID + 1,
+        MID + 8 + 8,
+    ),
+    ("nothing intact", A + B[:-7], MID + 1, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "start", "found"), [c[1:] for c in SEARCH_CASES], ids=[c[0] for c in SEARCH_CASES]
+)
+def test_next_intact(data, start, found):
+    assert next_intact(data, start) == (found, True)
 
 
 def test_a_search_past_its_bounds_is_corruption_not_a_tail(monkeypatch):
