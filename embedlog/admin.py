@@ -118,6 +118,8 @@ def _bookie_status(args: argparse.Namespace) -> int:
             print(f"{bid}\t{running}\tlast status: {json.dumps(status.get('state'))}")
             if status.get("suspicious_boot"):
                 print(f"  suspicious boot: {'; '.join(status['suspicious_boot'])}")
+            for damage in status.get("entry_log_damage") or ():
+                print(f"  disk damage: {damage}")
             if repair:
                 print(
                     f"  repair: {repair.get('state')}, {repair.get('ledgers_done')}/"

@@ -28,7 +28,7 @@ from embedlog.bookie import cookie as cookies
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
 from embedlog.bookie.integrity import protection_for, suspicion_reasons
-from embedlog.bookie.journal import Durable, Journal, replay
+from embedlog.bookie.journal import Durable, Journal, Replay
 from embedlog.bookie.keys import KeyVerdict, key_verdict
 from embedlog.bookie.repair import Repairer
 from embedlog.bookie.storage import LedgerStorage
@@ -258,6 +258,9 @@ class Bookie:
             if not cfg.auto_fix_cookies:
                 raise cookies.cookie_error(cfg, list(check.problems))
         first_boot = check.first_boot
+        # A new or wiped index disk (no cookie yet) gets a new LevelDB; any other must
+        # already have one, or it was damaged (see LedgerIndex).
+        new_index = not (cfg.index_dir / cookies.COOKIE_FILE).exists()
         for d in cookies.cookie_dirs(cfg):
             try:
                 d.mkdir(parents=True, exist_ok=True)
@@ -265,7 +268,7 @@ class Bookie:
                 raise BookieIOError(f"cannot create {d}: {exc}") from exc
         if first_boot:
             cookies.write_cookies(cfg, self.metadata)
-        self.storage = LedgerStorage(cfg, self._flush_exec)
+        self.storage = LedgerStorage(cfg, self._flush_exec, new_index=new_index)
         index = self.storage.index
         self.unclean_shutdown_detected = index.unclean_bit() and not first_boot
         self.suspicion = suspicion_reasons(
@@ -280,7 +283,13 @@ class Bookie:
             index.set_marker(PROTECT, True)
         index.set_unclean_bit(True)
         index.set_marker(NOJOURNAL, not cfg.journal_write_data)
-        end = self._replay(index.checkpoint())
+        end, damage = self._replay(index.checkpoint())
+        if damage:
+            # Records the bookie may have acknowledged are gone. Marked before the flush
+            # below moves the checkpoint past them: a crash before phase one is done must
+            # not find a journal that looks whole.
+            index.set_marker(PROTECT, True)
+            self.suspicion += damage
         self.journal = Journal(cfg, self._journal_exec, end)
         self.journal.start()
         await self.storage.flush(self.journal.lsn)
@@ -297,12 +306,13 @@ class Bookie:
         if index.marker(REPAIR):
             self._repair_task = asyncio.get_running_loop().create_task(self._run_repair())
 
-    def _replay(self, checkpoint: int) -> int:
-        """Apply the journal from ``checkpoint``; returns the LSN after the last intact record."""
+    def _replay(self, checkpoint: int) -> tuple[int, list[str]]:
+        """Apply the journal from ``checkpoint``; returns the LSN after its end and the damage
+        found in it (records lost to anything but a torn tail)."""
         assert self.storage is not None
-        end = checkpoint
         count = 0
-        for lsn, payload in replay(self.config.journal_dir, checkpoint):
+        journal = Replay(self.config.journal_dir, checkpoint)
+        for _lsn, payload in journal:
             kind = payload[:1]
             if kind == b"A":
                 _, lid, eid = _ADD.unpack_from(payload)
@@ -319,11 +329,10 @@ class Bookie:
                 _, lid, eid = _TRUNCATE.unpack_from(payload)
                 self.storage.set_info(lid, LedgerInfo.from_json(payload[_TRUNCATE.size :]))
                 self.storage.cut_replayed(lid, "above", eid)
-            end = lsn + 8 + len(payload)
             count += 1
         if count:
             log.info("bookie %s replayed %d journal records", self.bookie_id, count)
-        return max(end, checkpoint)
+        return max(journal.end, checkpoint), [d.describe() for d in journal.damage]
 
     async def _phase_one(self) -> None:
         """BP-46 phase one: protect every ledger this bookie belongs to, before serving."""
@@ -1064,6 +1073,7 @@ class Bookie:
                 limbo_ledgers=sum(1 for i in ids if (inf := self.storage.info(i)) and inf.limbo),
                 write_cache_bytes=self.storage.cache_bytes,
                 entry_log_bytes=self.storage.logs.size_on_disk(),
+                entry_log_damage=self.storage.damage,
                 flushes=self.storage.flushes,
             )
         if self.journal is not None and self._state is BookieState.SERVING:

@@ -4,11 +4,16 @@ Record: data_len u32 | crc32c(data) u32 | ledger i64 | entry i64 | data. The
 index points at the record (``LOCATION``: log id u32 | offset u64 | data length
 u32); a read checks the header and CRC, so a corrupt or truncated record is an
 I/O error (never "no such entry": the index says we have it).
+
+The index also remembers how far into each log its entries may point; a boot
+compares that with the files (``damaged_logs``) to find a log that is missing or
+cut short before anyone reads it.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from itertools import accumulate, repeat
 from operator import add
 from pathlib import Path
@@ -23,13 +28,32 @@ LOCATION = struct.Struct(">IQI")
 SUFFIX = ".log"
 
 
+def damaged_logs(ends: Mapping[int, int], sizes: Mapping[int, int]) -> dict[int, int]:
+    """The entry logs that lost bytes the index may point to: log id -> how many of its
+    bytes are left (0 when the file is missing). ``ends``: log id -> how far into it the
+    index's entries may point; ``sizes``: log id -> the size of each file present."""
+    return {
+        log_id: sizes.get(log_id, 0) for log_id, end in ends.items() if sizes.get(log_id, 0) < end
+    }
+
+
+def entry_readable(location: tuple[int, int, int], damaged: Mapping[int, int]) -> bool:
+    """Whether the record at ``location`` (log id, offset, data length) is still on disk,
+    given the ``damaged`` logs (log id -> bytes left)."""
+    log_id, offset, length = location
+    left = damaged.get(log_id)
+    return left is None or offset + RECORD.size + length <= left
+
+
 class EntryLogs:
-    def __init__(self, directory: Path, max_size: int) -> None:
+    def __init__(self, directory: Path, max_size: int, *, next_id: int = 0) -> None:
+        """``next_id``: no new log gets a lower id (the index may point into logs with
+        lower ids that are missing: a new file must never pass for one of them)."""
         self.dir = directory
         self.max_size = max_size
         ids = sorted(int(p.stem) for p in directory.glob(f"*{SUFFIX}") if p.stem.isdigit())
         self._files: dict[int, AppendFile] = {i: AppendFile(self._path(i)) for i in ids}
-        self.current_id = ids[-1] + 1 if ids else 0
+        self.current_id = max(ids[-1] + 1 if ids else 0, next_id)
         # Always start a new log at boot: nothing is ever appended after a possibly torn tail.
         self._files[self.current_id] = AppendFile(self._path(self.current_id))
 
@@ -88,6 +112,18 @@ class EntryLogs:
 
     def sync(self) -> None:
         self._files[self.current_id].sync()
+
+    def path(self, log_id: int) -> Path:
+        return self._path(log_id)
+
+    def sizes(self) -> dict[int, int]:
+        """Log id -> size of every log file present."""
+        return {log_id: f.size for log_id, f in self._files.items()}
+
+    def ends_since(self, first_id: int) -> dict[int, int]:
+        """Log id -> size of the logs from ``first_id`` to the current one: after a flush
+        that started writing at ``first_id``, how far into each its records reach."""
+        return {i: self._files[i].size for i in range(first_id, self.current_id + 1)}
 
     def read(self, ledger_id: int, entry_id: int, location: tuple[int, int, int]) -> bytes:
         log_id, offset, length = location

@@ -38,7 +38,8 @@ def fix_cookies(config: BookieConfig, metadata: MetadataClient) -> list[str]:
             f"bookie {config.bookie_id} is running: its index {exc}; stop it first"
         ) from None
     try:
-        index = LedgerIndex(config.index_dir)
+        # A wiped index disk gets a new index; a damaged one is refused (LedgerIndex).
+        index = LedgerIndex(config.index_dir, create=not (config.index_dir / "CURRENT").exists())
         try:
             index.set_marker(PROTECT, True)
         finally:

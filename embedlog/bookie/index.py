@@ -9,9 +9,19 @@ Keys:
     b"Mprotect"                -> BP-46 phase one must run (set before it starts, or by
                                   ``embedlog bookie fixcookie``; cleared when it is done)
     b"Mrepair"                 -> BP-46 phase two (repair from peers) has not finished
+    b"G" log u32               -> end u64: how far into entry log ``log`` index entries may
+                                  point (set by every flush that writes to it, dropped
+                                  before the log is deleted), so a boot finds an entry log
+                                  that is missing or cut short without reading the index
+    b"Mlogends"                -> the ``G`` keys are kept (an index from before them gets
+                                  them from one scan of its entries)
 
 Only synced writes are ever made: LevelDB would otherwise keep writes that our
 crash model says are lost, and the BP-46 tests would stop meaning anything.
+
+LevelDB runs with paranoid checks, and reads verify block checksums: damage it
+can see refuses the boot (a clear error naming the directory and what to do) or
+fails the read with BookieIOError (EIO), never an answer that an entry is absent.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from typing import Any
 import plyvel
 from attrs import define
 
-from embedlog.bookie.entrylog import LOCATION
+from embedlog.bookie.entrylog import LOCATION, RECORD, entry_readable
 from embedlog.errors import BookieIOError
 
 ENTRY = struct.Struct(">qq")
@@ -38,6 +48,9 @@ CHECKPOINT = b"Mcheckpoint"
 NOJOURNAL = b"Mnojournal"
 PROTECT = b"Mprotect"
 REPAIR = b"Mrepair"
+LOGENDS = b"Mlogends"
+_LOG_KEY = struct.Struct(">cI")
+_LOG_END = struct.Struct(">Q")
 
 
 @define
@@ -87,20 +100,47 @@ def ledger_key(ledger_id: int) -> bytes:
 
 
 class LedgerIndex:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, create: bool = False) -> None:
+        """Open the index at ``path``; ``create`` makes a new one when there is none (a new
+        or wiped disk). Without it the LevelDB files must be there: an index directory
+        that lost them (CURRENT, the MANIFEST it names) is damaged, not new."""
         self.path = path
+        if not create:
+            self._check_files()
         try:
-            self.db = plyvel.DB(str(path), create_if_missing=True)
+            self.db = plyvel.DB(str(path), create_if_missing=create, paranoid_checks=True)
         except plyvel.CorruptionError as exc:
-            raise BookieIOError(
-                f"the index at {path} is corrupt ({exc}); the bookie cannot tell which entries "
-                "it holds. Replace the bookie's disks (wipe it) and let the cluster re-replicate."
-            ) from exc
+            raise damaged_index(path, _reason(exc)) from exc
         except (plyvel.IOError, plyvel.Error) as exc:
             raise BookieIOError(
                 f"cannot open the index at {path}: {exc}. Check that the directory exists, "
                 "is writable and is not used by another bookie process."
             ) from exc
+
+    def _check_files(self) -> None:
+        current = self.path / "CURRENT"
+        try:
+            manifest = current.read_text().strip()
+        except FileNotFoundError:
+            raise damaged_index(self.path, "its LevelDB file CURRENT is missing") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise damaged_index(
+                self.path, f"its LevelDB file CURRENT is unreadable: {exc}"
+            ) from exc
+        if not manifest or "/" in manifest or not (self.path / manifest).exists():
+            raise damaged_index(
+                self.path, f"the LevelDB manifest CURRENT names ({manifest!r}) is missing"
+            )
+
+    def _get(self, key: bytes) -> bytes | None:
+        try:
+            value: bytes | None = self.db.get(key, verify_checksums=True)
+        except plyvel.Error as exc:
+            raise self._read_error(exc) from exc
+        return value
+
+    def _read_error(self, exc: plyvel.Error) -> BookieIOError:
+        return BookieIOError(f"reading the index at {self.path} failed: {_reason(exc)}")
 
     def close(self) -> None:
         self.db.close()
@@ -108,7 +148,7 @@ class LedgerIndex:
     # -- markers -----------------------------------------------------------------------------
 
     def marker(self, name: bytes) -> bool:
-        return self.db.get(name) is not None
+        return self._get(name) is not None
 
     def set_marker(self, name: bytes, value: bool) -> None:
         if value:
@@ -123,26 +163,57 @@ class LedgerIndex:
         self.set_marker(UNCLEAN, value)
 
     def checkpoint(self) -> int:
-        raw = self.db.get(CHECKPOINT)
+        raw = self._get(CHECKPOINT)
         return struct.unpack(">Q", raw)[0] if raw else 0
 
     # -- ledgers -----------------------------------------------------------------------------
 
     def ledger(self, ledger_id: int) -> LedgerInfo | None:
-        raw = self.db.get(ledger_key(ledger_id))
+        raw = self._get(ledger_key(ledger_id))
         return LedgerInfo.from_json(raw) if raw is not None else None
 
     def ledgers(self) -> Iterator[tuple[int, LedgerInfo]]:
-        for key, value in self.db.iterator(prefix=b"L"):
+        for key, value in self._scan(b"L"):
             yield LEDGER.unpack(key[1:])[0], LedgerInfo.from_json(value)
 
     def location(self, ledger_id: int, entry_id: int) -> tuple[int, int, int] | None:
-        raw = self.db.get(entry_key(ledger_id, entry_id))
+        raw = self._get(entry_key(ledger_id, entry_id))
         return LOCATION.unpack(raw) if raw is not None else None
 
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
-        for key in self.db.iterator(prefix=b"E" + LEDGER.pack(ledger_id), include_value=False):
+        for key in self._scan(b"E" + LEDGER.pack(ledger_id), include_value=False):
             yield ENTRY.unpack(key[1:])[1]
+
+    def readable_entry_ids(self, ledger_id: int, damaged: dict[int, int]) -> Iterator[int]:
+        """``entry_ids`` less the entries whose bytes a damaged entry log lost (``damaged``:
+        log id -> bytes left in it)."""
+        for key, value in self._scan(b"E" + LEDGER.pack(ledger_id)):
+            if entry_readable(LOCATION.unpack(value), damaged):
+                yield ENTRY.unpack(key[1:])[1]
+
+    def unreadable_entries(
+        self, damaged: dict[int, int]
+    ) -> tuple[dict[int, dict[int, list[int]]], set[int]]:
+        """The entries whose bytes the ``damaged`` entry logs lost (log id -> ledger ->
+        entry ids), and which of those logs some entry still points into. One scan."""
+        lost: dict[int, dict[int, list[int]]] = {}
+        pointed: set[int] = set()
+        for key, value in self._scan(b"E"):
+            where = LOCATION.unpack(value)
+            if where[0] in damaged:
+                pointed.add(where[0])
+                if not entry_readable(where, damaged):
+                    _, lid, eid = _ENTRY_KEY.unpack(key)
+                    lost.setdefault(where[0], {}).setdefault(lid, []).append(eid)
+        return lost, pointed
+
+    def _scan(self, prefix: bytes, *, include_value: bool = True) -> Iterator[Any]:
+        try:
+            yield from self.db.iterator(
+                prefix=prefix, include_value=include_value, verify_checksums=True
+            )
+        except plyvel.Error as exc:
+            raise self._read_error(exc) from exc
 
     def compact_ledger(self, ledger_id: int) -> None:
         """Compact a ledger's entry keys (after a cut): frees the space deletions left behind."""
@@ -152,13 +223,51 @@ class LedgerIndex:
 
     def live_logs(self) -> set[int]:
         """The entry log files that some index entry points into."""
-        return {LOCATION.unpack(v)[0] for _, v in self.db.iterator(prefix=b"E")}
+        return {LOCATION.unpack(v)[0] for _, v in self._scan(b"E")}
+
+    def log_ends(self) -> dict[int, int]:
+        """Entry log id -> how far into it index entries may point (the ``G`` keys)."""
+        if not self.marker(LOGENDS):
+            # An index from before the G keys: derive them once from its entries.
+            ends: dict[int, int] = {}
+            for _, value in self._scan(b"E"):
+                log_id, offset, length = LOCATION.unpack(value)
+                ends[log_id] = max(ends.get(log_id, 0), offset + RECORD.size + length)
+            with self.db.write_batch(sync=True) as batch:
+                for log_id, end in ends.items():
+                    batch.put(_LOG_KEY.pack(b"G", log_id), _LOG_END.pack(end))
+                batch.put(LOGENDS, b"1")
+            return ends
+        return {
+            _LOG_KEY.unpack(key)[1]: _LOG_END.unpack(value)[0] for key, value in self._scan(b"G")
+        }
+
+    def set_log_ends(self, ends: dict[int, int], forget: Iterable[int] = ()) -> None:
+        """Durably set how far into each log of ``ends`` entries may point; drop the logs of
+        ``forget`` (no entry points into them any more)."""
+        with self.db.write_batch(sync=True) as batch:
+            for log_id in forget:
+                batch.delete(_LOG_KEY.pack(b"G", log_id))
+            for log_id, end in ends.items():
+                batch.put(_LOG_KEY.pack(b"G", log_id), _LOG_END.pack(end))
+
+    def forget_logs_except(self, live: set[int]) -> None:
+        """Drop the ``G`` key of every log outside ``live``: done before such a log's file
+        is deleted, so the index never points at a file that is rightly gone."""
+        stale = [i for i in self.log_ends() if i not in live]
+        if stale:
+            self.set_log_ends({}, stale)
 
     def last_entry(self, ledger_id: int) -> int:
         prefix = b"E" + LEDGER.pack(ledger_id)
-        with self.db.iterator(prefix=prefix, reverse=True, include_value=False) as it:
-            for key in it:
-                return ENTRY.unpack(key[1:])[1]
+        try:
+            with self.db.iterator(
+                prefix=prefix, reverse=True, include_value=False, verify_checksums=True
+            ) as it:
+                for key in it:
+                    return ENTRY.unpack(key[1:])[1]
+        except plyvel.Error as exc:
+            raise self._read_error(exc) from exc
         return -1
 
     def commit(
@@ -167,10 +276,14 @@ class LedgerIndex:
         infos: Iterable[tuple[int, LedgerInfo | None]],
         deletes: Iterable[tuple[int, int]] = (),
         checkpoint: int | None = None,
+        log_ends: dict[int, int] | None = None,
     ) -> None:
         """One synced batch: entry locations (per ledger: entry ids and their packed
-        locations), ledger states (None deletes), entry deletions."""
+        locations), ledger states (None deletes), entry deletions, and how far into the
+        entry logs they were written the locations now reach (``log_ends``)."""
         with self.db.write_batch(sync=True) as batch:
+            for log_id, end in (log_ends or {}).items():
+                batch.put(_LOG_KEY.pack(b"G", log_id), _LOG_END.pack(end))
             for lid, eid in deletes:
                 batch.delete(entry_key(lid, eid))
             for lid, entry_ids, where in locations:
@@ -187,3 +300,20 @@ class LedgerIndex:
                     batch.put(ledger_key(lid), info.to_json())
             if checkpoint is not None:
                 batch.put(CHECKPOINT, struct.pack(">Q", checkpoint))
+
+
+def damaged_index(path: Path, what: str) -> BookieIOError:
+    """The refusal to boot on an index LevelDB says is damaged, with the way out."""
+    return BookieIOError(
+        f"the index at {path} is damaged ({what}): the bookie cannot tell which entries it "
+        "holds or which ledgers it fenced, so it does not boot. Move the directory away "
+        "(keep it to investigate), then start the bookie with auto_fix_cookies=True or run "
+        "`embedlog bookie fixcookie` first (LocalCluster: wipe_bookie(bookie_id, 'index'), "
+        "then start_bookie(bookie_id, auto_fix_cookies=True)); it then boots on a new index, "
+        "fences its ledgers and copies their entries back from its peers (BP-46)."
+    )
+
+
+def _reason(exc: plyvel.Error) -> str:
+    arg = exc.args[0] if exc.args else exc
+    return arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)

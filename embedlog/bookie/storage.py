@@ -5,6 +5,12 @@ Adds land in the write cache (readable at once). A flush, every
 the entry log, fsyncs it, and only then writes their locations, the ledger
 states and the journal checkpoint to the index in one synced batch. Until a
 flush, the journal (if it has the data) is what makes an entry durable.
+
+At boot, an entry log that the index points into but that is missing or cut
+short is found (``damage``): its entries read as EIO, as before, and are left
+out of the bookie's entry lists, so that the auditor reports them as missing and
+re-replication copies them back (docs/security.md, "Disk damage"). A record
+spoilt in place is found by the first read of it, and is left out from then on.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from concurrent.futures import Executor
 from typing import Literal
 
 from embedlog.bookie.config import BookieConfig
-from embedlog.bookie.entrylog import EntryLogs
+from embedlog.bookie.entrylog import EntryLogs, damaged_logs
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
 from embedlog.dirlock import DirLock, DirLockedError
 from embedlog.errors import BookieIOError
@@ -28,7 +34,10 @@ Cut = Literal["all", "below", "above"]
 
 
 class LedgerStorage:
-    def __init__(self, config: BookieConfig, executor: Executor) -> None:
+    def __init__(
+        self, config: BookieConfig, executor: Executor, *, new_index: bool = False
+    ) -> None:
+        """``new_index``: the index disk is new or wiped (``LedgerIndex``'s ``create``)."""
         self.config = config
         self._executor = executor
         config.index_dir.mkdir(parents=True, exist_ok=True)
@@ -42,12 +51,22 @@ class LedgerStorage:
                 "a bookie's disks: stop the other one first"
             ) from None
         try:
-            self.index = LedgerIndex(config.index_dir)
+            self.index = LedgerIndex(config.index_dir, create=new_index)
         except BaseException:
             self._dir_lock.release()
             raise
         try:
-            self.logs = EntryLogs(config.ledger_dir, config.entry_log_max_size)
+            ends = self.index.log_ends()
+            self.logs = EntryLogs(
+                config.ledger_dir, config.entry_log_max_size, next_id=max(ends, default=-1) + 1
+            )
+            # Entry log id -> bytes left in it, for the logs that lost entries the index has.
+            self.damaged: dict[int, int] = {}
+            self._damaged_ledgers: set[int] = set()
+            self.damage: list[str] = []  # what the boot found, for the bookie's status
+            # Ledger -> entry -> location, for indexed entries a read found spoilt.
+            self._spoilt: dict[int, dict[int, tuple[int, int, int]]] = {}
+            self._check_logs(ends)
         except BaseException:
             self.index.close()
             self._dir_lock.release()
@@ -61,6 +80,39 @@ class LedgerStorage:
         self._deleted: set[int] = set()  # ledgers deleted since the last flush
         self._flush_lock = asyncio.Lock()
         self.flushes = 0
+
+    def _check_logs(self, ends: dict[int, int]) -> None:
+        """Find the entry logs that lost entries the index points to (a scan of the index,
+        only when some log is missing or short). A log nothing points into any more is
+        forgotten; a short one whose lost bytes held no entry still indexed is taken as
+        it is."""
+        sizes = self.logs.sizes()
+        damaged = damaged_logs(ends, sizes)
+        if not damaged:
+            return
+        lost, pointed = self.index.unreadable_entries(damaged)
+        settled = {i: left for i, left in damaged.items() if i in pointed and i not in lost}
+        self.index.set_log_ends(settled, [i for i in damaged if i not in pointed])
+        self.damaged = {i: damaged[i] for i in lost}
+        for log_id, ledgers in sorted(lost.items()):
+            self._damaged_ledgers.update(ledgers)
+            path = self.logs.path(log_id)
+            what = (
+                f"entry log {path} is missing"
+                if log_id not in sizes
+                else f"entry log {path} is cut short ({damaged[log_id]} of {ends[log_id]} bytes)"
+            )
+            count = sum(map(len, ledgers.values()))
+            shown = ", ".join(map(str, sorted(ledgers)[:10])) + (
+                ", ..." if len(ledgers) > 10 else ""
+            )
+            self.damage.append(
+                f"{what}: {count} indexed entries of ledger(s) {shown} were in the part that is "
+                "gone; they read as EIO, and the bookie no longer lists them, until "
+                "re-replication copies them back from their peers (`embedlog auditor replicate`)"
+            )
+        for line in self.damage:
+            log.error("bookie %s: %s", self.config.bookie_id, line)
 
     # -- ledger state ------------------------------------------------------------------------
 
@@ -130,17 +182,37 @@ class LedgerStorage:
         loc = self.index.location(ledger_id, entry_id)
         if loc is None:
             return None
-        return self.logs.read(ledger_id, entry_id, loc)
+        try:
+            return self.logs.read(ledger_id, entry_id, loc)
+        except BookieIOError:
+            # Indexed, but its record is spoilt: no longer listed as held (``entry_ids``),
+            # so that the auditor finds it missing and re-replication copies it back.
+            self._spoilt.setdefault(ledger_id, {})[entry_id] = loc
+            raise
 
     def _held(self, ledger_id: int) -> set[int]:
         """Ids of the ledger's entries in memory (the cache and the flush in progress)."""
         return set(self.cache.get(ledger_id, ())) | set(self._flushing.get(ledger_id, ()))
 
     def entry_ids(self, ledger_id: int) -> list[int]:
-        ids = self._held(ledger_id)
-        if ledger_id not in self._deleted:
-            ids.update(self.index.entry_ids(ledger_id))
-        return sorted(ids)
+        """The ids of the entries held: cached or indexed, less those a damaged entry log
+        lost (they read as EIO; LIST_ENTRIES must not claim them, or nobody copies them
+        back)."""
+        held = self._held(ledger_id)
+        if ledger_id in self._deleted:
+            return sorted(held)
+        if ledger_id in self._damaged_ledgers:
+            ids = set(self.index.readable_entry_ids(ledger_id, self.damaged))
+        else:
+            ids = set(self.index.entry_ids(ledger_id))
+        spoilt = self._spoilt.get(ledger_id)
+        if spoilt:
+            for eid, where in list(spoilt.items()):
+                if self.index.location(ledger_id, eid) == where:
+                    ids.discard(eid)
+                else:  # copied back (or cut) since
+                    del spoilt[eid]
+        return sorted(ids | held)
 
     def last_entry(self, ledger_id: int) -> int:
         held = self._held(ledger_id)
@@ -202,18 +274,21 @@ class LedgerStorage:
         cut: tuple[int, Cut, int] | None = None,
     ) -> None:
         locations = []
+        first_log = self.logs.current_id
         for lid, entries in snapshot.items():
             ids = sorted(entries)  # ids, not (id, entry) pairs: no object per entry
             locations.append((lid, ids, self.logs.append_many(lid, ids, entries)))
+        log_ends = None
         if locations:
             self.logs.sync()
+            log_ends = self.logs.ends_since(first_log)
         deletes = [
             (lid, eid) for lid, info in infos if info is None for eid in self.index.entry_ids(lid)
         ]
         if cut is not None and cut[1] != "all":
             lid, how, at = cut
             deletes += [(lid, e) for e in self.index.entry_ids(lid) if not _keeps(how, at, e)]
-        self.index.commit(locations, infos, deletes, checkpoint)
+        self.index.commit(locations, infos, deletes, checkpoint, log_ends)
 
     def exclusive(self) -> asyncio.Lock:
         """Held by a cut (``cut_locked``) and what must come just before it: no flush runs
@@ -267,6 +342,7 @@ class LedgerStorage:
         # lock: no flush may be between writing an entry log and indexing it meanwhile.
         loop = asyncio.get_running_loop()
         live = await loop.run_in_executor(self._executor, self.index.live_logs)
+        await loop.run_in_executor(self._executor, self.index.forget_logs_except, live)
         self.logs.remove_unreferenced(live)
         await loop.run_in_executor(self._executor, self.index.compact_ledger, ledger_id)
 
