@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Iterator, Mapping
 
-from embedlog.errors import NotEnoughBookiesError
+from embedlog.errors import NotEnoughBookiesError, TlsHandshakeError
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES, BookieClient
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.handles import ReadHandle, WriteHandle
@@ -182,6 +182,8 @@ class Client:
         """The LAC the bookies of an open ledger report; -1 while none answers."""
         try:
             return await read_lac(self.ctx, md)
+        except TlsHandshakeError:
+            raise  # not "nothing confirmed yet": this client cannot talk to the bookies
         except UNKNOWN_OUTCOMES:
             return -1  # nobody answered yet: start from nothing confirmed
 
