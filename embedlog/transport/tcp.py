@@ -1,4 +1,4 @@
-"""The TCP transport: bookies behind real sockets, optionally TLS.
+"""The TCP transport: bookies behind real sockets, optionally TLS (see tls.py).
 
 Frames are a u32 big-endian length followed by one frame of the shared codec
 (embedlog.wire.messages). A client keeps one connection per bookie and
@@ -21,11 +21,13 @@ import random
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from embedlog.errors import BookieUnavailableError
+from embedlog.errors import BookieUnavailableError, TlsHandshakeError
+from embedlog.transport import tls_mismatch
 from embedlog.transport.base import Transport
 from embedlog.transport.faults import FaultInjector, NetworkFaults
 from embedlog.transport.server import FrameReply, RequestHandler, serve_frame
@@ -40,6 +42,10 @@ MAX_FRAME = 64 * 1024 * 1024
 ADDRESS_FILE = "address"
 # Answers a bookie holds for one connection before it stops reading that client's requests.
 _WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
+# After a TLS failure a client fails requests to that bookie at once for this long instead
+# of reconnecting: a configuration error does not mend itself, and each attempt costs a
+# handshake on both sides.
+TLS_RETRY_AFTER = 5.0
 
 # bookie id -> "host:port" (None if unknown); may be a coroutine function, e.g. a metadata read.
 Resolver = Callable[[str], "str | Awaitable[str | None] | None"]
@@ -54,15 +60,30 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class TlsRecordError(FrameError):
+    """A TLS record where a frame was expected: the peer speaks TLS and this side does not."""
+
+
 async def _read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
-    (n,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
+    head = await reader.readexactly(LENGTH.size)
+    (n,) = LENGTH.unpack(head)
     if n > limit:
+        if tls_mismatch.is_tls_record(head):  # as a length, far above any limit
+            raise TlsRecordError("the peer speaks TLS on a connection without TLS")
         raise FrameError(f"frame of {n} bytes exceeds the {limit} byte limit")
     return await reader.readexactly(n)
 
 
 def _frame(payload: bytes) -> bytes:
     return LENGTH.pack(len(payload)) + payload
+
+
+def tls_message(bookie_id: str, address: str, why: str) -> str:
+    return (
+        f"TLS with bookie {bookie_id} at {address} failed: {why}. This is a configuration "
+        f"error: requests to this bookie fail at once for {TLS_RETRY_AFTER:g}s, then "
+        "connect again"
+    )
 
 
 # -- server --------------------------------------------------------------------------------------
@@ -148,6 +169,9 @@ class BookieServer:
             pass  # the client hung up
         except FrameError as exc:
             log.warning("closing connection from %s: %s", peer, exc)
+            if isinstance(exc, TlsRecordError):
+                # A TLS client of this plaintext bookie: its handshake fails naming the cause.
+                writer.write(tls_mismatch.PLAINTEXT_PORT_ALERT)
         except (ConnectionError, ssl.SSLError, OSError) as exc:
             log.debug("connection from %s failed: %s", peer, exc)
         except Exception:
@@ -189,14 +213,20 @@ class _Connection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         max_frame: int,
+        transport: TcpTransport,
     ) -> None:
         self.bookie_id = bookie_id
         self.address = address
         self._reader = reader
         self._writer = writer
         self._max_frame = max_frame
+        self._transport = transport
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self.closed = False
+        # Whether a request went out and whether any answer came back: a connection closed
+        # between the two is examined for a TLS mismatch (tls_mismatch.py).
+        self._sent = self._answered = False
+        self._tls_why: str | None = None  # the TLS misconfiguration that ended it, if any
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     def send(self, req: Request) -> asyncio.Future[Response]:
@@ -210,12 +240,20 @@ class _Connection:
         # Whoever gives up on the answer (cancel) or gets it also forgets the txn.
         answer.add_done_callback(functools.partial(self._forget, req.txn))
         self._writer.write(_frame(req.encode()))
+        self._sent = True
         return answer
 
     async def drain(self) -> None:
         try:
             await self._writer.drain()
         except (ConnectionError, OSError) as exc:
+            if not self._answered:
+                # The read loop sees the same loss and may find a TLS refusal behind it.
+                await asyncio.wait({self._reader_task}, timeout=2 * self._transport.connect_timeout)
+                if self._tls_why is not None:
+                    raise TlsHandshakeError(
+                        tls_message(self.bookie_id, self.address, self._tls_why)
+                    ) from None
             self._shutdown(f"write failed: {exc}")
             raise BookieUnavailableError(self._reason(f"write failed: {exc}")) from None
 
@@ -228,34 +266,62 @@ class _Connection:
 
     async def _read_loop(self) -> None:
         why = "connection closed"
+        tls_why: str | None = None  # set when the loss is a TLS misconfiguration
         try:
             while True:
                 resp = Response.decode(await _read_frame(self._reader, self._max_frame))
+                self._answered = True
                 fut = self._pending.pop(resp.txn, None)
                 if fut is not None and not fut.done():
                     fut.set_result(resp)
                 # else: the answer to a request whose sender gave up
         except asyncio.IncompleteReadError:
             why = "the bookie closed the connection"
+            tls_why = await self._closed_unanswered()
+        except TlsRecordError:
+            why = tls_why = tls_mismatch.PLAINTEXT_CLIENT
         except FrameError as exc:
             why = f"protocol error: {exc}"
             log.warning("closing connection to %s", self._reason(why))
         except (ConnectionError, ssl.SSLError, OSError) as exc:
             why = f"connection lost: {exc}"
+            if not self._answered:
+                refusal = tls_mismatch.tls_refusal(exc, handshake=False)
+                tls_why = refusal or await self._closed_unanswered()
         except asyncio.CancelledError:
             why = "the client closed the connection"
             raise
         finally:
-            self._shutdown(why)
+            if tls_why is not None:
+                self._tls_why = tls_why
+                self._transport.refuse(self.bookie_id, self.address, tls_why)
+            self._shutdown(why, tls_why)
 
-    def _shutdown(self, why: str) -> None:
-        if not self.closed:
-            self.closed = True
-            self._writer.transport.abort()
+    async def _closed_unanswered(self) -> str | None:
+        """Why, if TLS says, the bookie closed this connection after requests went out and
+        before any answer came back; None for any other loss (a crash, a restart)."""
+        if self._answered or not self._sent:
+            return None
+        self.closed = True  # no more requests on it while we look
+        host, port = parse_address(self.address)
+        t = self._transport
+        return await tls_mismatch.why_closed(host, port, t.ssl_context, t.connect_timeout)
+
+    def _shutdown(self, why: str, tls_why: str | None = None) -> None:
+        self.closed = True
+        self._writer.transport.abort()
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():
-                fut.set_exception(BookieUnavailableError(self._reason(why)))
+                fut.set_exception(
+                    TlsHandshakeError(tls_message(self.bookie_id, self.address, tls_why))
+                    if tls_why is not None
+                    else BookieUnavailableError(self._reason(why))
+                )
+
+    async def ended(self) -> None:
+        """Wait until the connection's read loop has ended (it has shut the connection)."""
+        await asyncio.wait({self._reader_task})
 
     async def close(self) -> None:
         self._shutdown("the client closed the connection")
@@ -284,6 +350,8 @@ class TcpTransport(Transport):
         self._injector = FaultInjector(self.faults)
         self._conns: dict[str, _Connection] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
+        # bookie id -> (until when, the TLS error message) after a TLS failure with it.
+        self._tls_refused: dict[str, tuple[float, str]] = {}
         self._closed = False
 
     async def request(self, src: str, bookie_id: str, req: Request, timeout: float) -> Response:
@@ -294,15 +362,34 @@ class TcpTransport(Transport):
         answer = conn.send(req)
         try:
             await conn.drain()
-        except BookieUnavailableError:
-            answer.cancel()
+        except BaseException:  # also a cancelled caller: nobody waits for this answer
+            if not answer.cancel() and not answer.cancelled():
+                answer.exception()  # failed with the connection: the error raised here says it
             raise
         return answer
+
+    def refuse(self, bookie_id: str, address: str, why: str) -> None:
+        """Fail requests to ``bookie_id`` with a TlsHandshakeError for TLS_RETRY_AFTER."""
+        message = tls_message(bookie_id, address, why)
+        self._tls_refused[bookie_id] = (time.monotonic() + TLS_RETRY_AFTER, message)
+        log.warning("%s", message)
+
+    def _check_refused(self, bookie_id: str) -> None:
+        refused = self._tls_refused.get(bookie_id)
+        if refused is not None:
+            if time.monotonic() < refused[0]:
+                raise TlsHandshakeError(refused[1])  # a new one: a raised error grows its traceback
+            del self._tls_refused[bookie_id]
 
     async def _connection(self, bookie_id: str) -> _Connection:
         conn = self._conns.get(bookie_id)
         if conn is not None and not conn.closed:
             return conn
+        if conn is not None:
+            # It may be asking whether TLS closed it: its verdict is this request's too,
+            # and it stays tracked (close() ends it) until it has one.
+            await conn.ended()
+        self._check_refused(bookie_id)
         lock = self._connecting.setdefault(bookie_id, asyncio.Lock())
         async with lock:  # one connect at a time per bookie; the others share its result
             conn = self._conns.get(bookie_id)
@@ -310,6 +397,7 @@ class TcpTransport(Transport):
                 return conn
             if self._closed:
                 raise BookieUnavailableError("the transport is closed")
+            self._check_refused(bookie_id)
             conn = await self._open(bookie_id)
             self._conns[bookie_id] = conn
             return conn
@@ -331,14 +419,17 @@ class TcpTransport(Transport):
                 ),
                 self.connect_timeout,
             )
-        except ssl.SSLCertVerificationError as exc:
-            raise BookieUnavailableError(
-                f"TLS certificate verification failed for bookie {bookie_id} at {address}: "
-                f"{exc.verify_message or exc} (does the client trust the CA that signed the "
-                "bookie's certificate?)"
-            ) from None
         except (OSError, TimeoutError) as exc:
+            refusal = tls_mismatch.tls_refusal(exc)
+            if refusal is not None:
+                self.refuse(bookie_id, str(address), refusal)
+                raise TlsHandshakeError(tls_message(bookie_id, str(address), refusal)) from None
             why = str(exc) or type(exc).__name__
+            if ctx is not None and isinstance(exc, ConnectionResetError | ssl.SSLError):
+                why += (
+                    " during the TLS handshake (a bookie without TLS, or one refusing this "
+                    "client's certificate, may close it so)"
+                )
             raise BookieUnavailableError(
                 f"cannot connect to bookie {bookie_id} at {address}: {why}"
             ) from None
@@ -346,7 +437,7 @@ class TcpTransport(Transport):
         if sock is not None:  # small frames (acks, LAC reads) must not wait for Nagle
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return _Connection(bookie_id, str(address), reader, writer, self.max_frame)
+        return _Connection(bookie_id, str(address), reader, writer, self.max_frame, self)
 
     async def close(self) -> None:
         self._closed = True
@@ -436,14 +527,12 @@ class TcpCluster(Transport):
         run: Callable[[Coroutine[Any, Any, None]], None],
         faults: NetworkFaults | None = None,
         *,
-        server_ssl: ssl.SSLContext | None = None,
         client_ssl: ssl.SSLContext | None = None,
         tls_ca: Path | None = None,
     ) -> None:
         self._address_of = address_of
         self._run = run
-        self._server_ssl = server_ssl
-        self.tls_ca = tls_ca  # the certificate other processes must trust (tls=True)
+        self.tls_ca = tls_ca  # the CA certificate other processes must trust (TLS clusters)
         # Addresses of every bookie started in this run; a stopped bookie's stays, so a
         # request to it is refused (BookieUnavailableError) like any dead bookie's.
         self._addresses: dict[str, str] = {}
@@ -454,10 +543,13 @@ class TcpCluster(Transport):
     def address(self, bookie_id: str) -> str | None:
         return self._addresses.get(bookie_id)
 
-    def bookie_started(self, bookie_id: str, bookie: RequestHandler) -> None:
+    def bookie_started(
+        self, bookie_id: str, bookie: RequestHandler, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        """Serve ``bookie`` on its address, with TLS if ``ssl_context`` is given."""
         address = self._address_of(bookie_id)
         host, port = parse_address(address)
-        server = BookieServer(bookie, host, port, self._server_ssl)
+        server = BookieServer(bookie, host, port, ssl_context)
         try:
             self._run(server.start())
         except OSError as exc:
