@@ -3,7 +3,10 @@
 Frames are a u32 big-endian length followed by one frame of the shared codec
 (embedlog.wire.messages). A client keeps one connection per bookie and
 pipelines requests on it; the bookie handles each request as its own task, so
-answers may come back in any order and the client matches them by txn.
+answers may come back in any order and the client matches them by txn. A frame
+with txn 0 from a bookie is a notice about the connection itself (a refusal), and
+the bookie closes the connection after it. What one connection may cost a bookie is
+bounded (embedlog/transport/limits.py; docs/security.md, "Limits").
 
 Faults (``cluster.network``) go through the same FaultInjector as the
 in-process transport, so a block, drop or delay means the same here.
@@ -28,6 +31,14 @@ from typing import Any
 from embedlog.errors import BookieUnavailableError
 from embedlog.transport.base import Transport
 from embedlog.transport.faults import FaultInjector, NetworkFaults
+from embedlog.transport.limits import (
+    NOTICE_TXN,
+    ConnectionLimits,
+    close_reason,
+    may_read,
+    notice_reason,
+    refusal,
+)
 from embedlog.transport.server import FrameReply, RequestHandler, serve_frame
 from embedlog.wire.messages import FrameError, Request, Response
 
@@ -38,8 +49,8 @@ LENGTH = struct.Struct(">I")
 # below what would let one bad length prefix make a peer allocate gigabytes.
 MAX_FRAME = 64 * 1024 * 1024
 ADDRESS_FILE = "address"
-# Answers a bookie holds for one connection before it stops reading that client's requests.
-_WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
+# How long a refused connection is kept for its client to hear why and hang up.
+_REFUSAL_LINGER = 1.0
 
 # bookie id -> "host:port" (None if unknown); may be a coroutine function, e.g. a metadata read.
 Resolver = Callable[[str], "str | Awaitable[str | None] | None"]
@@ -68,8 +79,66 @@ def _frame(payload: bytes) -> bytes:
 # -- server --------------------------------------------------------------------------------------
 
 
+class _Served:
+    """One client connection as its server sees it: what it costs and when it last acted."""
+
+    __slots__ = (
+        "frame_progress",
+        "in_progress",
+        "last_active",
+        "loop",
+        "peer",
+        "room",
+        "unsent",
+        "writer",
+    )
+
+    def __init__(self, writer: asyncio.StreamWriter, peer: object) -> None:
+        self.loop = asyncio.get_running_loop()
+        now = self.loop.time()
+        self.writer = writer
+        self.peer = peer
+        self.in_progress = 0  # requests handed to the bookie and not yet answered
+        self.last_active = now
+        self.frame_progress: float | None = None  # see limits.close_reason
+        self.unsent = 0  # the write buffer when last looked at, to see the client take some
+        self.room: asyncio.Future[None] | None = None  # the reader waits here for requests
+
+    def answered(self) -> None:
+        self.in_progress -= 1
+        if self.in_progress == 0:
+            self.last_active = self.loop.time()
+        room = self.room
+        if room is not None and not room.done():
+            room.set_result(None)
+
+    def close(self) -> None:
+        self.writer.transport.abort()
+        room = self.room
+        if room is not None and not room.done():
+            room.set_result(None)
+
+
+async def _read_exactly(reader: asyncio.StreamReader, n: int, conn: _Served) -> bytes:
+    """``n`` bytes; ``conn.frame_progress`` follows each piece that arrives."""
+    data = await reader.read(n)
+    if len(data) == n:
+        return data
+    parts, got = [data], len(data)
+    loop = asyncio.get_running_loop()
+    while got < n:
+        if not data:
+            raise asyncio.IncompleteReadError(b"".join(parts), n)
+        conn.frame_progress = loop.time()
+        data = await reader.read(n - got)
+        parts.append(data)
+        got += len(data)
+    return b"".join(parts)
+
+
 class BookieServer:
-    """Serves one bookie (any ``handle(Request) -> Response``) on a TCP port."""
+    """Serves one bookie (any ``handle(Request) -> Response``) on a TCP port, within
+    ``limits`` (embedlog/transport/limits.py)."""
 
     def __init__(
         self,
@@ -79,28 +148,48 @@ class BookieServer:
         ssl_context: ssl.SSLContext | None = None,
         *,
         max_frame: int = MAX_FRAME,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
         self.ssl_context = ssl_context
         self.max_frame = max_frame
+        self.limits = limits or ConnectionLimits()
         self._server: asyncio.Server | None = None
-        self._readers: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}
+        self._readers: dict[_Served, asyncio.Task[None]] = {}
+        self._refused: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._handling: set[asyncio.Task[Response]] = set()
+        self._watchdog: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def connections(self) -> int:
+        """Connections being served (refused ones not counted)."""
+        return len(self._readers)
+
+    def unsent_bytes(self) -> int:
+        """Bytes of answers written and not yet taken by their clients, all connections."""
+        return sum(c.writer.transport.get_write_buffer_size() for c in self._readers)
+
     async def start(self) -> None:
+        # A TLS handshake is a frame begun: it gets as long to finish.
+        handshake = self.limits.partial_frame_timeout if self.ssl_context is not None else None
         try:
             self._server = await asyncio.start_server(
-                self._on_connection, self.host, self.port, ssl=self.ssl_context
+                self._on_connection,
+                self.host,
+                self.port,
+                ssl=self.ssl_context,
+                ssl_handshake_timeout=handshake,
             )
         except OSError as exc:
             raise OSError(exc.errno, f"cannot listen on {self.address}: {exc.strerror}") from exc
         self.port = int(self._server.sockets[0].getsockname()[1])
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch())
 
     async def close(self) -> None:
         """Stop listening and drop every connection: clients' in-flight requests fail as
@@ -108,19 +197,49 @@ class BookieServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
         readers = list(self._readers.items())
-        for writer, _task in readers:
+        for conn, _task in readers:
             # Not cancelled: the abort ends each connection's task through its own
             # "client hung up" path. (A cancelled one made Python 3.11's StreamReaderProtocol
             # callback raise CancelledError into the loop's exception handler.)
-            writer.transport.abort()
+            conn.close()
         # Each ends normally (its errors are handled in _on_connection); only a task
         # cancelled from outside, at loop shutdown, ends otherwise.
-        await asyncio.gather(*(t for _, t in readers), return_exceptions=True)
+        refused = list(self._refused.items())
+        for _task, writer in refused:
+            writer.transport.abort()
+        tasks = [t for _, t in readers] + [t for t, _ in refused]
+        await asyncio.gather(*tasks, return_exceptions=True)
         if server is not None:
             await server.wait_closed()
         # Requests already handed to the bookie run to completion (a bookie never sees a
         # request cut in half); their answers have nowhere to go and are dropped.
+
+    async def _watch(self) -> None:
+        """Close the connections that are idle or stalled in the middle of a frame."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.limits.check_interval)
+            now = loop.time()
+            for conn in list(self._readers):
+                unsent = conn.writer.transport.get_write_buffer_size()
+                if unsent < conn.unsent:  # the client took some of its answers
+                    conn.last_active = now
+                conn.unsent = unsent
+                why = close_reason(
+                    self.limits,
+                    now,
+                    last_active=conn.last_active,
+                    frame_progress=conn.frame_progress,
+                    in_progress=conn.in_progress,
+                )
+                if why is not None:
+                    log.info("closing connection from %s: %s", conn.peer, why)
+                    conn.close()
 
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -130,20 +249,41 @@ class BookieServer:
         if self._server is None:  # accepted just as we closed
             writer.transport.abort()
             return
-        self._readers[writer] = task
         peer = writer.get_extra_info("peername")
+        if len(self._readers) >= self.limits.max_connections:
+            await self._refuse(reader, writer, peer, task)
+            return
+        loop = asyncio.get_running_loop()
+        conn = _Served(writer, peer)
+        self._readers[conn] = task
+        limits = self.limits
+        # Paused past the bound, resumed at a quarter of it (drain below waits for that).
+        writer.transport.set_write_buffer_limits(high=limits.max_unsent_answer_bytes)
+        answer = self._answer_to(conn)
         try:
             while True:
-                frame = await _read_frame(reader, self.max_frame)
+                while not may_read(
+                    limits, writer.transport.get_write_buffer_size(), conn.in_progress
+                ):
+                    if writer.is_closing():
+                        return
+                    if conn.in_progress >= limits.max_requests_in_progress:
+                        conn.room = loop.create_future()
+                        await conn.room
+                        conn.room = None
+                    else:  # a client that reads its answers slowly: stop reading its requests
+                        await writer.drain()
+                frame = await self._next_frame(reader, conn)
+                conn.in_progress += 1
                 # Never awaited here: a slow request (a long-poll LAC read, an fsync) must
                 # not hold up the ones behind it. Answers leave in completion order.
-                t = serve_frame(self.handler, frame, self._answer_to(writer, peer))
+                t = serve_frame(self.handler, frame, answer)
                 if t is not None:
                     self._handling.add(t)
                     t.add_done_callback(self._handling.discard)
-                if writer.transport.get_write_buffer_size() > _WRITE_BUFFER_LIMIT:
-                    # A client that reads its answers slowly: stop reading its requests.
-                    await writer.drain()
+                    # Its first step now, before the next request is read: a request that
+                    # answers at once (a read) has its answer counted by may_read above.
+                    await asyncio.sleep(0)
         except asyncio.IncompleteReadError:
             pass  # the client hung up
         except FrameError as exc:
@@ -155,19 +295,69 @@ class BookieServer:
             # closes the transport without a word.
             log.exception("connection from %s failed", peer)
         finally:
-            self._readers.pop(writer, None)
+            self._readers.pop(conn, None)
+            conn.close()
+
+    async def _next_frame(self, reader: asyncio.StreamReader, conn: _Served) -> bytes:
+        head = await reader.read(LENGTH.size)  # returns as soon as a frame begins
+        if not head:
+            raise asyncio.IncompleteReadError(b"", LENGTH.size)
+        loop = asyncio.get_running_loop()
+        conn.frame_progress = loop.time()
+        if len(head) < LENGTH.size:
+            head += await _read_exactly(reader, LENGTH.size - len(head), conn)
+        (n,) = LENGTH.unpack(head)
+        if n > self.max_frame:
+            raise FrameError(f"frame of {n} bytes exceeds the {self.max_frame} byte limit")
+        frame = await _read_exactly(reader, n, conn)
+        conn.last_active, conn.frame_progress = conn.frame_progress, None
+        return frame
+
+    async def _refuse(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: object,
+        task: asyncio.Task[None],
+    ) -> None:
+        """Tell the client why, then close: after its own hang-up, so that its requests
+        already on the way do not turn our close into a reset that loses the notice."""
+        if len(self._refused) >= self.limits.max_connections:
+            writer.transport.abort()  # refusals pile up too: no notice for these
+            return
+        # Once per burst: a flood of connections must not become a flood of log lines.
+        log.log(
+            logging.DEBUG if self._refused else logging.WARNING,
+            "refusing connection from %s: %d connections (bookie setting max_connections)",
+            *(peer, len(self._readers)),
+        )
+        self._refused[task] = writer
+        try:
+            writer.write(_frame(refusal(self.limits).encode()))
+            if writer.can_write_eof():
+                writer.write_eof()
+            async with asyncio.timeout(min(self.limits.partial_frame_timeout, _REFUSAL_LINGER)):
+                while await reader.read(64 * 1024):
+                    pass  # whatever the client sent before it heard
+        except (TimeoutError, ConnectionError, ssl.SSLError, OSError):
+            pass
+        finally:
+            self._refused.pop(task, None)
             writer.transport.abort()
 
     @staticmethod
-    def _answer_to(writer: asyncio.StreamWriter, peer: object) -> FrameReply:
+    def _answer_to(conn: _Served) -> FrameReply:
+        writer, peer = conn.writer, conn.peer
+
         def answer(frame: bytes | None, gone: BaseException | None) -> None:
+            conn.answered()
             if gone is not None:
-                writer.transport.abort()  # the bookie went away: so does its connection
+                conn.close()  # the bookie went away: so does its connection
                 return
             if frame is None:
                 # Garbage: the stream can no longer be trusted to be in step with its frames.
                 log.warning("closing connection from %s: undecodable request frame", peer)
-                writer.transport.abort()
+                conn.close()
                 return
             if writer.is_closing():
                 return  # the client went away or we are closing; the answer is lost
@@ -231,6 +421,10 @@ class _Connection:
         try:
             while True:
                 resp = Response.decode(await _read_frame(self._reader, self._max_frame))
+                if resp.txn == NOTICE_TXN:  # about the connection itself: a refusal
+                    why = notice_reason(resp) or why
+                    log.warning("connection to %s", self._reason(why))
+                    return
                 fut = self._pending.pop(resp.txn, None)
                 if fut is not None and not fut.done():
                     fut.set_result(resp)
@@ -457,7 +651,9 @@ class TcpCluster(Transport):
     def bookie_started(self, bookie_id: str, bookie: RequestHandler) -> None:
         address = self._address_of(bookie_id)
         host, port = parse_address(address)
-        server = BookieServer(bookie, host, port, self._server_ssl)
+        config = getattr(bookie, "config", None)  # a Bookie's: its connection limits
+        limits = ConnectionLimits.of(config) if config is not None else None
+        server = BookieServer(bookie, host, port, self._server_ssl, limits=limits)
         try:
             self._run(server.start())
         except OSError as exc:
