@@ -39,6 +39,7 @@ from embedlog.transport.limits import (
     notice_reason,
     refusal,
 )
+from embedlog.transport.listener import accept_forever, listen
 from embedlog.transport.server import FrameReply, RequestHandler, serve_frame
 from embedlog.wire.messages import FrameError, Request, Response
 
@@ -49,8 +50,10 @@ LENGTH = struct.Struct(">I")
 # below what would let one bad length prefix make a peer allocate gigabytes.
 MAX_FRAME = 64 * 1024 * 1024
 ADDRESS_FILE = "address"
-# How long a refused connection is kept for its client to hear why and hang up.
+# How long a refused connection is kept for its client to hear why and hang up, and how
+# many are kept so at once (past that, a refused connection is closed without a word).
 _REFUSAL_LINGER = 1.0
+_MAX_REFUSING = 64
 
 # bookie id -> "host:port" (None if unknown); may be a coroutine function, e.g. a metadata read.
 Resolver = Callable[[str], "str | Awaitable[str | None] | None"]
@@ -156,11 +159,14 @@ class BookieServer:
         self.ssl_context = ssl_context
         self.max_frame = max_frame
         self.limits = limits or ConnectionLimits()
-        self._server: asyncio.Server | None = None
-        self._readers: dict[_Served, asyncio.Task[None]] = {}
-        self._refused: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
-        self._handling: set[asyncio.Task[Response]] = set()
+        self._sock: socket.socket | None = None  # listening
+        self._acceptor: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        # Connections by stage: accepted (a TLS handshake, say), served, refused.
+        self._opening: set[asyncio.Task[None]] = set()
+        self._readers: dict[_Served, asyncio.Task[None]] = {}
+        self._refused: set[asyncio.Task[None]] = set()
+        self._handling: set[asyncio.Task[Response]] = set()
 
     @property
     def address(self) -> str:
@@ -168,54 +174,43 @@ class BookieServer:
 
     @property
     def connections(self) -> int:
-        """Connections being served (refused ones not counted)."""
-        return len(self._readers)
+        """Connections accepted and not refused (TLS handshakes in progress too)."""
+        return len(self._readers) + len(self._opening)
 
     def unsent_bytes(self) -> int:
         """Bytes of answers written and not yet taken by their clients, all connections."""
         return sum(c.writer.transport.get_write_buffer_size() for c in self._readers)
 
     async def start(self) -> None:
-        # A TLS handshake is a frame begun: it gets as long to finish.
-        handshake = self.limits.partial_frame_timeout if self.ssl_context is not None else None
         try:
-            self._server = await asyncio.start_server(
-                self._on_connection,
-                self.host,
-                self.port,
-                ssl=self.ssl_context,
-                ssl_handshake_timeout=handshake,
-            )
+            self._sock = await listen(self.host, self.port)
         except OSError as exc:
             raise OSError(exc.errno, f"cannot listen on {self.address}: {exc.strerror}") from exc
-        self.port = int(self._server.sockets[0].getsockname()[1])
-        self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+        self.port = int(self._sock.getsockname()[1])
+        loop = asyncio.get_running_loop()
+        self._acceptor = loop.create_task(accept_forever(self._sock, self._accepted))
+        self._watchdog = loop.create_task(self._watch())
 
     async def close(self) -> None:
         """Stop listening and drop every connection: clients' in-flight requests fail as
         BookieUnavailableError at once rather than waiting for their timeouts."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+        sock, self._sock = self._sock, None
+        for task in (self._acceptor, self._watchdog):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if sock is not None:
+            sock.close()
         readers = list(self._readers.items())
         for conn, _task in readers:
             # Not cancelled: the abort ends each connection's task through its own
-            # "client hung up" path. (A cancelled one made Python 3.11's StreamReaderProtocol
-            # callback raise CancelledError into the loop's exception handler.)
+            # "client hung up" path, answers it was waiting to read included.
             conn.close()
-        # Each ends normally (its errors are handled in _on_connection); only a task
-        # cancelled from outside, at loop shutdown, ends otherwise.
-        refused = list(self._refused.items())
-        for _task, writer in refused:
-            writer.transport.abort()
-        tasks = [t for _, t in readers] + [t for t, _ in refused]
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if server is not None:
-            await server.wait_closed()
+        others = [*self._opening, *self._refused]  # in a handshake, or being refused
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*(t for _, t in readers), *others, return_exceptions=True)
         # Requests already handed to the bookie run to completion (a bookie never sees a
         # request cut in half); their answers have nowhere to go and are dropped.
 
@@ -241,21 +236,53 @@ class BookieServer:
                     log.info("closing connection from %s: %s", conn.peer, why)
                     conn.close()
 
-    async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    def _accepted(self, sock: socket.socket) -> None:
+        """A new connection: served, refused with a notice, or (refusals piling up too)
+        closed at once. Counted from here, so a TLS handshake counts as a connection."""
+        if self._sock is None:  # accepted just as we closed
+            sock.close()
+            return
+        refuse = self.connections >= self.limits.max_connections
+        if refuse and len(self._refused) >= _MAX_REFUSING:
+            sock.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._connection(sock, refuse))
+        (self._refused if refuse else self._opening).add(task)
+
+    async def _connection(self, sock: socket.socket, refuse: bool) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if self._server is None:  # accepted just as we closed
-            writer.transport.abort()
-            return
-        peer = writer.get_extra_info("peername")
-        if len(self._readers) >= self.limits.max_connections:
-            await self._refuse(reader, writer, peer, task)
-            return
+        try:
+            loop = asyncio.get_running_loop()
+            reader = asyncio.StreamReader(loop=loop)
+            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            # A TLS handshake is a frame begun: it gets as long to finish.
+            timeout = self.limits.partial_frame_timeout if self.ssl_context is not None else None
+            try:
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: protocol, sock, ssl=self.ssl_context, ssl_handshake_timeout=timeout
+                )
+            except OSError as exc:  # a handshake that failed or took too long; a reset
+                log.debug("connection to %s failed before its first frame: %s", self.address, exc)
+                sock.close()
+                return
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            if refuse:
+                await self._refuse(reader, writer)
+            else:
+                await self._serve(reader, writer, task)
+        finally:
+            self._opening.discard(task)
+            self._refused.discard(task)
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, task: asyncio.Task[None]
+    ) -> None:
         loop = asyncio.get_running_loop()
+        peer = writer.get_extra_info("peername")
         conn = _Served(writer, peer)
         self._readers[conn] = task
+        self._opening.discard(task)
         limits = self.limits
         # Paused past the bound, resumed at a quarter of it (drain below waits for that).
         writer.transport.set_write_buffer_limits(high=limits.max_unsent_answer_bytes)
@@ -291,8 +318,7 @@ class BookieServer:
         except (ConnectionError, ssl.SSLError, OSError) as exc:
             log.debug("connection from %s failed: %s", peer, exc)
         except Exception:
-            # Here or nowhere: asyncio's callback for a connection task that raised
-            # closes the transport without a word.
+            # Here or nowhere: nobody awaits a connection's task.
             log.exception("connection from %s failed", peer)
         finally:
             self._readers.pop(conn, None)
@@ -313,25 +339,16 @@ class BookieServer:
         conn.last_active, conn.frame_progress = conn.frame_progress, None
         return frame
 
-    async def _refuse(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        peer: object,
-        task: asyncio.Task[None],
-    ) -> None:
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Tell the client why, then close: after its own hang-up, so that its requests
         already on the way do not turn our close into a reset that loses the notice."""
-        if len(self._refused) >= self.limits.max_connections:
-            writer.transport.abort()  # refusals pile up too: no notice for these
-            return
+        peer = writer.get_extra_info("peername")
         # Once per burst: a flood of connections must not become a flood of log lines.
         log.log(
-            logging.DEBUG if self._refused else logging.WARNING,
+            logging.WARNING if len(self._refused) == 1 else logging.DEBUG,
             "refusing connection from %s: %d connections (bookie setting max_connections)",
-            *(peer, len(self._readers)),
+            *(peer, self.connections),
         )
-        self._refused[task] = writer
         try:
             writer.write(_frame(refusal(self.limits).encode()))
             if writer.can_write_eof():
@@ -342,7 +359,6 @@ class BookieServer:
         except (TimeoutError, ConnectionError, ssl.SSLError, OSError):
             pass
         finally:
-            self._refused.pop(task, None)
             writer.transport.abort()
 
     @staticmethod
