@@ -8,6 +8,8 @@ from typing import Any
 import attrs
 from attrs import field, frozen
 
+from embedlog.transport import limits
+
 
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if value <= 0:
@@ -40,6 +42,21 @@ class BookieConfig:
     entry_log_max_size: int = field(default=256 * 1024 * 1024, validator=_positive)
     long_poll_max: float = field(default=10.0, validator=_positive)  # seconds
     readonly: bool = False
+    # A flush that fails makes the bookie read-only and is retried, the wait doubling from
+    # flush_interval up to this; writes resume once one succeeds (embedlog/bookie/flushing.py).
+    flush_retry_max_interval: float = field(default=30.0, validator=_positive)  # seconds
+    # What one TCP connection may cost the bookie (embedlog/transport/limits.py).
+    max_connections: int = field(default=limits.DEFAULT_MAX_CONNECTIONS, validator=_positive)
+    max_unsent_answer_bytes: int = field(
+        default=limits.DEFAULT_MAX_UNSENT_ANSWER_BYTES, validator=_positive
+    )
+    max_requests_in_progress: int = field(
+        default=limits.DEFAULT_MAX_REQUESTS_IN_PROGRESS, validator=_positive
+    )
+    idle_timeout: float = field(default=limits.DEFAULT_IDLE_TIMEOUT, validator=_positive)
+    partial_frame_timeout: float = field(
+        default=limits.DEFAULT_PARTIAL_FRAME_TIMEOUT, validator=_positive
+    )
     # BP-46.
     auto_fix_cookies: bool = False
     repair_retry_interval: float = field(default=1.0, validator=_positive)  # seconds
