@@ -80,12 +80,18 @@ class TlsRecordError(FrameError):
 
 async def _read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
     head = await reader.readexactly(LENGTH.size)
+    return await reader.readexactly(_frame_length(head, limit))
+
+
+def _frame_length(head: bytes, limit: int) -> int:
+    """The length a frame's prefix announces; FrameError above ``limit`` (TlsRecordError
+    when the prefix is the start of a TLS record)."""
     (n,) = LENGTH.unpack(head)
     if n > limit:
         if tls_mismatch.is_tls_record(head):  # as a length, far above any limit
             raise TlsRecordError("the peer speaks TLS on a connection without TLS")
         raise FrameError(f"frame of {n} bytes exceeds the {limit} byte limit")
-    return await reader.readexactly(n)
+    return n
 
 
 def _frame(payload: bytes) -> bytes:
@@ -356,11 +362,7 @@ class BookieServer:
         conn.frame_progress = loop.time()
         if len(head) < LENGTH.size:
             head += await _read_exactly(reader, LENGTH.size - len(head), conn)
-        (n,) = LENGTH.unpack(head)
-        if n > self.max_frame:
-            if tls_mismatch.is_tls_record(head):  # as a length, far above any limit
-                raise TlsRecordError("the peer speaks TLS on a connection without TLS")
-            raise FrameError(f"frame of {n} bytes exceeds the {self.max_frame} byte limit")
+        n = _frame_length(head, self.max_frame)
         frame = await _read_exactly(reader, n, conn)
         conn.last_active, conn.frame_progress = conn.frame_progress, None
         return frame
