@@ -1,21 +1,32 @@
-"""A failed flush: when to try again, and whether the bookie may take writes again after.
+"""Flushing: the write cache written to the entry logs and the index in the background,
+and the bookie read-only while flushes fail.
 
+A flush runs every ``flush_interval`` and early when the write cache passes
+``write_cache_max_bytes``; after it, the journal before its checkpoint is removed.
 A flush that fails makes the bookie read-only (it refuses adds with EREADONLY) and
 keeps the entries in its write cache: they are acknowledged, the journal has them, and
 the next flush writes them. Flushes go on, each failure doubling the wait from
 ``flush_interval`` up to ``flush_retry_max_interval``. When one succeeds, the bookie
 registers as writable again, unless something it met says its disk is broken: then it
 stays read-only until it is restarted, rather than flip-flop on a failing disk.
+
+The rules are the pure functions and FlushHealth below; Flushing is the part of the
+Bookie (embedlog/bookie/base.py) that runs them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import logging
 
 import plyvel
 from attrs import frozen
 
+from embedlog.bookie.base import BookieBase, BookieState
 from embedlog.errors import BookieIOError
+
+log = logging.getLogger(__name__)
 
 # The disk itself failing, not a resource the process ran short of (file descriptors,
 # memory, space): a retry that gets past one of these proves nothing about the next write.
@@ -97,3 +108,80 @@ class FlushHealth:
         self.failures = 0
         self.delay = self.interval
         return was_failing
+
+
+class Flushing(BookieBase):
+    _flusher: asyncio.Task[None] | None  # the periodic flushes (started by the boot)
+    _background_flush: asyncio.Task[None] | None  # an early flush for a full write cache
+    flush_health: FlushHealth
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_health.delay)
+            await self._flush_in_background()
+
+    async def _flush_in_background(self) -> None:
+        """A flush nobody waits for (periodic, or early for a full write cache): here the
+        bookie stops taking adds when it fails, and takes them again when it succeeds."""
+        try:
+            await self.flush()
+        except Exception as exc:
+            if self._state is not BookieState.SERVING:
+                return  # the stop or crash showing, not a failure of the disk
+            delay = self.flush_health.failed(exc).delay
+            why = f"{type(exc).__name__}: {exc}"
+            # Anything but a disk error is a bug: show where it came from.
+            log.error(
+                "bookie %s: flush failed (%s); read-only, write cache kept, next flush in %.1fs",
+                *(self.bookie_id, why, delay),
+                exc_info=not isinstance(exc, OSError),
+            )
+            self._go_readonly()
+            return
+        recovered = self.flush_health.succeeded()
+        if self.readonly and self._state is BookieState.SERVING:
+            self._resume_writes(recovered)
+
+    async def flush(self) -> None:
+        assert self.journal is not None and self.storage is not None
+        checkpoint = self.journal.lsn
+        await self.storage.flush(checkpoint)
+        self.journal.remove_before(checkpoint)
+
+    def _maybe_flush_early(self) -> None:
+        assert self.storage is not None
+        if self.storage.cache_bytes > self.config.write_cache_max_bytes and (
+            self._background_flush is None or self._background_flush.done()
+        ):
+            self._background_flush = asyncio.get_running_loop().create_task(
+                self._flush_in_background()
+            )
+
+    def _go_readonly(self) -> None:
+        if not self.readonly:
+            self.readonly = True
+            self._register(readonly=True)
+
+    def _resume_writes(self, recovered: bool) -> None:
+        """A read-only bookie flushed: writable again, unless it is read-only for a reason
+        a flush does not take away (``recovered``: flushes were failing until this one)."""
+        journal_error = self.journal.error if self.journal is not None else None
+        why = stays_readonly(self.config.readonly, self.flush_health.broken, journal_error)
+        if why is None:
+            log.warning("bookie %s: flushed again; writable again", self.bookie_id)
+            self.readonly = False
+            self._register(readonly=False)
+        elif recovered:
+            log.warning("bookie %s: flushed again, but stays read-only: %s", self.bookie_id, why)
+
+    def _register(self, *, readonly: bool) -> None:
+        try:
+            self.metadata.register_bookie(
+                self.session,
+                self.bookie_id,
+                {"address": self.config.advertised_address, "rack": self.config.rack},
+                readonly=readonly,
+            )
+        except Exception:
+            state = "read-only" if readonly else "writable"
+            log.exception("bookie %s: could not register as %s", self.bookie_id, state)

@@ -1,7 +1,8 @@
 """BP-46 rules: when a boot is suspicious and what phase one does to each ledger.
 
-Pure functions, so each rule has a table test (tests/bookie/test_integrity_rules.py).
-The bookie applies them in ``Bookie._protect`` before it serves a single request.
+Pure functions, so each rule has a table test (tests/bp46/test_integrity_rules.py).
+The bookie applies them in ``Bookie._phase_one`` (embedlog/bookie/boot.py) before it
+serves a single request.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attrs import define, field
 
@@ -33,13 +33,38 @@ from embedlog.wire.entry import Digester, DigestType
 from embedlog.wire.messages import OpCode
 
 if TYPE_CHECKING:
-    from embedlog.bookie.bookie import Bookie
     from embedlog.client import Client
 
 log = logging.getLogger(__name__)
 
 COPY_CONCURRENCY = 64  # entry reads in flight to peers
 LEDGER_BATCH = 64  # ledgers repaired between two flushes
+
+
+class BookieForRepair(Protocol):
+    """What the repairer asks of its bookie (embedlog/bookie/repair_services.py, and the
+    bookie's flush and status)."""
+
+    @property
+    def bookie_id(self) -> str: ...
+
+    async def ledgers_with_me(self) -> list[LedgerMetadata]: ...
+
+    def limbo_ledgers(self) -> list[int]: ...
+
+    async def read_metadata(self, ledger_id: int) -> LedgerMetadata: ...
+
+    def holds_readable(self, ledger_id: int, entry_id: int) -> bool: ...
+
+    def store_repaired(self, ledger_id: int, entry_id: int, body: bytes, key: bytes) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def clear_limbo(self, ledger_ids: list[int]) -> None: ...
+
+    def repair_finished(self) -> None: ...
+
+    async def publish_status(self) -> None: ...
 
 
 @define
@@ -70,7 +95,7 @@ class RepairProgress:
 class Repairer:
     def __init__(
         self,
-        bookie: Bookie,
+        bookie: BookieForRepair,
         client_factory: Callable[[], Client] | None,
         retry_interval: float,
     ) -> None:

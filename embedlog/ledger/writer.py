@@ -905,7 +905,7 @@ class _BatchAnswerFor:
 
 class _AnswerFor:
     """Routes one bookie's answer to an add back to the writer (an object, not a closure:
-    see embedlog/bookie/bookie.py _AddPlan)."""
+    see embedlog/bookie/adds.py _AddPlan)."""
 
     __slots__ = ("bookie", "idx", "p", "writer")
 

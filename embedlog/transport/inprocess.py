@@ -75,7 +75,7 @@ class InProcessTransport(Transport):
 
 class _Delivery:
     """Completes the caller's future from the bookie's answer frame (an object, not a
-    closure: see embedlog/bookie/bookie.py _AddPlan)."""
+    closure: see embedlog/bookie/adds.py _AddPlan)."""
 
     __slots__ = ("answer", "bookie_id")
 

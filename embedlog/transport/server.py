@@ -72,7 +72,7 @@ def serve_frame(
 
 class _FrameAnswer:
     """Turns a handler's answer into the transport's frame reply (an object, not a
-    closure: see embedlog/bookie/bookie.py _AddPlan)."""
+    closure: see embedlog/bookie/adds.py _AddPlan)."""
 
     __slots__ = ("reply", "req")
 

@@ -1,0 +1,322 @@
+"""The add path: ADD and ADD_BATCH admitted (every check), stored (write cache and
+journal) and answered once durable; and an unbounded ledger's truncation, which a
+truncating add (a takeover's no-op) and TRIM ABOVE make.
+
+The hot path of a bookie: a plain add or a batch from ``Bookie.handle_nowait`` runs
+without a task of its own and is answered from the journal's group commit. A part of
+the Bookie (embedlog/bookie/base.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from embedlog.bookie.base import BookieState
+from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.journal import Durable
+from embedlog.bookie.keys import KeyVerdict, key_verdict
+from embedlog.bookie.records import add_prefix, batch_prefix, state_record, truncate_record
+from embedlog.bookie.refusals import Refusals
+from embedlog.errors import BookieIOError
+from embedlog.runtime import settle
+from embedlog.transport.server import BookieGoneError, Reply
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import FRAMED_HEADER, HEADER
+from embedlog.wire.limits import MAX_PACKED_ENTRY, oversized
+from embedlog.wire.messages import (
+    ENTRY_FRAME,
+    NO_TERM,
+    AddFlags,
+    FrameError,
+    Request,
+    Response,
+    pack_entries,
+    pack_results,
+)
+
+# What parse_batch gives: the entries accepted, each one's verdict (None: all EOK), max LAC.
+Batch = tuple[dict[int, bytes], list[int] | None, int]
+
+
+class _AddPlan:
+    """What admitting an add (or an ADD_BATCH) decided, carried to storing and answering it.
+
+    On the no-task path (``answer_by``) it is also the journal's callback that answers
+    once durable. One small object rather than a closure per request: adds in flight
+    live long enough for the garbage collector to move them to its oldest generation,
+    and a closure is several tracked objects (function, cells, tuple).
+    """
+
+    __slots__ = (
+        "batch",
+        "bookie",
+        "changed",
+        "entries",
+        "info",
+        "lac",
+        "old_lac",
+        "reply",
+        "req",
+        "statuses",
+        "term_changed",
+        "truncate",
+    )
+
+    def __init__(
+        self,
+        info: LedgerInfo,
+        entries: dict[int, bytes],
+        lac: int,
+        changed: bool,
+        term_changed: bool,
+        truncate: bool,
+    ) -> None:
+        self.info = info
+        self.entries = entries  # {entry id: entry} to store, in the order they came
+        self.lac = lac  # the highest LAC in the headers of the entries stored
+        self.changed = changed
+        self.term_changed = term_changed
+        self.truncate = truncate
+        self.old_lac = -1
+        self.batch = False  # an ADD_BATCH (answered with a verdict per entry)
+        # ADD_BATCH with an entry refused for its header: each entry's verdict, in batch
+        # order (EOK for those stored); None when all were accepted.
+        self.statuses: list[int] | None = None
+
+    def answer_by(self, bookie: Adds, req: Request, reply: Reply) -> _AddPlan:
+        self.bookie, self.req, self.reply = bookie, req, reply
+        return self
+
+    def __call__(self, exc: BaseException | None) -> None:
+        if exc is None:
+            self.reply(self.bookie._added(self.req, self))
+        else:
+            self.bookie._answer_failure(self.req, exc, self.reply)
+
+
+def parse_batch(ledger_id: int, body: bytes) -> tuple[dict[int, bytes], list[int] | None, int]:
+    """An ADD_BATCH body, parsed and each entry checked against its header in one pass:
+    the entries accepted ({entry id: entry}, in batch order), every entry's verdict
+    (None when all are EOK; else EOK or EBADREQ each) and the highest LAC their headers
+    carry. FrameError if the body is not whole or repeats an entry id.
+
+    The hot path of a bookie: no object per entry but the entry's own bytes (the dict is
+    what the write cache takes as it is), and no verdict list unless one is refused.
+    """
+    accepted: dict[int, bytes] = {}
+    statuses: list[int] | None = None
+    refused: list[int] = []  # ids of entries refused for their header
+    lac = -1
+    frame_size, header_size = ENTRY_FRAME.size, HEADER.size
+    # An entry's frame and header read at once: the common case costs one unpack.
+    framed, framed_size = FRAMED_HEADER.unpack_from, FRAMED_HEADER.size
+    frame = ENTRY_FRAME.unpack_from
+    pos, end, count = 0, len(body), 0
+    while pos < end:
+        if pos + framed_size <= end:
+            entry_id, n, h_ledger, h_entry, h_lac, _flags = framed(body, pos)
+            good = n >= header_size and h_ledger == ledger_id and h_entry == entry_id
+        elif pos + frame_size <= end:  # too short for a header: refused, if whole
+            entry_id, n = frame(body, pos)
+            good = False
+        else:
+            raise FrameError("batch body truncated inside an entry's id and length")
+        pos += frame_size
+        stop = pos + n
+        if stop > end:
+            raise FrameError("batch body truncated inside an entry")
+        if good:
+            accepted[entry_id] = body[pos:stop]
+            if h_lac > lac:
+                lac = h_lac
+            if statuses is not None:
+                statuses.append(StatusCode.EOK)
+        else:
+            if statuses is None:
+                statuses = [StatusCode.EOK] * count
+            statuses.append(StatusCode.EBADREQ)
+            refused.append(entry_id)
+        count += 1
+        pos = stop
+    if len(accepted) + len(set(refused)) != count or not accepted.keys().isdisjoint(refused):
+        raise FrameError("batch repeats an entry id")
+    return accepted, statuses, lac
+
+
+class Adds(Refusals):
+    async def _add(self, req: Request) -> Response:
+        plan = self._admit_add(req)
+        if isinstance(plan, Response):
+            return plan
+        if plan.truncate:
+            await self._truncate(req.ledger_id, plan.info, req.entry_id, req.term)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._store_add(req, plan, settle(fut))
+        await fut
+        return self._added(req, plan)
+
+    # An add in three steps, so that the hot path (handle_nowait) and ``_add`` share them:
+    # admit (every check, and the state changes the add implies), store (write cache and
+    # journal; the callback fires once it is durable), answer.
+
+    def _admit_add(self, req: Request, batch: Batch | None = None) -> Response | _AddPlan:
+        """A refusal, or the plan for the add (or ADD_BATCH, ``parse_batch``'s ``batch``)
+        that passed every check; a batch's entries whose header does not match are refused
+        alone."""
+        storage = self.storage
+        assert storage is not None
+        lid = req.ledger_id
+        if self.readonly:
+            return self._refusal(req, StatusCode.EREADONLY)
+        statuses: list[int] | None = None
+        if batch is None:  # a plain add
+            body = req.body
+            if not HEADER.size <= len(body) <= MAX_PACKED_ENTRY:
+                return self._refusal(req, StatusCode.EBADREQ)
+            h_ledger, h_entry, lac, _flags = HEADER.unpack_from(body)
+            if h_ledger != lid or h_entry != req.entry_id:
+                return self._refusal(req, StatusCode.EBADREQ)
+            accepted = {h_entry: body}
+        else:
+            accepted, statuses, lac = batch
+            # Only a body above the limit can hold an entry above it: no cost per entry.
+            if not accepted or (len(req.body) > MAX_PACKED_ENTRY and oversized(accepted)):
+                return self._refusal(req, StatusCode.EBADREQ, statuses)
+        info = storage.info(lid)
+        if key_verdict(req, info) is KeyVerdict.REFUSED:
+            return self._refusal(req, StatusCode.EUA, statuses)
+        changed = info is None
+        if info is None:
+            info = LedgerInfo(master_key=req.master_key.hex())
+        if info.fenced and not req.flags & AddFlags.RECOVERY:
+            return self._refusal(req, StatusCode.EFENCED, statuses)
+        refused, term_changed = self._check_term(req, info)
+        if refused:
+            return self._refusal(req, StatusCode.EINVALIDTERM, statuses, info.term)
+        if req.lafr > info.lafr:
+            # Not journaled (like the explicit LAC): a LAFR forgotten in a crash only makes
+            # a takeover read forward from further back, never skip an entry.
+            info.lafr = req.lafr
+            if not changed:
+                storage.set_info(lid, info)
+        # Whether it still cuts is decided by _truncate, where no other truncation runs.
+        truncate = bool(req.flags & AddFlags.TRUNCATE)
+        plan = _AddPlan(info, accepted, lac, changed, term_changed, truncate)
+        plan.batch = batch is not None
+        plan.statuses = statuses
+        return plan
+
+    def _store_add(self, req: Request, plan: _AddPlan, on_durable: Durable) -> None:
+        storage, journal = self.storage, self.journal
+        assert storage is not None and journal is not None
+        lid, info, entries = req.ledger_id, plan.info, plan.entries
+        state_waits = plan.term_changed
+        if plan.changed or plan.term_changed:
+            storage.set_info(lid, info)
+            # With the adds journaled behind it, their fsync covers the state record.
+            journal.append_then(
+                state_record(lid, info),
+                on_durable if state_waits and not self.config.journal_write_data else None,
+            )
+        plan.old_lac = info.known_lac
+        if plan.batch:
+            storage.put_many(lid, entries, lac=plan.lac)
+        else:
+            storage.put(lid, req.entry_id, req.body, lac=plan.lac)
+        if not self.config.journal_write_data:
+            if not state_waits:
+                on_durable(None)  # acknowledged from the write cache (BP-46)
+        elif not plan.batch:
+            journal.append_then(req.body, on_durable, prefix=add_prefix(lid, req.entry_id))
+        else:  # one record for the batch: its body as it came, unless some entry was refused
+            body = req.body if plan.statuses is None else pack_entries(list(entries.items()))
+            journal.append_then(body, on_durable, prefix=batch_prefix(lid))
+
+    def _added(self, req: Request, plan: _AddPlan) -> Response:
+        if plan.info.known_lac > plan.old_lac:
+            self._notify_lac(req.ledger_id)
+        self._maybe_flush_early()
+        # The request's term (the model's response term): the client discards answers of
+        # another term, and a takeover that raced this add must not make its ack look stale.
+        term = req.term if req.term != NO_TERM else plan.info.term
+        if not plan.batch:
+            return Response.to(req, StatusCode.EOK, entry_id=req.entry_id, term=term)
+        statuses = plan.statuses
+        if statuses is None:  # every entry stored
+            body = pack_results([(StatusCode.EOK, term)]) * len(plan.entries)
+            return Response.to(req, StatusCode.EOK, entry_id=req.entry_id, body=body)
+        results = [(status, term) for status in statuses]
+        failed = next(s for s in statuses if s != StatusCode.EOK)
+        return Response.to(req, failed, entry_id=req.entry_id, body=pack_results(results))
+
+    def _add_nowait(self, req: Request, reply: Reply, batch: Batch | None = None) -> None:
+        """A plain add (or an ADD_BATCH, ``parse_batch``'s ``batch``) without a task:
+        refused at once, or answered once durable."""
+        if self._state is not BookieState.SERVING:
+            reply(BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}"))
+            return
+        try:
+            plan = self._admit_add(req, batch)
+            if isinstance(plan, Response):
+                reply(plan)
+                return
+            self._store_add(req, plan, plan.answer_by(self, req, reply))
+        except (BookieIOError, OSError) as exc:
+            self._answer_failure(req, exc, reply)
+
+    def _add_batch(self, req: Request, reply: Reply) -> None:
+        """ADD_BATCH: one writer's entries of one ledger, each a plain add of its own
+        (header checked and cached one by one, journaled together in one record), with
+        one answer carrying a verdict per entry once that record is durable.
+
+        The ledger's checks (fence, term, password) are made once for the whole batch:
+        the batch is admitted and stored in one step of the loop, so no fence or takeover
+        can come between its entries, and each entry would have met the same verdict.
+        """
+        if req.flags & AddFlags.TRUNCATE:  # never batched: their cut needs the slow path
+            reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
+            return
+        try:
+            batch = parse_batch(req.ledger_id, req.body)
+        except FrameError:
+            batch = None
+        if batch is None or (not batch[0] and batch[1] is None):  # undecodable or empty
+            reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
+            return
+        self._add_nowait(req, reply, batch)
+
+    async def _truncate(self, lid: int, info: LedgerInfo, at: int, term: int) -> bool:
+        """Drop the ledger's entries above ``at``, once per ``term`` (``truncated_term``);
+        False if this term's truncation was done already.
+
+        Once per term: a delayed duplicate of the request (its sender retried) must not
+        delete what the new term stored after the first one was answered. So the flag
+        and the cut become durable together: one journal record carries both (replay
+        redoes the cut), and the cut's index batch carries the flag; a crash between
+        the two halves can never leave a flag that makes the retry skip a cut not made.
+        Decided under the lock: a duplicate that comes while the first one is cutting
+        waits for that cut to be durable rather than being answered before it.
+        """
+        storage, journal = self.storage, self.journal
+        assert storage is not None and journal is not None
+        async with storage.exclusive():
+            info = storage.info(lid) or info
+            if term != NO_TERM and term <= info.truncated_term:
+                return False
+            before = info.truncated_term
+            info.truncated_term = term
+            storage.set_info(lid, info)
+            storage.drop_cached(lid, "above", at)
+            durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            try:
+                journal.append_then(truncate_record(lid, at, info), settle(durable))
+                await durable
+                await storage.cut_locked(lid, "above", at, journal.lsn)
+            except BaseException:
+                # Nothing of the cut reached the index: a retry must cut. (If the record
+                # is durable, replay would redo it; a flush that moves the checkpoint past
+                # it writes this state instead. Either way flag and cut go together.)
+                info.truncated_term = before
+                raise
+            await storage.collect_locked(lid)
+        return True

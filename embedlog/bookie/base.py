@@ -1,0 +1,80 @@
+"""What every part of a bookie shares: its lifecycle states, the state all parts read,
+and the few helpers several parts call.
+
+The Bookie (embedlog/bookie/bookie.py) is put together from one class per concept,
+each in a module of its own and a subclass of the parts it calls:
+
+    BookieBase                      base.py: the state every part shares
+    Flushing(BookieBase)            flushing.py: background flushes; read-only and back
+    Refusals(Flushing)              refusals.py: how a request is refused or fails
+    Adds(Refusals)                  adds.py: the add path (ADD, ADD_BATCH, truncation)
+    Requests(Adds)                  requests.py: the handler; reads, LAC, lists, cuts
+    RepairServices(BookieBase)      repair_services.py: what BP-46 repair asks of it
+    Boot(RepairServices, Flushing)  boot.py: boot, journal replay, BP-46 phase one
+    Bookie(Requests, Boot)          bookie.py: construction, start, stop, crash, status
+
+The journal's record formats are in records.py. A part declares the attributes it
+owns (annotations only; Bookie.__init__ sets them all). Mixins rather than objects
+that call each other: a call between parts stays a plain method call on the add path,
+the bookie's hot path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from embedlog.bookie import records
+from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.journal import Journal
+from embedlog.bookie.storage import LedgerStorage
+from embedlog.metadata.client import MetadataClient
+from embedlog.metadata.store import MetadataStore
+
+
+class BookieState(enum.Enum):
+    NEW = "new"
+    BOOTING = "booting"
+    SERVING = "serving"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+
+
+class BookieBase:
+    config: BookieConfig
+    metadata: MetadataClient
+    session: MetadataStore  # the bookie's registration lives as long as this session
+    _state: BookieState
+    readonly: bool  # refuses adds with EREADONLY (configured, or a disk that failed)
+    storage: LedgerStorage | None  # both set by the boot
+    journal: Journal | None
+    _lac_changed: dict[int, asyncio.Event]  # READ_LAC long polls waiting, per ledger
+
+    @property
+    def state(self) -> BookieState:
+        return self._state
+
+    @property
+    def bookie_id(self) -> str:
+        return self.config.bookie_id
+
+    def _journal_state(
+        self, lid: int, info: LedgerInfo, *, wait: bool
+    ) -> asyncio.Future[None] | None:
+        """Set a ledger's state and journal it; with ``wait``, a future for its fsync."""
+        assert self.journal is not None and self.storage is not None
+        self.storage.set_info(lid, info)
+        return self.journal.append(records.state_record(lid, info), wait=wait)
+
+    def _notify_lac(self, ledger_id: int) -> None:
+        ev = self._lac_changed.pop(ledger_id, None)
+        if ev is not None:
+            ev.set()
+
+    async def _blocking_meta(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.metadata.store.blocking_io:
+            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        return fn(*args)

@@ -1,0 +1,67 @@
+"""The bookie's journal records: how each kind is laid out, and how replay applies it.
+
+A record's first byte says its kind (embedlog/bookie/journal.py frames and checks the
+record as a whole):
+
+- ``A`` ledger entry | entry: one add;
+- ``B`` ledger | ADD_BATCH body: several entries of one ledger, as pack_entries frames them;
+- ``S`` ledger | state JSON: a ledger's state (LedgerInfo) set;
+- ``T`` ledger entry | state JSON: an unbounded ledger's truncation: the entries above
+  ``entry`` dropped and the state, whose truncated_term says so, set in one record.
+
+The request path writes them (embedlog/bookie/adds.py, embedlog/bookie/base.py), the
+boot replays them (embedlog/bookie/boot.py).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.storage import LedgerStorage
+from embedlog.wire.messages import unpack_entries
+
+_ADD = struct.Struct(">cqq")
+_BATCH = struct.Struct(">cq")
+_STATE = struct.Struct(">cq")
+_TRUNCATE = struct.Struct(">cqq")
+
+
+def add_prefix(ledger_id: int, entry_id: int) -> bytes:
+    """What comes before the entry in an add's record (the journal frames the two as one,
+    without joining them)."""
+    return _ADD.pack(b"A", ledger_id, entry_id)
+
+
+def batch_prefix(ledger_id: int) -> bytes:
+    """What comes before the ADD_BATCH body in a batch's record."""
+    return _BATCH.pack(b"B", ledger_id)
+
+
+def state_record(ledger_id: int, info: LedgerInfo) -> bytes:
+    return _STATE.pack(b"S", ledger_id) + info.to_json()
+
+
+def truncate_record(ledger_id: int, at: int, info: LedgerInfo) -> bytes:
+    """The ledger's entries above ``at`` dropped, and ``info`` (which says so) set."""
+    return _TRUNCATE.pack(b"T", ledger_id, at) + info.to_json()
+
+
+def replay(storage: LedgerStorage, payload: bytes) -> None:
+    """Apply one journal record to ``storage`` (a record of another kind changes nothing)."""
+    kind = payload[:1]
+    if kind == b"A":
+        _, lid, eid = _ADD.unpack_from(payload)
+        storage.put(lid, eid, payload[_ADD.size :])
+    elif kind == b"B":
+        _, lid = _BATCH.unpack_from(payload)
+        storage.put_many(lid, dict(unpack_entries(payload[_BATCH.size :])))
+    elif kind == b"S":
+        _, lid = _STATE.unpack_from(payload)
+        storage.set_info(lid, LedgerInfo.from_json(payload[_STATE.size :]))
+    elif kind == b"T":
+        # The checkpoint is before this record, so its cut may not have reached
+        # the index: redo it (a no-op if it had), in journal order with the adds.
+        _, lid, eid = _TRUNCATE.unpack_from(payload)
+        storage.set_info(lid, LedgerInfo.from_json(payload[_TRUNCATE.size :]))
+        storage.cut_replayed(lid, "above", eid)

@@ -1,0 +1,94 @@
+"""How a bookie says no: refusals, requests that met a disk error, and the negatives
+it must not give.
+
+The rule it never breaks: an entry the index says it holds is returned or the read
+fails with EIO; it is never reported as missing. A limbo ledger (BP-46) answers
+EUNKNOWN where it would otherwise say NoSuchEntry/NoSuchLedger. A disk error that is
+not a damaged record makes the bookie read-only (embedlog/bookie/flushing.py).
+
+A part of the Bookie (embedlog/bookie/base.py), used by the add path and the other
+requests.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from embedlog.bookie.base import BookieState
+from embedlog.bookie.flushing import Flushing
+from embedlog.bookie.index import LedgerInfo
+from embedlog.errors import BookieIOError
+from embedlog.transport.server import BookieGoneError, Reply
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.messages import (
+    NO_TERM,
+    FrameError,
+    OpCode,
+    Request,
+    Response,
+    pack_results,
+    unpack_entries,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Refusals(Flushing):
+    def _refusal(
+        self, req: Request, status: int, statuses: list[int] | None = None, term: int = NO_TERM
+    ) -> Response:
+        """``req`` refused with ``status``. An ADD_BATCH's refusal carries a verdict per
+        entry: ``status``, or the one ``statuses`` already holds for entries refused alone."""
+        if req.op != OpCode.ADD_BATCH:
+            return Response.to(req, status, entry_id=req.entry_id, term=term)
+        if statuses is None:
+            try:
+                statuses = [StatusCode.EOK] * len(unpack_entries(req.body))
+            except FrameError:
+                statuses = []
+        results = [(status if s == StatusCode.EOK else s, term) for s in statuses]
+        return Response.to(req, status, entry_id=req.entry_id, body=pack_results(results))
+
+    def _answer_failure(self, req: Request, exc: BaseException, reply: Reply) -> None:
+        try:
+            reply(self._failed(req, exc))
+        except BookieGoneError as gone:
+            reply(gone)
+
+    def _failed(self, req: Request, exc: BaseException) -> Response:
+        """The answer to a request that hit a disk error; raises BookieGoneError if the
+        bookie crashed or stopped under the request (then there is no answer at all), and
+        ``exc`` itself if it is no disk error.
+
+        Whatever a request meets once its bookie is gone (closed files, shut executors,
+        a journal failing its waiters) is the crash showing, not a failure of its own:
+        it ends unanswered, quietly, like the bookie."""
+        if self._state is not BookieState.SERVING:
+            raise BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}") from exc
+        if isinstance(exc, BookieIOError):
+            log.error("bookie %s: %s", self.bookie_id, exc)
+            return self._refusal(req, StatusCode.EIO)
+        if not isinstance(exc, OSError):
+            raise exc
+        log.error("bookie %s: disk error: %s; going read-only", self.bookie_id, exc)
+        self.flush_health.met(exc)
+        self._go_readonly()
+        return self._refusal(req, StatusCode.EIO)
+
+    def _missing(self, req: Request, info: LedgerInfo | None, status: StatusCode) -> Response:
+        """An explicit negative, unless the ledger is in limbo: then we cannot know."""
+        if info is not None and info.limbo and not self.config.unsafe_skip_limbo:
+            status = StatusCode.EUNKNOWN
+        lac = info.known_lac if info is not None else -1
+        return Response.to(req, status, entry_id=req.entry_id, lac=lac)
+
+    def _check_term(self, req: Request, info: LedgerInfo) -> tuple[bool, bool]:
+        """(refused, changed) for a request that carries a term."""
+        if req.term == NO_TERM:
+            return False, False
+        if info.term > req.term:
+            return True, False
+        if req.term > info.term:
+            info.term = req.term
+            return False, True
+        return False, False

@@ -1,0 +1,213 @@
+"""The request handler: every request a bookie serves, answered with BookKeeper's
+status codes; the adds go to the add path (embedlog/bookie/adds.py), the rest are here:
+reads (fencing and term-raising ones too), READ_LAC (long poll), WRITE_LAC,
+LIST_ENTRIES, DELETE_LEDGER and TRIM (below, and above for unbounded ledgers).
+
+A request that would change a ledger's state must prove the ledger's master key
+(embedlog/bookie/keys.py); refused with EUA, it changes nothing. How a request is
+refused or fails, and the negatives a bookie must not give, are in refusals.py. A
+limbo ledger (BP-46) answers EUNKNOWN to the auditor's LIST_ENTRIES: a list is a
+negative for every id it leaves out. A part of the Bookie (embedlog/bookie/base.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from embedlog.bookie.adds import Adds
+from embedlog.bookie.base import BookieState
+from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.keys import KeyVerdict, key_verdict
+from embedlog.runtime import settle
+from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.messages import (
+    NO_TERM,
+    AddFlags,
+    OpCode,
+    ReadFlags,
+    Request,
+    Response,
+    TrimFlags,
+)
+
+
+class Requests(Adds):
+    async def handle(self, req: Request) -> Response:
+        if self._state is not BookieState.SERVING:
+            raise BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}")
+        try:
+            if req.op == OpCode.ADD:
+                return await self._add(req)
+            if req.op == OpCode.ADD_BATCH:
+                answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+                self._add_batch(req, settle(answer))
+                return await answer
+            if req.op == OpCode.READ:
+                return await self._read(req)
+            if req.op == OpCode.READ_LAC:
+                return await self._read_lac(req)
+            if req.op == OpCode.WRITE_LAC:
+                return self._write_lac(req)
+            if req.op == OpCode.LIST_ENTRIES:
+                return self._list_entries(req)
+            if req.op in (OpCode.DELETE_LEDGER, OpCode.TRIM):
+                return await self._cut(req)
+            return Response.to(req, StatusCode.EBADREQ)
+        except Exception as exc:
+            return self._failed(req, exc)
+
+    def handle_nowait(self, req: Request, reply: Reply) -> asyncio.Task[Response] | None:
+        """``handle`` for transports that take a callback: ``reply`` gets the answer or the
+        exception ``handle`` would raise.
+
+        A plain add, the hot path, runs here without a task of its own and is answered
+        from the journal's group commit; anything else runs ``handle`` as a task, which is
+        returned so the transport can cancel it on shutdown.
+        """
+        if req.op == OpCode.ADD_BATCH:
+            self._add_batch(req, reply)
+            return None
+        if req.op != OpCode.ADD or req.flags & AddFlags.TRUNCATE:
+            return handle_as_task(self.handle(req), reply)
+        self._add_nowait(req, reply)
+        return None
+
+    async def _read(self, req: Request) -> Response:
+        storage = self.storage
+        assert storage is not None
+        lid, eid = req.ledger_id, req.entry_id
+        info = storage.info(lid)
+        verdict = key_verdict(req, info)
+        if verdict is KeyVerdict.REFUSED:
+            return Response.to(req, StatusCode.EUA, entry_id=eid)
+        if verdict is not KeyVerdict.KEYLESS:  # a fence or a term: state to change
+            fencing = bool(req.flags & ReadFlags.FENCE)
+            new = info is None
+            if info is None:
+                info = LedgerInfo(master_key=req.master_key.hex())
+            refused, changed = self._check_term(req, info)
+            if refused:
+                return Response.to(req, StatusCode.EINVALIDTERM, entry_id=eid, term=info.term)
+            if fencing and not info.fenced:
+                info.fenced = changed = True
+            if new or changed:
+                # Durable before we answer: a fence that a crash forgets lets the old writer
+                # reach its ack quorum after recovery closed the ledger (BP-46 scenario 1).
+                fut = self._journal_state(lid, info, wait=True)
+                assert fut is not None
+                await fut
+        if info is None:
+            return self._missing(req, None, StatusCode.ENOLEDGER)
+        term = req.term if req.term != NO_TERM else info.term
+        if eid < 0:
+            return Response.to(
+                req,
+                StatusCode.EOK,
+                entry_id=eid,
+                lac=info.known_lac,
+                last_entry_id=storage.last_entry(lid),
+                term=term,
+                lafr=info.lafr,
+            )
+        data = storage.get(lid, eid)
+        if data is None:
+            return self._missing(req, info, StatusCode.ENOENTRY)
+        return Response.to(
+            req, StatusCode.EOK, entry_id=eid, lac=info.known_lac, term=term, body=data
+        )
+
+    async def _read_lac(self, req: Request) -> Response:
+        assert self.storage is not None
+        lid = req.ledger_id
+        info = self.storage.info(lid)
+        if info is None:
+            return self._missing(req, None, StatusCode.ENOLEDGER)
+        if req.timeout_ms > 0 and info.known_lac <= req.entry_id:
+            wait = min(req.timeout_ms / 1000.0, self.config.long_poll_max)
+            deadline = asyncio.get_running_loop().time() + wait
+            while info.known_lac <= req.entry_id and self._state is BookieState.SERVING:
+                ev = self._lac_changed.setdefault(lid, asyncio.Event())
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(ev.wait(), remaining)
+                except TimeoutError:
+                    break
+                info = self.storage.info(lid) or info
+        if self._state is not BookieState.SERVING:
+            raise BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}")
+        return Response.to(
+            req,
+            StatusCode.EOK,
+            lac=info.known_lac,
+            last_entry_id=self.storage.last_entry(lid),
+            term=info.term,
+            lafr=info.lafr,
+        )
+
+    def _write_lac(self, req: Request) -> Response:
+        assert self.storage is not None
+        info = self.storage.info(req.ledger_id)
+        if key_verdict(req, info) is KeyVerdict.REFUSED:
+            return Response.to(req, StatusCode.EUA)
+        if info is None:
+            return self._missing(req, None, StatusCode.ENOLEDGER)
+        if req.entry_id > info.explicit_lac:
+            # Not journaled: a LAC forgotten in a crash only makes readers wait for the next.
+            info.explicit_lac = req.entry_id
+            self.storage.set_info(req.ledger_id, info)
+            self._notify_lac(req.ledger_id)
+        return Response.to(req, StatusCode.EOK, lac=info.known_lac)
+
+    def _list_entries(self, req: Request) -> Response:
+        from embedlog.auditor.availability import AvailabilityOfEntries
+
+        assert self.storage is not None
+        info = self.storage.info(req.ledger_id)
+        if info is None:
+            return self._missing(req, None, StatusCode.ENOLEDGER)
+        if info.limbo and not self.config.unsafe_skip_limbo:
+            # A list is an explicit negative for every id it leaves out, and a limbo ledger
+            # may have lost entries it acknowledged: the auditor must not take the holes for
+            # missing data (nor an empty list for "nothing was ever here").
+            return Response.to(req, StatusCode.EUNKNOWN)
+        body = AvailabilityOfEntries.encode(self.storage.entry_ids(req.ledger_id))
+        return Response.to(req, StatusCode.EOK, body=body)
+
+    async def _cut(self, req: Request) -> Response:
+        assert self.storage is not None and self.journal is not None
+        lid = req.ledger_id
+        if req.op == OpCode.TRIM and req.flags & TrimFlags.ABOVE:
+            return await self._clean_above(req)
+        info = self.storage.info(lid)
+        if key_verdict(req, info) is KeyVerdict.REFUSED:
+            return Response.to(req, StatusCode.EUA)
+        if info is None:
+            return self._missing(req, None, StatusCode.ENOLEDGER)
+        if req.op == OpCode.DELETE_LEDGER:
+            await self.storage.cut(lid, "all", 0, self.journal.lsn)
+        else:
+            await self.storage.cut(lid, "below", req.entry_id, self.journal.lsn)
+        return Response.to(req, StatusCode.EOK)
+
+    async def _clean_above(self, req: Request) -> Response:
+        """Unbounded ledgers: drop entries above req.entry_id, once per term (TrimFlags)."""
+        assert self.storage is not None and self.journal is not None
+        lid = req.ledger_id
+        if req.term == NO_TERM:
+            return Response.to(req, StatusCode.EBADREQ)
+        info = self.storage.info(lid)
+        if key_verdict(req, info) is KeyVerdict.REFUSED:
+            return Response.to(req, StatusCode.EUA)
+        if info is None:
+            info = LedgerInfo(master_key=req.master_key.hex())
+        refused, changed = self._check_term(req, info)
+        if refused:
+            return Response.to(req, StatusCode.EINVALIDTERM, term=info.term)
+        if not await self._truncate(lid, info, req.entry_id, req.term) and changed:
+            fut = self._journal_state(lid, info, wait=True)
+            assert fut is not None
+            await fut
+        return Response.to(req, StatusCode.EOK, term=req.term)
