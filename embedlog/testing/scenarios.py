@@ -18,15 +18,15 @@ class Scenario:
     summary: str
     bookies: int = 5
     ledgers: tuple[int, int] = (1, 3)  # bounded ledgers written at once, min..max
-    entries: tuple[int, int] = (5, 40)  # entries each writer adds, min..max
+    entries: tuple[int, int] = (5, 60)  # entries each writer adds, min..max
     journal: str = "on"  # "on": adds journaled; "off": BP-46, acked from the write cache
     recoveries: tuple[int, int] = (0, 3)  # recoveries by other clients, concurrent with writes
     crashes: bool = True  # bookie crashes and clean stops, each followed by a restart
     # Journal off: how many distinct bookies may crash (each may lose entries it acked).
     # Up to AQ - 1, every ledger must stay recoverable, so liveness is checked too.
     lossy_bookies: int = 1
-    loss: tuple[float, float] = (0.0, 0.03)  # per-message loss probability, min..max
-    spikes: tuple[float, float] = (0.0, 0.05)  # per-message long-delay probability
+    loss: tuple[float, float] = (0.0, 0.08)  # per-message loss probability, min..max
+    spikes: tuple[float, float] = (0.0, 0.1)  # per-message long-delay probability
 
 
 SCENARIOS: dict[str, Scenario] = {

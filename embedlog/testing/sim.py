@@ -16,6 +16,7 @@ What is not simulated yet is listed in docs/simulation.md.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
@@ -47,8 +48,7 @@ from embedlog.testing.oracle import Oracle, Violation
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
 from embedlog.testing.simloop import SimDisk, VirtualClockLoop, seeded, virtual_clock
 from embedlog.testing.simnet import NetProfile, SimNetwork
-from embedlog.wire.entry import DigestType, Digester
-from embedlog.wire.messages import AddFlags, OpCode, ReadFlags, Request
+from embedlog.wire.entry import Digester, DigestType
 
 PASSWORD = b"sim"
 DIGEST = DigestType.CRC32C
@@ -233,8 +233,13 @@ class Simulation:
         # unrecoverable (an acknowledged entry may be gone everywhere): no liveness then.
         self._lossy: set[str] = set()
         self.trace(
-            "seed", seed, sc.name, unsafe or "-", self.bookie_settings,
-            f"E{self.ensemble}/WQ{self.write_quorum}/AQ{self.ack_quorum}", profile,
+            "seed",
+            seed,
+            sc.name,
+            unsafe or "-",
+            self.bookie_settings,
+            f"E{self.ensemble}/WQ{self.write_quorum}/AQ{self.ack_quorum}",
+            profile,
         )
 
     # -- cluster -------------------------------------------------------------------------------
@@ -294,7 +299,15 @@ class Simulation:
     def _disk_ran(self, what: str) -> None:
         self.trace("disk", what)
 
+    def _retire(self, bid: str) -> None:
+        """Count what this incarnation of the bookie did before it goes."""
+        progress = self.bookies[bid].repairer.progress
+        if progress.state == "done":
+            self.counts["bp46.repair_done"] += 1
+        self.counts["bp46.entries_copied"] += progress.entries_copied
+
     def crash(self, bid: str) -> None:
+        self._retire(bid)
         lost = sum(d.lose_pending() for d in self._disks[bid])
         self.bookies[bid].crash()
         if not self.bookie_settings["journal_write_data"]:
@@ -304,6 +317,7 @@ class Simulation:
         self.trace("crash", bid, "disk-ops-lost", lost)
 
     async def stop(self, bid: str) -> None:
+        self._retire(bid)
         self.counts["fault.clean_stop"] += 1
         self.trace("stop", bid)
         try:
@@ -330,16 +344,16 @@ class Simulation:
             for j in range(rng.randint(*self.scenario.recoveries))
         ]
         nemesis = asyncio.ensure_future(self.nemesis()) if self.scenario.crashes else None
-        done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
+        _done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
         for t in pending:
             t.cancel()
         if nemesis is not None:
             nemesis.cancel()
-            done |= {nemesis}
         await asyncio.wait([*work, *(x for x in [nemesis] if x is not None)])
         for t in [*work, *(x for x in [nemesis] if x is not None)]:
             self._outcome(t)
         await self.heal_and_check()
+        self.counts.update(self.net.counts)
 
     def _outcome(self, task: asyncio.Future[Any]) -> None:
         if task.cancelled():
@@ -383,7 +397,7 @@ class Simulation:
             eid = writer.next_entry_id
             payload = b"%d:%d:%08x" % (lid, eid, rng.getrandbits(32))
             fut = writer.add(payload)
-            fut.add_done_callback(lambda f, e=eid, p=payload: self._add_done(name, lid, e, p, f))
+            fut.add_done_callback(functools.partial(self._add_done, name, lid, eid, payload))
             futures.append(fut)
             self.counts["add"] += 1
             if rng.random() < 0.3:
@@ -403,7 +417,9 @@ class Simulation:
         if len(writer.md.fragments) > 1:
             self.counts["ensemble_change"] += len(writer.md.fragments) - 1
 
-    def _add_done(self, name: str, lid: int, eid: int, payload: bytes, f: asyncio.Future[int]) -> None:
+    def _add_done(
+        self, name: str, lid: int, eid: int, payload: bytes, f: asyncio.Future[int]
+    ) -> None:
         if f.cancelled():
             return
         exc = f.exception()
@@ -424,7 +440,8 @@ class Simulation:
         rng = self.rng
         name = f"r{j}"
         client = self.client(name)
-        await asyncio.sleep(rng.uniform(0.01, 0.4))
+        # Mostly while the writers still write: that is where recovery races them.
+        await asyncio.sleep(rng.uniform(0.01, 0.15) if rng.random() < 0.8 else rng.uniform(0, 2))
         if not self.ledgers:
             return
         lid = rng.choice(self.ledgers)
@@ -535,6 +552,7 @@ class Simulation:
             w.stop()
         for bid, b in self.bookies.items():
             if b.state in (BookieState.SERVING, BookieState.BOOTING):
+                self._retire(bid)
                 for d in self._disks[bid]:
                     d.lose_pending()
                 b.crash()
@@ -545,14 +563,3 @@ class Simulation:
             t.cancel()
         if tasks:
             await asyncio.wait(tasks)
-
-
-def counted_paths(req: Request) -> str | None:
-    """The protocol path a request belongs to, for the chaos command's counts."""
-    if req.op == OpCode.ADD_BATCH:
-        return "path.add_batch"
-    if req.op == OpCode.ADD and req.flags & AddFlags.RECOVERY:
-        return "path.recovery_write_back"
-    if req.op == OpCode.READ and req.flags & ReadFlags.FENCE:
-        return "path.fence_read"
-    return None

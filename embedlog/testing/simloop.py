@@ -75,8 +75,8 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         scheduled: list[asyncio.TimerHandle] = self._scheduled  # type: ignore[attr-defined]
         self._now = max(self._now + timeout, scheduled[0].when() if scheduled else 0.0)
 
-    def call_at(
-        self, when: float, callback: Callable[..., Any], *args: Any, context: Any = None
+    def call_at(  # type: ignore[override]  # the same signature, less its generics
+        self, when: float, callback: Callable[..., object], *args: Any, context: Any = None
     ) -> asyncio.TimerHandle:
         return super().call_at(max(when, self._now + TICK), callback, *args, context=context)
 

@@ -25,7 +25,7 @@ from attrs import frozen
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
 from embedlog.transport.base import Transport
 from embedlog.transport.server import RequestHandler, serve_frame
-from embedlog.wire.messages import FrameError, Request, Response
+from embedlog.wire.messages import AddFlags, FrameError, OpCode, ReadFlags, Request, Response
 
 # The gap kept between two messages of one connection, so that their timers never tie.
 _FIFO_GAP = 1e-7
@@ -107,6 +107,9 @@ class SimNetwork(Transport):
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Response] = loop.create_future()
         self._observer.sent(src, bookie_id, req)
+        path = protocol_path(req)
+        if path is not None:
+            self._count(path)
         if self._lost():
             self._count("net.request_lost")
             self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
@@ -144,12 +147,12 @@ class SimNetwork(Transport):
                 self._reply_later(src, bookie_id, answer, BookieUnavailableError(str(exc)))
                 return
             self._observer.answered(src, bookie_id, req, resp)
-            self._trace("answer", src, bookie_id, req.op.name, req.ledger_id, req.entry_id,
-                        resp.status)
+            self._trace(
+                "answer", src, bookie_id, req.op.name, req.ledger_id, req.entry_id, resp.status
+            )
             if self._lost():
                 self._count("net.answer_lost")
-                self._trace("lost-answer", src, bookie_id, req.op.name, req.ledger_id,
-                            req.entry_id)
+                self._trace("lost-answer", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
                 return
             self._reply_later(src, bookie_id, answer, resp)
 
@@ -168,7 +171,9 @@ class SimNetwork(Transport):
         loop = asyncio.get_running_loop()
         loop.call_at(self._arrival(bookie_id, src), self._complete, answer, outcome)
 
-    def _complete(self, answer: asyncio.Future[Response], outcome: Response | BaseException) -> None:
+    def _complete(
+        self, answer: asyncio.Future[Response], outcome: Response | BaseException
+    ) -> None:
         if answer.done():
             self._count("net.late_answer")
             return
@@ -185,3 +190,18 @@ class SimNetwork(Transport):
     async def close(self) -> None:
         for task in list(self._serving):
             task.cancel()
+
+
+def protocol_path(req: Request) -> str | None:
+    """The protocol path a request belongs to, for the chaos command's counts."""
+    if req.op == OpCode.ADD_BATCH:
+        return "path.add_batch"
+    if req.op == OpCode.ADD and req.flags & AddFlags.RECOVERY:
+        return "path.recovery_write_back"
+    if req.op == OpCode.READ and req.flags & ReadFlags.RECOVERY:
+        return "path.recovery_read"
+    if req.op == OpCode.READ and req.flags & ReadFlags.FENCE:
+        return "path.fence"
+    if req.op == OpCode.WRITE_LAC:
+        return "path.explicit_lac"
+    return None
