@@ -11,7 +11,11 @@ bookkeeper-tlaplus) where it has them:
   gave it, in every add (recovery write-backs included) and in every read answer.
 * ``NoNegativeForAckedEntry`` (5; the model has no name for it): a bookie never answers
   NoSuchEntry / NoSuchLedger for an entry it acknowledged (checked on every answer a
-  bookie gives, delivered or not).
+  bookie gives, delivered or not), while the metadata makes that bookie responsible for
+  the entry: it is in the entry's write set, and the ledger is not closed below the
+  entry. (An entry above a closed ledger's end is no part of the ledger, its writer
+  never had it acknowledged; a bookie replaced by an ensemble change keeps no duty for
+  the entries its replacement holds.)
 * ``LedgerIsClosed`` (the model's liveness): once the network is healed and every
   bookie is back, recovery closes every ledger and its entries read back.
 """
@@ -39,14 +43,21 @@ class Violation:
 
 
 class Oracle:
-    def __init__(self, digest_len: int, trace: Callable[..., None]) -> None:
+    def __init__(
+        self,
+        digest_len: int,
+        trace: Callable[..., None],
+        responsible: Callable[[int, int, str], bool] = lambda _lid, _eid, _bookie: True,
+    ) -> None:
+        """``responsible(ledger, entry, bookie)``: whether the metadata, as it is now, gives
+        the entry to that bookie (see NoNegativeForAckedEntry)."""
+        self._responsible = responsible
         self._skip = HEADER.size + digest_len  # an entry's bytes before its payload
         self._trace = trace
         self.written: dict[tuple[int, int], bytes] = {}  # (ledger, entry) -> payload sent
         self.acked: dict[int, dict[int, bytes]] = {}  # ledger -> entry -> payload
         self.closed: dict[int, int] = {}  # ledger -> last entry id, once closed
-        self._bookie_acked: set[tuple[str, int, int]] = set()  # (bookie, ledger, entry)
-        self._bookie_ledgers: set[tuple[str, int]] = set()
+        self._bookie_acked: dict[tuple[str, int], set[int]] = {}  # (bookie, ledger) -> entries
         self.violations: list[Violation] = []
 
     def violate(self, invariant: str, detail: str) -> None:
@@ -82,17 +93,13 @@ class Oracle:
     def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
         lid, eid = req.ledger_id, req.entry_id
         if req.op == OpCode.ADD and resp.status == StatusCode.EOK:
-            self._bookie_acked.add((bookie_id, lid, eid))
-            self._bookie_ledgers.add((bookie_id, lid))
+            self._bookie_acked.setdefault((bookie_id, lid), set()).add(eid)
         elif req.op == OpCode.ADD_BATCH:
             self._batch_acked(bookie_id, req, resp)
         elif req.op in (OpCode.READ, OpCode.READ_LAC) and resp.status in _NEGATIVE:
-            acked = (
-                (bookie_id, lid, eid) in self._bookie_acked
-                if resp.status == StatusCode.ENOENTRY
-                else (bookie_id, lid) in self._bookie_ledgers
-            )
-            if acked:
+            held = self._bookie_acked.get((bookie_id, lid), set())
+            asked = held & {eid} if resp.status == StatusCode.ENOENTRY else held
+            if any(self._responsible(lid, e, bookie_id) for e in sorted(asked)):
                 self.violate(
                     "NoNegativeForAckedEntry",
                     f"{bookie_id} answered {StatusCode(resp.status).name} to {src}'s "
@@ -120,8 +127,7 @@ class Oracle:
             return
         for eid, (status, _term) in zip(ids, results, strict=False):
             if status == StatusCode.EOK:
-                self._bookie_acked.add((bookie_id, req.ledger_id, eid))
-                self._bookie_ledgers.add((bookie_id, req.ledger_id))
+                self._bookie_acked.setdefault((bookie_id, req.ledger_id), set()).add(eid)
 
     # -- what the clients see ------------------------------------------------------------------
 

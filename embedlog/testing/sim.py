@@ -36,8 +36,9 @@ from attrs import define, field
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
 from embedlog.client import Client
-from embedlog.errors import BKError
+from embedlog.errors import BKError, NoSuchLedgerInMetadataError
 from embedlog.ledger.placement import RandomPlacement
+from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerState
@@ -192,7 +193,9 @@ class Simulation:
         self.loop = loop
         self.trace = Trace(loop, keep_trace)
         self.counts: Counter[str] = Counter()
-        self.oracle = Oracle(Digester(DIGEST).digest_len, self.trace)
+        self.store = MemoryMetadataStore()
+        self.meta = MetadataClient(self.store)
+        self.oracle = Oracle(Digester(DIGEST).digest_len, self.trace, self._responsible)
         switch = UNSAFE[unsafe] if unsafe is not None else None
         self.rng = seeded(seed, "workload")
         self._fault_rng = seeded(seed, "faults")
@@ -215,8 +218,6 @@ class Simulation:
             spike=(0.05, 3 * REQUEST_TIMEOUT),
             loss_probability=cfg_rng.uniform(*sc.loss),
         )
-        self.store = MemoryMetadataStore()
-        self.meta = MetadataClient(self.store)
         self.net = SimNetwork(
             self._serving, seeded(seed, "network"), self.oracle, self.trace, profile
         )
@@ -228,6 +229,7 @@ class Simulation:
         self._writers: list[LedgerWriter] = []
         self._clients = 0
         self._healed = False
+        self._workload_done = False
         # Bookies that crashed while adds skipped the journal: each may have lost entries it
         # acknowledged. Once AQ of one ensemble did, BP-46 rightly leaves the ledger
         # unrecoverable (an acknowledged entry may be gone everywhere): no liveness then.
@@ -247,6 +249,15 @@ class Simulation:
     def _serving(self, bookie_id: str) -> Bookie | None:
         b = self.bookies.get(bookie_id)
         return b if b is not None and b.state is BookieState.SERVING else None
+
+    def _responsible(self, lid: int, eid: int, bookie: str) -> bool:
+        try:
+            md = self.meta.read_ledger(lid)
+        except NoSuchLedgerInMetadataError:
+            return True  # never deleted in these scenarios: a negative is a violation
+        if md.is_closed and eid > md.last_entry_id:
+            return False
+        return bookie in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
 
     def client(self, name: str) -> Client:
         self._clients += 1
@@ -347,8 +358,9 @@ class Simulation:
         _done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
         for t in pending:
             t.cancel()
-        if nemesis is not None:
-            nemesis.cancel()
+        # The nemesis ends after its current step, never inside one: a stop or a boot cut
+        # short by a cancellation would be a fault of the simulator's own making.
+        self._workload_done = True
         await asyncio.wait([*work, *(x for x in [nemesis] if x is not None)])
         for t in [*work, *(x for x in [nemesis] if x is not None)]:
             self._outcome(t)
@@ -492,6 +504,8 @@ class Simulation:
         self.trace("nemesis", "mean-gap", mean_gap, "max-down", max_down)
         while True:
             await asyncio.sleep(rng.expovariate(1 / mean_gap))
+            if self._workload_done:
+                return
             up, down = self.up(), self.down()
             action = rng.random()
             if down and (action < 0.4 or len(down) >= max_down):
