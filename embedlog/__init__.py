@@ -21,6 +21,7 @@ from embedlog.errors import (
     NoSuchEntryError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
+    TlsHandshakeError,
     UnauthorizedAccessError,
     UnknownError,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "NoSuchLedgerError",
     "NotEnoughBookiesError",
     "ReadHandle",
+    "TlsHandshakeError",
     "UnauthorizedAccessError",
     "UnboundedLedger",
     "UnknownError",

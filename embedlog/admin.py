@@ -210,7 +210,21 @@ def add_sandbox_command(sub: Any) -> None:
         help="keep bookies and metadata here, reused on the next run (default: a "
         "temporary directory, removed on exit)",
     )
-    p.add_argument("--tls", action="store_true", help="bookies speak TLS (self-signed cert)")
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="bookies speak TLS with a self-signed certificate made for this sandbox",
+    )
+    p.add_argument("--tls-cert", default=None, help="the bookies' certificate (PEM): TLS with it")
+    p.add_argument("--tls-key", default=None, help="the private key of --tls-cert (PEM)")
+    p.add_argument(
+        "--tls-ca", default=None, help="CA certificate(s) client certificates must chain to"
+    )
+    p.add_argument(
+        "--tls-require-client-cert",
+        action="store_true",
+        help="refuse clients without a certificate signed by --tls-ca (mutual TLS)",
+    )
     p.add_argument(
         "--metadata-uri",
         default=None,
@@ -259,8 +273,19 @@ def _sandbox(args: argparse.Namespace) -> int:
             print(f"starting ZooKeeper on 127.0.0.1:{port} ...", flush=True)
             zk.start()
             uri = zk.uri(SANDBOX_CHROOT)
+        tls_files = {
+            "tls_cert": args.tls_cert,
+            "tls_key": args.tls_key,
+            "tls_ca": args.tls_ca,
+            "tls_require_client_cert": args.tls_require_client_cert,
+        }
         cluster = LocalCluster(
-            args.bookies, data_dir, transport="tcp", tls=args.tls, metadata_uri=uri
+            args.bookies,
+            data_dir,
+            transport="tcp",
+            tls=args.tls,
+            metadata_uri=uri,
+            **{k: v for k, v in tls_files.items() if v},
         ).start()
         print(f"metadata URI: {uri}")
         for bid in cluster.bookie_ids:
@@ -270,6 +295,9 @@ def _sandbox(args: argparse.Namespace) -> int:
             print(f"TLS CA certificate: {ca}")
         print(f"data directory: {data_dir}{' (temporary)' if own_dir else ''}")
         tls_arg = f", tls_ca={str(ca)!r}" if ca is not None else ""
+        if args.tls_ca is not None:
+            print(f"clients present a certificate signed by: {args.tls_ca}")
+            tls_arg += ", tls_cert=<client certificate>, tls_key=<its key>"
         print(f"connect with: embedlog.connect({uri!r}{tls_arg})")
         print("sandbox running; Ctrl-C to stop", flush=True)
         while not stop.wait(0.5):

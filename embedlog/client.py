@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator, Mapping
 
 from embedlog import validate
-from embedlog.errors import NotEnoughBookiesError
+from embedlog.errors import NotEnoughBookiesError, TlsHandshakeError
 from embedlog.ledger.admission import (
     DEFAULT_MAX_ADDS_IN_FLIGHT,
     DEFAULT_MAX_BYTES_IN_FLIGHT,
@@ -207,6 +207,8 @@ class Client:
         """The LAC the bookies of an open ledger report; -1 while none answers."""
         try:
             return await read_lac(self.ctx, md)
+        except TlsHandshakeError:
+            raise  # not "nothing confirmed yet": this client cannot talk to the bookies
         except UNKNOWN_OUTCOMES:
             return -1  # nobody answered yet: start from nothing confirmed
 

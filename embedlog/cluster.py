@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import ssl
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
@@ -33,9 +34,13 @@ from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import HEADER, Digester, header_fields, split_term
 from embedlog.wire.messages import OpCode, Request
 
+if TYPE_CHECKING:
+    from embedlog.transport.tcp import TcpTransport
+
 log = logging.getLogger(__name__)
 
 _BOOKIE_DIR = re.compile(r"^bookie-(\d+)$")
+TLS_SETTINGS = ("tls_cert", "tls_key", "tls_ca", "tls_require_client_cert")
 WIPE_TARGETS = ("journal", "ledgers", "index", "all")
 ADMIN = "admin"  # the client name of LocalCluster's own requests (read_from_bookie)
 STOPPED = (
@@ -67,12 +72,20 @@ class LocalCluster:
             raise ValueError(f"transport must be 'inprocess' or 'tcp', got {transport!r}")
         if tls and transport != "tcp":
             raise ValueError("tls=True needs transport='tcp'")
+        given_tls = sorted(k for k in TLS_SETTINGS if bookie_config.get(k))
+        if given_tls and transport != "tcp":
+            raise ValueError(f"{', '.join(given_tls)} need(s) transport='tcp'")
         self._settings: dict[str, Any] = dict(bookie_config, journal_write_data=journal_write_data)
         # Validate settings now, not at the first boot: a typo should fail right here.
-        BookieConfig.from_settings("probe", Path("."), **self._settings)
+        probe = BookieConfig.from_settings("probe", Path("."), **self._settings)
+        if probe.tls:
+            self._check_tls_files(probe)
         self.num_bookies = num_bookies
         self.transport_kind = transport
-        self.tls = tls
+        # tls=True alone: the self-signed certificate under data_dir/tls (a sandbox's).
+        self.tls = tls or probe.tls
+        self._self_signed: dict[str, Path] = {}  # its tls_cert and tls_key, once made
+        self._client_transports: list[TcpTransport] = []  # of clients with TLS of their own
         self.metadata_uri = metadata_uri
         self._data_dir_arg = Path(data_dir) if data_dir is not None else None
         self.data_dir: Path | None = None
@@ -150,28 +163,78 @@ class LocalCluster:
         """Bookies whose last boot failed (bookie id -> why); empty when all are running."""
         return dict(self._failed)
 
+    @staticmethod
+    def _check_tls_files(config: BookieConfig) -> None:
+        """The operator's TLS files, checked before any bookie boots."""
+        from embedlog.transport import tls
+        from embedlog.transport.tcp import parse_address
+
+        assert config.tls_cert is not None and config.tls_key is not None
+        tls.server_context(
+            config.tls_cert,
+            config.tls_key,
+            ca=config.tls_ca,
+            require_client_cert=config.tls_require_client_cert,
+            host=parse_address(config.address)[0] if config.address else "127.0.0.1",
+        )
+        if config.tls_ca is not None:
+            # The cluster's own clients (repair, read_from_bookie, client()) present the
+            # bookies' certificate to bookies that verify clients.
+            tls.check_identity(config.tls_cert, config.tls_key, role="client")
+
     def _make_transport(self) -> Transport:
         if self.transport_kind == "tcp":
             from embedlog.transport import tls
             from embedlog.transport.tcp import TcpCluster
 
             assert self.data_dir is not None
-            server_ssl = client_ssl = ca = None
-            if self.tls:
+            client_ssl: ssl.SSLContext | None = None
+            ca: Path | None = None
+            self._self_signed = {}
+            if self.tls and self._settings.get("tls_cert") is None:
                 # One self-signed certificate for the whole cluster, kept under data_dir so
                 # other processes can trust it (embedlog.connect(..., tls_ca=...)).
-                ca, key = tls.ensure_self_signed(self.data_dir / "tls")
-                server_ssl, client_ssl = tls.server_context(ca, key), tls.client_context(ca)
+                cert, key = tls.ensure_self_signed(self.data_dir / "tls")
+                self._self_signed = {"tls_cert": cert, "tls_key": key}
+                ca, client_ssl = cert, tls.client_context(cert)
+            elif self.tls:
+                config = self._config_of(self._settings)
+                ca = config.tls_ca
+                verifies = config.tls_ca is not None  # the bookies ask for client certificates
+                client_ssl = tls.client_context(
+                    ca, config.tls_cert if verifies else None, config.tls_key if verifies else None
+                )
             # A server per bookie starts/stops through the bookie_started/bookie_stopped hooks.
             return TcpCluster(
                 lambda bid: self.bookie_config(bid).address,
                 lambda coro: self.runtime.run(coro),
                 self.network,
-                server_ssl=server_ssl,
                 client_ssl=client_ssl,
                 tls_ca=ca,
             )
         return InProcessTransport(self._serving, self.network)
+
+    @staticmethod
+    def _config_of(settings: dict[str, Any]) -> BookieConfig:
+        return BookieConfig.from_settings("cluster", Path("."), **settings)
+
+    @staticmethod
+    def _server_ssl(config: BookieConfig) -> ssl.SSLContext | None:
+        """The bookie's TLS context, read from its files at each boot (a renewed
+        certificate is served from the next restart on)."""
+        if not config.tls:
+            return None
+        from embedlog.transport import tls
+        from embedlog.transport.tcp import parse_address
+
+        assert config.tls_cert is not None and config.tls_key is not None
+        return tls.server_context(
+            config.tls_cert,
+            config.tls_key,
+            ca=config.tls_ca,
+            require_client_cert=config.tls_require_client_cert,
+            host=parse_address(config.address)[0],
+        )
 
     def _serving(self, bookie_id: str) -> Bookie | None:
         b = self._bookies.get(bookie_id)
@@ -186,7 +249,13 @@ class LocalCluster:
                     log.exception("closing client %s", c.name)
             self._clients.clear()
             rt = self._runtime
+            transports, self._client_transports = self._client_transports, []
             if rt is not None:
+                for t in transports:
+                    try:
+                        rt.run(t.close(), timeout=10)
+                    except Exception:
+                        log.exception("closing a client's transport")
                 for bid, b in list(self._bookies.items()):
                     if b.state in (BookieState.SERVING, BookieState.BOOTING):
                         try:
@@ -252,6 +321,9 @@ class LocalCluster:
     def bookie_config(self, bookie_id: str, **overrides: Any) -> BookieConfig:
         assert self.data_dir is not None
         settings = dict(self._settings, **overrides)
+        for name, path in self._self_signed.items():
+            if settings.get(name) is None:
+                settings[name] = path
         if self.transport_kind == "tcp" and not settings.get("address"):
             from embedlog.transport.tcp import stable_address
 
@@ -307,7 +379,7 @@ class LocalCluster:
             self._failed.pop(bookie_id, None)
             hook = getattr(self._transport, "bookie_started", None)
             if hook is not None:
-                hook(bookie_id, bookie)
+                hook(bookie_id, bookie, self._server_ssl(config))
 
     def _repair_client_factory(self, bookie_id: str) -> Callable[[], Client]:
         """The client a booting bookie's BP-46 repair uses (named ``<bookie>-repair``)."""
@@ -409,17 +481,47 @@ class LocalCluster:
 
     # -- clients and inspection ----------------------------------------------------------------
 
-    def client(self, name: str = "c1", request_timeout: float = 5.0, **options: Any) -> Client:
+    def client(
+        self,
+        name: str = "c1",
+        request_timeout: float = 5.0,
+        *,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
+        **options: Any,
+    ) -> Client:
+        """A client of this cluster, sharing its connections; with ``tls_ca``, ``tls_cert``
+        or ``tls_key``, a client with TLS settings and connections of its own, as another
+        process would have (``embedlog.connect``); they close when the cluster stops."""
+        transport = self.transport
+        if tls_ca is not None or tls_cert is not None or tls_key is not None:
+            transport = self._tls_client_transport(tls_ca, tls_cert, tls_key)
         c = Client(
             self.runtime,
             self.metadata,
-            self.transport,
+            transport,
             name=name,
             request_timeout=request_timeout,
             **options,
         )
         self._clients.append(c)
         return c
+
+    def _tls_client_transport(
+        self, ca: str | Path | None, cert: str | Path | None, key: str | Path | None
+    ) -> Transport:
+        from embedlog.transport import tls
+        from embedlog.transport.tcp import TcpCluster, TcpTransport
+
+        cluster = self.transport
+        if not isinstance(cluster, TcpCluster):
+            raise ValueError("tls_ca, tls_cert and tls_key need transport='tcp'")
+        transport = TcpTransport(
+            cluster.address, self.network, ssl_context=tls.client_context(ca, cert, key)
+        )
+        self._client_transports.append(transport)
+        return transport
 
     def read_from_bookie(self, bookie_id: str, ledger_id: int, entry_id: int) -> bytes:
         """A plain read to one bookie: the payload it stores, else its answer as an error."""

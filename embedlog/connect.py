@@ -3,7 +3,7 @@
 The cluster (``embedlog sandbox``, or a LocalCluster(transport="tcp") sharing
 its metadata through ZooKeeper) registers each bookie's address in the
 metadata store; the client looks addresses up there, so it needs nothing but
-the metadata URI (and the CA certificate when the bookies use TLS).
+the metadata URI (and its TLS files when the bookies use TLS).
 """
 
 from __future__ import annotations
@@ -71,14 +71,20 @@ def connect(
     name: str = "client",
     request_timeout: float = 5.0,
     tls_ca: str | Path | None = None,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
     data_dir: str | Path | None = None,
     **options: Any,
 ) -> Client:
     """A Client of the cluster whose metadata ``metadata_uri`` names ("zk://host:port/path").
 
     ``tls_ca``: the CA certificate the bookies' certificates must verify against
-    (a TLS sandbox prints it; LocalCluster keeps it as data_dir/tls/cert.pem); None
-    connects without TLS. ``data_dir`` is only for ``metadata_uri=None`` (the embedded
+    (a TLS sandbox prints it; LocalCluster keeps it as data_dir/tls/cert.pem).
+    ``tls_cert``, ``tls_key``: this client's certificate and key, for bookies that
+    require client certificates (mutual TLS). With none of the three the client
+    connects without TLS; with only ``tls_cert``/``tls_key``, it trusts the system's
+    CAs. A missing file or a key of another certificate raises TlsConfigError (a
+    ValueError) naming the file. ``data_dir`` is only for ``metadata_uri=None`` (the embedded
     store, which one process at a time can open). ``options`` go to Client.
     Closing the client closes its connections, metadata session and event loop.
     """
@@ -93,7 +99,8 @@ def connect(
     from embedlog.transport.tcp import TcpTransport
     from embedlog.transport.tls import client_context
 
-    ssl_context = client_context(tls_ca) if tls_ca is not None else None
+    tls = tls_ca is not None or tls_cert is not None or tls_key is not None
+    ssl_context = client_context(tls_ca, tls_cert, tls_key) if tls else None
     runtime = Runtime(f"embedlog-{name}")
     store: MetadataStore | None = None
     try:

@@ -102,6 +102,13 @@ class BookieUnavailableError(BKError):
     code = -8
 
 
+class TlsHandshakeError(BookieUnavailableError):
+    """TLS between this client and a bookie failed: one side speaks TLS and the other does
+    not, or a certificate was refused. A configuration error, not a transient fault: fix
+    the TLS settings of the client or the bookie (docs/security.md). As for any bookie
+    that cannot be reached, the outcome of the request is unknown."""
+
+
 class BookieIOError(BKError):
     """The bookie failed to read or write its disk."""
 

@@ -95,6 +95,8 @@ class ConnectionOptions:
     metadata_uri: str
     password: bytes = b""
     tls_ca: str | None = None
+    tls_cert: str | None = None  # with tls_key: a client certificate, for mutual TLS
+    tls_key: str | None = None
     request_timeout: float = 10.0
 
     @classmethod
@@ -119,10 +121,20 @@ class ConnectionOptions:
                 ) from None
             if timeout <= 0:
                 raise OptionError(f"option 'requestTimeout' must be > 0, got {raw_timeout!r}")
+        tls_cert = _get(options, "tlsCert") or None
+        tls_key = _get(options, "tlsKey") or None
+        if (tls_cert is None) != (tls_key is None):
+            given, missing = ("tlsCert", "tlsKey") if tls_key is None else ("tlsKey", "tlsCert")
+            raise OptionError(
+                f"option {given!r} needs {missing!r}: a client certificate goes with its "
+                "private key (give both, or neither)"
+            )
         return cls(
             metadata_uri=uri,
             password=str(_get(options, "password") or "").encode("utf-8"),
             tls_ca=_get(options, "tlsCa") or None,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
             request_timeout=timeout,
         )
 

@@ -55,6 +55,8 @@ def connect(conn: ConnectionOptions, role: str) -> Client:
         name=f"spark-{role}-{os.getpid()}",
         request_timeout=conn.request_timeout,
         tls_ca=conn.tls_ca,
+        tls_cert=conn.tls_cert,
+        tls_key=conn.tls_key,
     )
 
 

@@ -78,6 +78,8 @@ def _options(p: argparse.ArgumentParser) -> None:
         "--metadata-uri", default=None, help="zk://host:port/path; default: embedded in --data-dir"
     )
     p.add_argument("--tls-ca", default=None, help="CA certificate of TLS bookies")
+    p.add_argument("--tls-cert", default=None, help="client certificate, for mutual TLS")
+    p.add_argument("--tls-key", default=None, help="the private key of --tls-cert")
     p.add_argument(
         "--ledger", type=int, action="append", default=None, help="only this ledger (repeatable)"
     )
@@ -116,6 +118,8 @@ def _cluster(args: argparse.Namespace) -> Iterator[tuple[Any, Any, Any]]:
             name="auditor",
             request_timeout=args.request_timeout,
             tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
             data_dir=args.data_dir,
         )
         try:

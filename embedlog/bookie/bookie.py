@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from embedlog.bookie import cookie as cookies
 from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.flushing import FlushHealth, stays_readonly
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
 from embedlog.bookie.integrity import protection_for, suspicion_reasons
 from embedlog.bookie.journal import Durable, Journal, Replay
@@ -222,6 +223,7 @@ class Bookie:
         self._flush_exec = disk(f"{config.bookie_id}-flush")
         self._flusher: asyncio.Task[None] | None = None
         self._background_flush: asyncio.Task[None] | None = None
+        self.flush_health = FlushHealth(config.flush_interval, config.flush_retry_max_interval)
         self._lac_changed: dict[int, asyncio.Event] = {}
         self.boot_seconds = 0.0
 
@@ -560,17 +562,31 @@ class Bookie:
 
     async def _flush_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.flush_interval)
+            await asyncio.sleep(self.flush_health.delay)
             await self._flush_in_background()
 
     async def _flush_in_background(self) -> None:
-        """A flush nobody waits for (periodic, or early for a full write cache): its disk
-        error is handled here, where the bookie decides to stop taking adds."""
+        """A flush nobody waits for (periodic, or early for a full write cache): here the
+        bookie stops taking adds when it fails, and takes them again when it succeeds
+        (embedlog/bookie/flushing.py)."""
         try:
             await self.flush()
-        except OSError as exc:
-            log.error("bookie %s: flush failed (%s); going read-only", self.bookie_id, exc)
+        except Exception as exc:
+            if self._state is not BookieState.SERVING:
+                return  # the stop or crash showing, not a failure of the disk
+            delay = self.flush_health.failed(exc).delay
+            why = f"{type(exc).__name__}: {exc}"
+            # Anything but a disk error is a bug: show where it came from.
+            log.error(
+                "bookie %s: flush failed (%s); read-only, write cache kept, next flush in %.1fs",
+                *(self.bookie_id, why, delay),
+                exc_info=not isinstance(exc, OSError),
+            )
             self._go_readonly()
+            return
+        recovered = self.flush_health.succeeded()
+        if self.readonly and self._state is BookieState.SERVING:
+            self._resume_writes(recovered)
 
     async def flush(self) -> None:
         assert self.journal is not None and self.storage is not None
@@ -590,15 +606,31 @@ class Bookie:
     def _go_readonly(self) -> None:
         if not self.readonly:
             self.readonly = True
-            try:
-                self.metadata.register_bookie(
-                    self.session,
-                    self.bookie_id,
-                    {"address": self.config.advertised_address, "rack": self.config.rack},
-                    readonly=True,
-                )
-            except Exception:
-                log.exception("bookie %s: could not register as read-only", self.bookie_id)
+            self._register(readonly=True)
+
+    def _resume_writes(self, recovered: bool) -> None:
+        """A read-only bookie flushed: writable again, unless it is read-only for a reason
+        a flush does not take away (``recovered``: flushes were failing until this one)."""
+        journal_error = self.journal.error if self.journal is not None else None
+        why = stays_readonly(self.config.readonly, self.flush_health.broken, journal_error)
+        if why is None:
+            log.warning("bookie %s: flushed again; writable again", self.bookie_id)
+            self.readonly = False
+            self._register(readonly=False)
+        elif recovered:
+            log.warning("bookie %s: flushed again, but stays read-only: %s", self.bookie_id, why)
+
+    def _register(self, *, readonly: bool) -> None:
+        try:
+            self.metadata.register_bookie(
+                self.session,
+                self.bookie_id,
+                {"address": self.config.advertised_address, "rack": self.config.rack},
+                readonly=readonly,
+            )
+        except Exception:
+            state = "read-only" if readonly else "writable"
+            log.exception("bookie %s: could not register as %s", self.bookie_id, state)
 
     # -- ledger state changes (journaled) ------------------------------------------------------
 
@@ -746,6 +778,7 @@ class Bookie:
         if not isinstance(exc, OSError):
             raise exc
         log.error("bookie %s: disk error: %s; going read-only", self.bookie_id, exc)
+        self.flush_health.met(exc)
         self._go_readonly()
         return self._refusal(req, StatusCode.EIO)
 

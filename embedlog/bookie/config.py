@@ -8,10 +8,16 @@ from typing import Any
 import attrs
 from attrs import field, frozen
 
+from embedlog.transport import limits
+
 
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if value <= 0:
         raise ValueError(f"bookie setting {attribute.name} must be > 0, got {value!r}")
+
+
+def _optional_path(value: str | Path | None) -> Path | None:
+    return None if value is None or value == "" else Path(value)
 
 
 def _non_negative(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -36,12 +42,59 @@ class BookieConfig:
     entry_log_max_size: int = field(default=256 * 1024 * 1024, validator=_positive)
     long_poll_max: float = field(default=10.0, validator=_positive)  # seconds
     readonly: bool = False
+    # A flush that fails makes the bookie read-only and is retried, the wait doubling from
+    # flush_interval up to this; writes resume once one succeeds (embedlog/bookie/flushing.py).
+    flush_retry_max_interval: float = field(default=30.0, validator=_positive)  # seconds
+    # What one TCP connection may cost the bookie (embedlog/transport/limits.py).
+    max_connections: int = field(default=limits.DEFAULT_MAX_CONNECTIONS, validator=_positive)
+    max_unsent_answer_bytes: int = field(
+        default=limits.DEFAULT_MAX_UNSENT_ANSWER_BYTES, validator=_positive
+    )
+    max_requests_in_progress: int = field(
+        default=limits.DEFAULT_MAX_REQUESTS_IN_PROGRESS, validator=_positive
+    )
+    idle_timeout: float = field(default=limits.DEFAULT_IDLE_TIMEOUT, validator=_positive)
+    partial_frame_timeout: float = field(
+        default=limits.DEFAULT_PARTIAL_FRAME_TIMEOUT, validator=_positive
+    )
     # BP-46.
     auto_fix_cookies: bool = False
     repair_retry_interval: float = field(default=1.0, validator=_positive)  # seconds
+    # TLS on the TCP transport, from the operator's PEM files (docs/security.md). tls_cert
+    # and tls_key turn it on; tls_ca verifies the client certificates presented, and
+    # tls_require_client_cert refuses clients without one at the handshake.
+    tls_cert: Path | None = field(default=None, converter=_optional_path)
+    tls_key: Path | None = field(default=None, converter=_optional_path)
+    tls_ca: Path | None = field(default=None, converter=_optional_path)
+    tls_require_client_cert: bool = False
     # UNSAFE, for tests only: switch off BP-46's protections to show the data loss they prevent.
     unsafe_skip_fence_on_boot: bool = False
     unsafe_skip_limbo: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            given, missing = (
+                ("tls_cert", "tls_key") if self.tls_key is None else ("tls_key", "tls_cert")
+            )
+            raise ValueError(
+                f"bookie setting {given} without {missing}: a bookie serving TLS needs its "
+                "certificate and its private key (give both, or neither)"
+            )
+        if self.tls_require_client_cert and self.tls_ca is None:
+            raise ValueError(
+                "bookie setting tls_require_client_cert needs tls_ca: the CA certificate(s) "
+                "client certificates must be signed by"
+            )
+        if self.tls_ca is not None and self.tls_cert is None:
+            raise ValueError(
+                "bookie setting tls_ca needs tls_cert and tls_key: a bookie that verifies "
+                "client certificates serves a certificate of its own from your CA"
+            )
+
+    @property
+    def tls(self) -> bool:
+        """Whether the bookie serves TLS (with the operator's files)."""
+        return self.tls_cert is not None
 
     @property
     def journal_dir(self) -> Path:

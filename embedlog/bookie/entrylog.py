@@ -106,8 +106,11 @@ class EntryLogs:
                 done = stop
             if done < len(datas):
                 current.sync()
+                # Opened before current_id moves: a failed open (EMFILE) leaves the logs
+                # as they were for the flush that retries.
+                nxt = AppendFile(self._path(self.current_id + 1))
                 self.current_id += 1
-                self._files[self.current_id] = AppendFile(self._path(self.current_id))
+                self._files[self.current_id] = nxt
         return locations
 
     def sync(self) -> None:

@@ -19,12 +19,19 @@ class AppendFile:
         self.path = path
         existed = path.exists()
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        self._size = os.fstat(self._fd).st_size
         # A file we just created is not durable until its first fsync: after a crash
         # it is deleted, as its directory entry would be.
         self.synced = self.size if existed else -1
         self.lock = threading.Lock()  # writer thread vs crash()
         self.crashed = False
+
+    @property
+    def size(self) -> int:
+        """Where the next append starts."""
+        if self._size < 0 and self._fd >= 0:  # an append failed part way: where does it end?
+            self._size = os.fstat(self._fd).st_size
+        return self._size
 
     def append(self, data: bytes) -> int:
         """Write ``data`` at the end; returns the offset it starts at (not yet durable)."""
@@ -37,15 +44,21 @@ class AppendFile:
             if self.crashed:
                 raise OSError(f"{self.path}: bookie crashed")
             offset = self.size
-            for start in range(0, len(parts), _IOV_MAX):
-                group = parts[start : start + _IOV_MAX]
-                size = sum(map(len, group))
-                written = os.writev(self._fd, group)
-                if written < size:  # a short write: the rest one piece at a time
-                    view = memoryview(b"".join(group))[written:]
-                    while view:
-                        view = view[os.write(self._fd, view) :]
-                self.size += size
+            try:
+                for start in range(0, len(parts), _IOV_MAX):
+                    group = parts[start : start + _IOV_MAX]
+                    size = sum(map(len, group))
+                    written = os.writev(self._fd, group)
+                    if written < size:  # a short write: the rest one piece at a time
+                        view = memoryview(b"".join(group))[written:]
+                        while view:
+                            view = view[os.write(self._fd, view) :]
+                    self._size += size
+            except BaseException:
+                # Some of it may be in the file (a disk that filled up mid-write): the next
+                # append (a flush retrying) must not count on the offsets it thinks it has.
+                self._size = -1
+                raise
             return offset
 
     def sync(self) -> None:

@@ -15,6 +15,7 @@ from embedlog.errors import (
     BKTimeoutError,
     DigestMismatchError,
     NoSuchEntryError,
+    TlsHandshakeError,
     UnauthorizedAccessError,
     error_for_status,
 )
@@ -57,7 +58,8 @@ async def read_entry(
             errors.append(error_for_status(resp.status, f"read {lid}:{entry_id} from {bookie}"))
     if negatives == len(bookies):
         raise NoSuchEntryError(f"entry {lid}:{entry_id}: no bookie of {bookies} has it")
-    first = errors[0]
+    # A TLS refusal speaks for the others: it is what the caller must fix.
+    first = next((e for e in errors if isinstance(e, TlsHandshakeError)), errors[0])
     if all(isinstance(e, DigestMismatchError) for e in errors) and not negatives:
         raise first
     detail = "; ".join(str(e) for e in errors)
@@ -94,13 +96,16 @@ async def read_lac(
     lid = md.ledger_id
     bookies = md.last_fragment[1]
     wait = ctx.bookies.request_timeout + timeout_ms / 1000.0
+    refusals: list[TlsHandshakeError] = []
 
     async def one(b: str) -> int | None:
         try:
             resp = await ctx.bookies.call(
                 b, OpCode.READ_LAC, lid, previous, timeout_ms=timeout_ms, timeout=wait
             )
-        except UNKNOWN_OUTCOMES:
+        except UNKNOWN_OUTCOMES as exc:
+            if isinstance(exc, TlsHandshakeError):
+                refusals.append(exc)
             return None
         return resp.lac if resp.status == StatusCode.EOK else None
 
@@ -119,5 +124,7 @@ async def read_lac(
         return best
     answers = [a for a in await asyncio.gather(*(one(b) for b in bookies)) if a is not None]
     if not answers:
+        if refusals:  # a configuration error, not a wait for bookies to come back
+            raise TlsHandshakeError(f"ledger {lid}: no bookie answered a LAC read: {refusals[0]}")
         raise BKTimeoutError(f"ledger {lid}: no bookie of {list(bookies)} answered a LAC read")
     return max(answers)

@@ -33,6 +33,7 @@ from embedlog.errors import (
     InvalidTermError,
     LedgerRecoveryError,
     MetadataVersionError,
+    TlsHandshakeError,
     UnauthorizedAccessError,
 )
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
@@ -148,13 +149,16 @@ async def fence(
     Stragglers keep running after coverage is reached: their fence still lands.
     """
     lid = md.ledger_id
+    refusals: list[TlsHandshakeError] = []
 
     async def ask(bookie: str) -> int | None:
         try:
             resp = await ctx.bookies.call(
                 bookie, OpCode.READ, lid, -1, flags=flags, term=term, master_key=key
             )
-        except UNKNOWN_OUTCOMES:
+        except UNKNOWN_OUTCOMES as exc:
+            if isinstance(exc, TlsHandshakeError):
+                refusals.append(exc)
             return None
         if resp.status == StatusCode.EOK:
             return resp.lac
@@ -170,7 +174,7 @@ async def fence(
     raise LedgerRecoveryError(
         f"ledger {lid}: fenced only {len(lacs)} of {list(ensemble)} ({unknown} unknown); every "
         f"write set of {md.write_quorum} needs {quorum_coverage(md.write_quorum, md.ack_quorum)} "
-        "fenced. Retry when more bookies are reachable."
+        "fenced. Retry when more bookies are reachable." + (f" {refusals[0]}" if refusals else "")
     )
 
 

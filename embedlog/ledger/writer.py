@@ -28,6 +28,7 @@ from embedlog.errors import (
     LedgerFencedError,
     MetadataVersionError,
     NotEnoughBookiesError,
+    TlsHandshakeError,
     UnauthorizedAccessError,
 )
 from embedlog.ledger.admission import AddBudget
@@ -166,6 +167,7 @@ class LedgerWriter:
         self._add_flags: int = AddFlags.RECOVERY if recovery else AddFlags.NONE
         self._failed: set[str] = set()  # bookies awaiting replacement
         self._retrying: set[str] = set()  # bookies with no replacement, retried after a pause
+        self._tls_refused: dict[str, TlsHandshakeError] = {}  # last failure was TLS
         self._changing: asyncio.Task[None] | None = None
         self._replacing = 0  # replacements in flight (see _complete)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -474,6 +476,10 @@ class LedgerWriter:
         self._complete()
 
     def _no_answer(self, exc: BaseException, p: PendingAdd, bookie: str) -> None:
+        if isinstance(exc, TlsHandshakeError):
+            self._tls_refused[bookie] = exc
+        else:
+            self._tls_refused.pop(bookie, None)
         if isinstance(exc, UNKNOWN_OUTCOMES):
             log.debug("add %s:%s to %s: %s", self.md.ledger_id, p.entry_id, bookie, exc)
         else:
@@ -741,6 +747,10 @@ class LedgerWriter:
             if self.error is not None:
                 return
             oldest = self.pending[0] if self.pending else None
+            refused = self._refused_by_tls(oldest)
+            if refused is not None:
+                self.fail(refused)
+                return
             if (
                 oldest is not None
                 and oldest.acked < self._needed_acks()
@@ -770,6 +780,25 @@ class LedgerWriter:
         task = asyncio.get_running_loop().create_task(retry())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _refused_by_tls(self, p: PendingAdd | None) -> TlsHandshakeError | None:
+        """The error to fail with if TLS refusals alone keep ``p`` from its ack quorum: a
+        configuration error, which waiting out add_entry_quorum_timeout would not mend."""
+        if p is None or not self._tls_refused or p.acked >= self._needed_acks():
+            return None
+        ensemble = self.md.ensemble_for(p.entry_id)
+        slots = self._write_set(p.entry_id)
+        refused = [
+            self._tls_refused[ensemble[i]]
+            for i in slots
+            if not p.has_ack(i) and ensemble[i] in self._tls_refused
+        ]
+        if not refused or len(slots) - len(refused) >= self._needed_acks():
+            return None
+        return TlsHandshakeError(
+            f"entry {self.md.ledger_id}:{p.entry_id} cannot reach its ack quorum and no "
+            f"replacement bookie is available: {refused[0]}"
+        )
 
     # -- explicit LAC ------------------------------------------------------------------------
 

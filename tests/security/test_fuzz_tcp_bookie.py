@@ -41,7 +41,7 @@ from embedlog.wire.messages import (
 )
 
 LENGTH = struct.Struct(">I")
-EXAMPLES = int(os.environ.get("EMBEDLOG_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("EMBEDLOG_FUZZ_EXAMPLES", "400"))
 RANDOM = os.environ.get("EMBEDLOG_FUZZ_RANDOM") == "1"
 ENTRIES = 5
 # A generous read deadline, not a timing assertion: a bookie that answers nothing in

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+from tls_certs import make_pki
 
+from embedlog.errors import TlsHandshakeError
 from spark_connector import EmbedlogBatchReader, EmbedlogDataSource, OptionError
 from spark_connector.options import ConnectionOptions, ReadOptions, WriteOptions
 
@@ -19,6 +22,27 @@ def test_metadata_uri_must_be_shareable_between_processes() -> None:
         {"metadatauri": "zk://127.0.0.1:2181/x", "PASSWORD": "pé", "requestTimeout": "2.5"}
     )
     assert (conn.password, conn.request_timeout) == ("pé".encode(), 2.5)
+
+
+def test_tls_options_for_mutual_tls() -> None:
+    uri = {"metadataUri": "zk://127.0.0.1:2181/x"}
+    plain = ConnectionOptions.parse(uri)
+    assert (plain.tls_ca, plain.tls_cert, plain.tls_key) == (None, None, None)
+    conn = ConnectionOptions.parse(
+        {**uri, "tlsCa": "/etc/ca.pem", "TLSCERT": "/etc/client.pem", "tlskey": "/etc/client.key"}
+    )
+    assert (conn.tls_ca, conn.tls_cert, conn.tls_key) == (
+        "/etc/ca.pem",
+        "/etc/client.pem",
+        "/etc/client.key",
+    )
+    # Every reader and writer carries them to its tasks.
+    assert ReadOptions.parse({**uri, "tlsCert": "c", "tlsKey": "k"}).conn.tls_cert == "c"
+    assert WriteOptions.parse({**uri, "tlsCert": "c", "tlsKey": "k"}).conn.tls_key == "k"
+    with pytest.raises(OptionError, match="option 'tlsCert' needs 'tlsKey'"):
+        ConnectionOptions.parse({**uri, "tlsCert": "/etc/client.pem"})
+    with pytest.raises(OptionError, match="option 'tlsKey' needs 'tlsCert'"):
+        ConnectionOptions.parse({**uri, "tlsKey": "/etc/client.key"})
 
 
 def test_option_parsing() -> None:
@@ -59,6 +83,35 @@ def test_read_over_tls_with_tls_ca(make_cluster: Any, zk_uri: str) -> None:
     assert [(p.first, p.last) for p in parts] == [(0, 3), (4, 6)]
     rows = [row for p in parts for row in reader.read(p)]
     assert rows == [(wh.ledger_id, i, b"t%d" % i) for i in range(7)]
+
+
+def test_read_over_mutual_tls(make_cluster: Any, zk_uri: str, tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    cluster = make_cluster(
+        3,
+        transport="tcp",
+        metadata_uri=zk_uri,
+        tls_cert=pki.bookie.cert,
+        tls_key=pki.bookie.key,
+        tls_ca=pki.ca.cert,
+        tls_require_client_cert=True,
+    )
+    wh = cluster.client("w").create_ledger(3, 2, 2)
+    for i in range(3):
+        wh.add(b"m%d" % i)
+    wh.close()
+    options = {"metadataUri": zk_uri, "tlsCa": str(pki.ca.cert), "ledgers": str(wh.ledger_id)}
+    reader = EmbedlogBatchReader(
+        ReadOptions.parse(
+            {**options, "tlsCert": str(pki.client.cert), "tlsKey": str(pki.client.key)}
+        )
+    )
+    (part,) = reader.partitions()
+    assert list(reader.read(part)) == [(wh.ledger_id, i, b"m%d" % i) for i in range(3)]
+    # Without the client certificate the bookies refuse the task, saying why.
+    no_cert = EmbedlogBatchReader(ReadOptions.parse(options))
+    with pytest.raises(TlsHandshakeError, match="refuses this client's certificate"):
+        list(no_cert.read(part))
 
 
 def test_batch_plan_and_read_of_an_unbounded_ledger(spark_cluster: Any, metadata_uri: str) -> None:

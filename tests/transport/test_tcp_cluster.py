@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tls_certs import make_pki
 
 pytest.importorskip("embedlog.bookie.bookie")
 
 import embedlog
-from embedlog.errors import BKTimeoutError, BookieUnavailableError
+from embedlog.errors import BKTimeoutError, BookieUnavailableError, TlsHandshakeError
 from embedlog.transport.base import next_txn
 from embedlog.transport.tcp import TcpCluster, parse_address
 from embedlog.wire.codes import StatusCode
@@ -209,6 +210,33 @@ def test_sandbox_serves_other_processes_and_restarts(
         assert again == info
         with embedlog.connect(again["uri"], tls_ca=again.get("ca")) as client:
             assert read_all(client, lid) == PAYLOADS
+    finally:
+        _stop_sandbox(proc)
+
+
+def test_sandbox_with_the_operators_certificates(tmp_path: Path, zk_uri: str) -> None:
+    pki = make_pki(tmp_path / "pki")
+    proc, info = _start_sandbox(
+        tmp_path / "sandbox",
+        "--metadata-uri",
+        zk_uri,
+        "--tls-cert",
+        str(pki.bookie.cert),
+        "--tls-key",
+        str(pki.bookie.key),
+        "--tls-ca",
+        str(pki.ca.cert),
+        "--tls-require-client-cert",
+    )
+    try:
+        assert info["ca"] == str(pki.ca.cert)
+        mine = {"tls_ca": pki.ca.cert, "tls_cert": pki.client.cert, "tls_key": pki.client.key}
+        with embedlog.connect(zk_uri, **mine) as client:
+            lid = write_ledger(client)
+            assert read_all(client, lid, recover=False) == PAYLOADS
+        stranger = embedlog.connect(zk_uri, tls_ca=pki.ca.cert, request_timeout=600)
+        with stranger, pytest.raises(TlsHandshakeError, match="refuses this client's certificate"):
+            read_all(stranger, lid, recover=False)
     finally:
         _stop_sandbox(proc)
 
