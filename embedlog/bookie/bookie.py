@@ -21,7 +21,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from embedlog.bookie import cookie as cookies
@@ -179,6 +179,10 @@ def parse_batch(ledger_id: int, body: bytes) -> tuple[dict[int, bytes], list[int
     return accepted, statuses, lac
 
 
+def _disk_thread(name: str) -> Executor:
+    return ThreadPoolExecutor(1, thread_name_prefix=name)
+
+
 class BookieState(enum.Enum):
     NEW = "new"
     BOOTING = "booting"
@@ -195,8 +199,12 @@ class Bookie:
         session: MetadataStore,
         *,
         client_factory: Callable[[], Client] | None = None,
+        disk_executor: Callable[[str], Executor] | None = None,
     ) -> None:
-        """``client_factory`` gives BP-46 repair a client to recover ledgers and reach peers."""
+        """``client_factory`` gives BP-46 repair a client to recover ledgers and reach peers.
+
+        ``disk_executor(name)`` makes the executor for the journal's and for the flush's
+        disk work (default: a thread each); the simulator's runs them on its one thread."""
         self.config = config
         self.metadata = metadata
         self.session = session
@@ -210,8 +218,9 @@ class Bookie:
         self.readonly = config.readonly
         self.storage: LedgerStorage | None = None
         self.journal: Journal | None = None
-        self._journal_exec = ThreadPoolExecutor(1, thread_name_prefix=f"{config.bookie_id}-journal")
-        self._flush_exec = ThreadPoolExecutor(1, thread_name_prefix=f"{config.bookie_id}-flush")
+        disk = disk_executor or _disk_thread
+        self._journal_exec = disk(f"{config.bookie_id}-journal")
+        self._flush_exec = disk(f"{config.bookie_id}-flush")
         self._flusher: asyncio.Task[None] | None = None
         self._background_flush: asyncio.Task[None] | None = None
         self.flush_health = FlushHealth(config.flush_interval, config.flush_retry_max_interval)
