@@ -355,7 +355,7 @@ class Bookie:
             self.bookie_id,
             "; ".join(self.suspicion),
         )
-        ledgers = await self.ledgers_with_me()
+        ledgers = await self.ledgers_to_protect()
         assert self.journal is not None
         for md in ledgers:
             plan = protection_for(md, skip_fence=cfg.unsafe_skip_fence_on_boot)
@@ -404,6 +404,24 @@ class Bookie:
 
         result: list[LedgerMetadata] = await self._blocking_meta(scan)
         return result
+
+    async def ledgers_to_protect(self) -> list[LedgerMetadata]:
+        """``ledgers_with_me``, and the open ledgers this bookie holds state of that do not
+        list it (yet): an ensemble change that adds it may be in flight, and it may have
+        acknowledged that change's entries (a recovery's write-back) before its CAS."""
+        listed = await self.ledgers_with_me()
+        assert self.storage is not None
+        known = {md.ledger_id for md in listed}
+        for lid in self.storage.ledger_ids():
+            if lid in known:
+                continue
+            try:
+                md = await self.read_metadata(lid)
+            except NoSuchLedgerInMetadataError:
+                continue
+            if not md.is_closed:
+                listed.append(md)
+        return listed
 
     async def read_metadata(self, ledger_id: int) -> LedgerMetadata:
         md: LedgerMetadata = await self._blocking_meta(self.metadata.read_ledger, ledger_id)
