@@ -1,4 +1,4 @@
-"""The ``embedlog`` command line: ``simpletest``, ``sandbox`` and admin commands."""
+"""The ``embedlog`` command line: ``simpletest``, ``sandbox``, ``chaos`` and admin commands."""
 
 from __future__ import annotations
 
@@ -72,14 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(func=_simpletest)
 
     from embedlog import admin
+    from embedlog.testing import chaos
 
     admin.add_commands(sub)
+    chaos.add_command(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     logging.basicConfig(
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

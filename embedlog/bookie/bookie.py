@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from embedlog.bookie.adds import parse_batch
@@ -35,6 +35,10 @@ __all__ = ["Bookie", "BookieState", "parse_batch"]
 log = logging.getLogger(__name__)
 
 
+def _disk_thread(name: str) -> Executor:
+    return ThreadPoolExecutor(1, thread_name_prefix=name)
+
+
 class Bookie(Requests, Boot):
     def __init__(
         self,
@@ -43,8 +47,12 @@ class Bookie(Requests, Boot):
         session: MetadataStore,
         *,
         client_factory: Callable[[], Client] | None = None,
+        disk_executor: Callable[[str], Executor] | None = None,
     ) -> None:
-        """``client_factory`` gives BP-46 repair a client to recover ledgers and reach peers."""
+        """``client_factory`` gives BP-46 repair a client to recover ledgers and reach peers.
+
+        ``disk_executor(name)`` makes the executor for the journal's and for the flush's
+        disk work (default: a thread each); the simulator's runs them on its one thread."""
         self.config = config
         self.metadata = metadata
         self.session = session
@@ -58,8 +66,9 @@ class Bookie(Requests, Boot):
         self.readonly = config.readonly
         self.storage = None
         self.journal = None
-        self._journal_exec = ThreadPoolExecutor(1, thread_name_prefix=f"{config.bookie_id}-journal")
-        self._flush_exec = ThreadPoolExecutor(1, thread_name_prefix=f"{config.bookie_id}-flush")
+        disk = disk_executor or _disk_thread
+        self._journal_exec = disk(f"{config.bookie_id}-journal")
+        self._flush_exec = disk(f"{config.bookie_id}-flush")
         self._flusher = None
         self._background_flush = None
         self.flush_health = FlushHealth(config.flush_interval, config.flush_retry_max_interval)

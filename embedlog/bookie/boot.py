@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 
 from embedlog.bookie import cookie as cookies
 from embedlog.bookie import records
@@ -30,8 +30,8 @@ class Boot(RepairServices, Flushing):
     cookie_problem: str | None  # the cookie check's problems, when auto_fix_cookies fixes them
     suspicion: list[str]  # why BP-46 phase one ran on this boot (empty: it did not)
     protected_ledgers: int  # ledgers phase one fenced or put in limbo
-    _journal_exec: ThreadPoolExecutor
-    _flush_exec: ThreadPoolExecutor
+    _journal_exec: Executor  # the journal's disk work (writes, fsyncs)
+    _flush_exec: Executor  # the flushes' disk work
 
     async def _boot(self) -> None:
         cfg = self.config
@@ -121,7 +121,7 @@ class Boot(RepairServices, Flushing):
             self.bookie_id,
             "; ".join(self.suspicion),
         )
-        ledgers = await self.ledgers_with_me()
+        ledgers = await self.ledgers_to_protect()
         assert self.journal is not None
         for md in ledgers:
             plan = protection_for(md, skip_fence=cfg.unsafe_skip_fence_on_boot)

@@ -185,10 +185,18 @@ class Repairer:
         except MetadataError as exc:
             p.waiting[lid] = f"metadata unreadable: {exc}"
             return False
-        if self.me not in md.bookies():
-            p.waiting.pop(lid, None)
-            return True
         try:
+            if self.me not in md.bookies() and not md.is_closed:
+                # Protected for what it holds, not for what the metadata says: an ensemble
+                # change adding this bookie may still land. Once the ledger is closed, no
+                # change adds it any more, and the final metadata says what it owes.
+                if md.unbounded:
+                    md, _end = await self._take_over(md)
+                else:
+                    md = await self._recover(md)
+            if self.me not in md.bookies():
+                p.waiting.pop(lid, None)
+                return True
             recovered_end = None
             if not md.is_closed and not md.unbounded:
                 md = await self._recover(md)

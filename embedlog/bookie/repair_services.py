@@ -1,7 +1,7 @@
 """What BP-46 asks of a bookie's own data: the ledgers it belongs to, the entries it can
 read back, the copies the repairer brings, limbo cleared; and the repair task.
 
-BP-46 phase one (embedlog/bookie/boot.py) uses ``ledgers_with_me``; phase two, the
+BP-46 phase one (embedlog/bookie/boot.py) uses ``ledgers_to_protect``; phase two, the
 Repairer (embedlog/bookie/repair.py), runs as the bookie's repair task and sees the
 bookie only through these (its BookieForRepair protocol). A part of the Bookie
 (embedlog/bookie/base.py).
@@ -41,6 +41,24 @@ class RepairServices(BookieBase):
 
         result: list[LedgerMetadata] = await self._blocking_meta(scan)
         return result
+
+    async def ledgers_to_protect(self) -> list[LedgerMetadata]:
+        """``ledgers_with_me``, and the open ledgers this bookie holds state of that do not
+        list it (yet): an ensemble change that adds it may be in flight, and it may have
+        acknowledged that change's entries (a recovery's write-back) before its CAS."""
+        listed = await self.ledgers_with_me()
+        assert self.storage is not None
+        known = {md.ledger_id for md in listed}
+        for lid in self.storage.ledger_ids():
+            if lid in known:
+                continue
+            try:
+                md = await self.read_metadata(lid)
+            except NoSuchLedgerInMetadataError:
+                continue
+            if not md.is_closed:
+                listed.append(md)
+        return listed
 
     async def read_metadata(self, ledger_id: int) -> LedgerMetadata:
         md: LedgerMetadata = await self._blocking_meta(self.metadata.read_ledger, ledger_id)

@@ -12,6 +12,9 @@ import pytest
 from embedlog import LedgerFencedError, LedgerRecoveryError
 from embedlog.cluster import repair_client_name
 from embedlog.errors import NoSuchEntryError, NoSuchLedgerError, UnknownError
+from embedlog.transport.base import next_txn
+from embedlog.wire.entry import Digester, DigestType, master_key
+from embedlog.wire.messages import AddFlags, OpCode, Request
 
 NO_FLUSH = 3600.0  # nothing reaches ledger storage unless the test asks: a crash loses it
 # Request timeouts far above what a loaded machine needs (a fence waits for a journal fsync).
@@ -157,3 +160,53 @@ def test_limbo_turns_only_negatives_into_unknown(make_cluster):
     cluster.network.heal()
     cluster.wait_repaired(b1)
     assert cluster.read_from_bookie(b1, wh.ledger_id, 1) == b"lost"
+
+
+def test_a_bookie_that_acknowledged_a_write_back_before_the_cas_protects_the_ledger(
+    make_cluster,
+):
+    """Found by the simulator (bounded-nojournal, seed 160): a recovery writes entries back
+    to a bookie that replaces one of the ensemble, which acknowledges them, crashes
+    without the journal and boots before the recovery's ensemble change is in the
+    metadata. The metadata does not list it yet, but it holds the ledger's state: it must
+    protect the ledger (limbo) until the ledger is closed and the final metadata says
+    what it owes, never answer NoSuchEntry for what it acknowledged."""
+    cluster = make_cluster(
+        4, journal_write_data=False, flush_interval=NO_FLUSH, repair_retry_interval=0.2
+    )
+    c1 = cluster.client("c1", request_timeout=TIMEOUT)
+    wh = c1.create_ledger(3, 3, 2, password=b"pw")
+    wh.add(b"e0")
+    members = set(cluster.metadata.read_ledger(wh.ledger_id).bookies())
+    (joiner,) = set(cluster.bookie_ids) - members
+    # The recovery's write-back to the joiner, as the recovery sends it before its CAS.
+    body = Digester(DigestType.CRC32C).pack(wh.ledger_id, 0, -1, b"e0")
+    req = Request(
+        OpCode.ADD,
+        next_txn(),
+        wh.ledger_id,
+        0,
+        AddFlags.RECOVERY,
+        master_key=master_key(b"pw"),
+        body=body,
+    )
+    resp = cluster.runtime.run(cluster.transport.request("c2", joiner, req, TIMEOUT))
+    assert resp.status == 0  # acknowledged
+    bookie = cluster.bookie(joiner)
+    cluster.runtime.run(bookie.journal.sync())  # its record of the ledger is durable
+    cluster.crash_bookie(joiner)  # the entry itself was only in the write cache
+    for peer in members:
+        cluster.network.block(repair_client_name(joiner), peer)  # its repair cannot finish
+    cluster.start_bookie(joiner)
+    assert cluster.bookie(joiner).suspicion
+    with pytest.raises(UnknownError):
+        cluster.read_from_bookie(joiner, wh.ledger_id, 0)  # not "no such entry"
+    cluster.network.heal()
+    cluster.wait_repaired(joiner)
+    # The repair closed the ledger first: the joiner is not in its final metadata, so it
+    # owes nothing, and the ledger holds every acknowledged entry.
+    md = cluster.metadata.read_ledger(wh.ledger_id)
+    assert md.is_closed and joiner not in md.bookies()
+    assert [
+        e.data for e in cluster.client("c3").open_ledger(wh.ledger_id, password=b"pw").read(0, 0)
+    ] == [b"e0"]

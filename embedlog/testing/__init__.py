@@ -1,0 +1,1 @@
+"""Testing tools: the deterministic simulator (``embedlog.testing.sim``, ``embedlog chaos``)."""

@@ -1,0 +1,172 @@
+"""The simulation's oracle: what was written, acknowledged and answered, and the invariants.
+
+Invariant names follow the TLA+ specification of the protocol (Vanlightly/
+bookkeeper-tlaplus) where it has them:
+
+* ``AllAckedEntriesAreReadable`` (issue #14's 1): once a ledger is closed, every entry
+  its writer acknowledged reads back at its id with its payload.
+* ``NoDivergenceBetweenClientAndMetaData`` (2): a closed ledger's last entry is at
+  least every id its writer acknowledged, whichever came first.
+* ``NoOutOfOrderEntries`` (3): an entry id only ever carries the payload its writer
+  gave it, in every add (recovery write-backs included) and in every read answer.
+* ``NoNegativeForAckedEntry`` (5; the model has no name for it): a bookie never answers
+  NoSuchEntry / NoSuchLedger for an entry it acknowledged (checked on every answer a
+  bookie gives, delivered or not), while the metadata makes that bookie responsible for
+  the entry: it is in the entry's write set, and the ledger is not closed below the
+  entry. (An entry above a closed ledger's end is no part of the ledger, its writer
+  never had it acknowledged; a bookie replaced by an ensemble change keeps no duty for
+  the entries its replacement holds.)
+* ``LedgerIsClosed`` (the model's liveness): once the network is healed and every
+  bookie is back, recovery closes every ledger and its entries read back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from attrs import frozen
+
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import HEADER
+from embedlog.wire.messages import FrameError, OpCode, Request, Response, unpack_entries
+
+_NEGATIVE = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
+
+
+@frozen
+class Violation:
+    invariant: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.detail}"
+
+
+class Oracle:
+    def __init__(
+        self,
+        digest_len: int,
+        trace: Callable[..., None],
+        responsible: Callable[[int, int, str], bool] = lambda _lid, _eid, _bookie: True,
+    ) -> None:
+        """``responsible(ledger, entry, bookie)``: whether the metadata, as it is now, gives
+        the entry to that bookie (see NoNegativeForAckedEntry)."""
+        self._responsible = responsible
+        self._skip = HEADER.size + digest_len  # an entry's bytes before its payload
+        self._trace = trace
+        self.written: dict[tuple[int, int], bytes] = {}  # (ledger, entry) -> payload sent
+        self.acked: dict[int, dict[int, bytes]] = {}  # ledger -> entry -> payload
+        self.closed: dict[int, int] = {}  # ledger -> last entry id, once closed
+        self._bookie_acked: dict[tuple[str, int], set[int]] = {}  # (bookie, ledger) -> entries
+        self.violations: list[Violation] = []
+
+    def violate(self, invariant: str, detail: str) -> None:
+        self.violations.append(Violation(invariant, detail))
+        self._trace("VIOLATION", invariant, detail)
+
+    def _payload(self, entry: bytes) -> bytes:
+        return entry[self._skip :]
+
+    # -- what the network shows ----------------------------------------------------------------
+
+    def sent(self, src: str, bookie_id: str, req: Request) -> None:
+        if req.op == OpCode.ADD:
+            self._written(src, req.ledger_id, req.entry_id, req.body)
+        elif req.op == OpCode.ADD_BATCH:
+            try:
+                entries = unpack_entries(req.body)
+            except FrameError:
+                return
+            for eid, entry in entries:
+                self._written(src, req.ledger_id, eid, entry)
+
+    def _written(self, src: str, lid: int, eid: int, entry: bytes) -> None:
+        payload = self._payload(entry)
+        before = self.written.setdefault((lid, eid), payload)
+        if before != payload:
+            self.violate(
+                "NoOutOfOrderEntries",
+                f"{src} sent entry {lid}:{eid} with payload {payload!r}, but {before!r} "
+                "was written there before",
+            )
+
+    def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
+        lid, eid = req.ledger_id, req.entry_id
+        if req.op == OpCode.ADD and resp.status == StatusCode.EOK:
+            self._bookie_acked.setdefault((bookie_id, lid), set()).add(eid)
+        elif req.op == OpCode.ADD_BATCH:
+            self._batch_acked(bookie_id, req, resp)
+        elif req.op in (OpCode.READ, OpCode.READ_LAC) and resp.status in _NEGATIVE:
+            held = self._bookie_acked.get((bookie_id, lid), set())
+            asked = held & {eid} if resp.status == StatusCode.ENOENTRY else held
+            if any(self._responsible(lid, e, bookie_id) for e in sorted(asked)):
+                self.violate(
+                    "NoNegativeForAckedEntry",
+                    f"{bookie_id} answered {StatusCode(resp.status).name} to {src}'s "
+                    f"{req.op.name} of {lid}:{eid}, after acknowledging "
+                    + (f"entry {eid}" if resp.status == StatusCode.ENOENTRY else "entries")
+                    + " of that ledger",
+                )
+        elif req.op == OpCode.READ and eid >= 0 and resp.status == StatusCode.EOK:
+            payload = self._payload(resp.body)
+            written = self.written.get((lid, eid))
+            if written != payload:
+                self.violate(
+                    "NoOutOfOrderEntries",
+                    f"{bookie_id} returned {payload!r} for {lid}:{eid}, whose writer sent "
+                    f"{written!r}",
+                )
+
+    def _batch_acked(self, bookie_id: str, req: Request, resp: Response) -> None:
+        from embedlog.wire.messages import unpack_results
+
+        try:
+            ids = [eid for eid, _ in unpack_entries(req.body)]
+            results = unpack_results(resp.body)
+        except FrameError:
+            return
+        for eid, (status, _term) in zip(ids, results, strict=False):
+            if status == StatusCode.EOK:
+                self._bookie_acked.setdefault((bookie_id, req.ledger_id), set()).add(eid)
+
+    # -- what the clients see ------------------------------------------------------------------
+
+    def acknowledged(self, lid: int, eid: int, payload: bytes) -> None:
+        self.acked.setdefault(lid, {})[eid] = payload
+        last = self.closed.get(lid)
+        if last is not None and eid > last:
+            self.violate(
+                "NoDivergenceBetweenClientAndMetaData",
+                f"entry {lid}:{eid} acknowledged after the ledger was closed at {last}",
+            )
+
+    def ledger_closed(self, lid: int, last: int, by: str) -> None:
+        before = self.closed.setdefault(lid, last)
+        if before != last:
+            self.violate(
+                "NoDivergenceBetweenClientAndMetaData",
+                f"ledger {lid} closed at {last} by {by}, but at {before} before",
+            )
+        above = sorted(e for e in self.acked.get(lid, {}) if e > last)
+        if above:
+            self.violate(
+                "NoDivergenceBetweenClientAndMetaData",
+                f"ledger {lid} closed at {last} by {by}, but entries {above} were acknowledged",
+            )
+
+    def read_back(self, lid: int, entries: dict[int, bytes], last: int, by: str) -> None:
+        """``entries``: what a client read of the closed ledger (entry id -> payload)."""
+        for eid, payload in sorted(self.acked.get(lid, {}).items()):
+            if eid > last:
+                continue  # NoDivergence... said so already
+            got = entries.get(eid)
+            if got is None:
+                self.violate(
+                    "AllAckedEntriesAreReadable",
+                    f"{by} could not read acknowledged entry {lid}:{eid}",
+                )
+            elif got != payload:
+                self.violate(
+                    "AllAckedEntriesAreReadable",
+                    f"{by} read {got!r} at acknowledged entry {lid}:{eid}, which was {payload!r}",
+                )

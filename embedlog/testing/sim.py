@@ -1,0 +1,579 @@
+"""The deterministic simulator: one seed, one history, on one thread in virtual time.
+
+``run_seed(seed, scenario)`` boots real bookies (``embedlog.bookie.Bookie``) with
+their real journals, write caches, entry logs and LevelDB indexes in a scratch
+directory, and drives real clients (``LedgerWriter``, ``recover_ledger`` through
+``Client.open_ledger_aio``, the reader) against them through ``SimNetwork``, all on
+one ``VirtualClockLoop``. Everything that varies comes from the seed: the cluster's
+settings, the workload, every message's delay and loss, every disk operation's
+latency, when bookies crash or stop and when they come back. The trace (every
+message, answer, fault and client outcome, stamped with virtual time) is hashed:
+the same seed gives the same hash.
+
+What is not simulated yet is listed in docs/simulation.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import logging
+import os
+import random
+import shutil
+import tempfile
+import threading
+import traceback
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from attrs import define, field
+
+from embedlog.bookie.bookie import Bookie, BookieState
+from embedlog.bookie.config import BookieConfig
+from embedlog.client import Client
+from embedlog.errors import BKError, NoSuchLedgerInMetadataError
+from embedlog.ledger.placement import RandomPlacement
+from embedlog.ledger.quorum import write_set_bookies
+from embedlog.ledger.writer import LedgerWriter
+from embedlog.metadata.client import MetadataClient
+from embedlog.metadata.ledger_metadata import LedgerState
+from embedlog.metadata.memory import MemoryMetadataStore
+from embedlog.metadata.store import MetadataStore
+from embedlog.runtime import Runtime
+from embedlog.testing.oracle import Oracle, Violation
+from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
+from embedlog.testing.simloop import SimDisk, VirtualClockLoop, seeded, virtual_clock
+from embedlog.testing.simnet import NetProfile, SimNetwork
+from embedlog.wire.entry import Digester, DigestType
+
+PASSWORD = b"sim"
+DIGEST = DigestType.CRC32C
+REQUEST_TIMEOUT = 1.0  # virtual seconds
+WORKLOAD_LIMIT = 120.0  # virtual seconds the writers get before the cluster is healed
+SETTLE_LIMIT = 10.0  # virtual seconds for BP-46 repair to finish once healed
+
+
+class SimRuntime(Runtime):
+    """The Runtime a simulated Client holds: the simulation's own loop, no thread.
+
+    Blocking calls refuse (``run`` from the loop thread raises): simulated code uses the
+    ``*_aio`` methods.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:  # no thread of its own
+        self.name = "sim"
+        self.loop = loop
+        self._closed_reason = None
+        self._thread = threading.current_thread()
+
+    def close(self, reason: str | None = None) -> None:
+        self._closed_reason = reason or "the simulation is over"
+
+
+@define
+class Trace:
+    """The history of one seed: events stamped with virtual time, hashed as they come."""
+
+    loop: asyncio.AbstractEventLoop
+    keep: bool = True
+    events: list[str] = field(factory=list)
+    count: int = 0
+    _hash: Any = field(factory=hashlib.sha256)
+
+    def __call__(self, *event: object) -> None:
+        line = f"{self.loop.time():.7f} " + " ".join(map(str, event))
+        self._hash.update(line.encode() + b"\n")
+        self.count += 1
+        if self.keep:
+            self.events.append(line)
+
+    def digest(self) -> str:
+        return self._hash.hexdigest()
+
+
+@define
+class SeedResult:
+    seed: int
+    scenario: str
+    unsafe: str | None
+    violations: list[Violation]
+    trace_hash: str
+    events: int
+    counts: Counter[str]
+    virtual_seconds: float
+    trace: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def scratch_root() -> Path:
+    """Where simulated disks live: memory when the machine has /dev/shm (a simulated
+    fsync is a real one: on tmpfs it costs nothing)."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+@contextmanager
+def _quiet(enabled: bool) -> Iterator[None]:
+    """The bookies' own warnings (boots, repairs) are the simulation's normal course."""
+    logger = logging.getLogger("embedlog")
+    before = logger.level
+    if enabled:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+def run_seed(
+    seed: int,
+    scenario: str = DEFAULT_SCENARIO,
+    *,
+    unsafe: str | None = None,
+    keep_trace: bool = True,
+    quiet: bool = True,
+) -> SeedResult:
+    """Run one seeded history and check its invariants."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; scenarios: {', '.join(SCENARIOS)}")
+    if unsafe is not None and unsafe not in UNSAFE:
+        raise ValueError(f"unknown unsafe switch {unsafe!r}; switches: {', '.join(UNSAFE)}")
+    loop = VirtualClockLoop()
+    root = Path(tempfile.mkdtemp(prefix=f"embedlog-sim-{seed}-", dir=scratch_root()))
+    saved_random = random.getstate()
+    # Protocol code that draws from the module's generator (unbounded ensemble choices).
+    random.seed(f"{seed}:global")
+    sim = Simulation(seed, SCENARIOS[scenario], unsafe, root, loop, keep_trace)
+    try:
+        with virtual_clock(loop), _quiet(quiet):
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(sim.run())
+            finally:
+                loop.run_until_complete(sim.shutdown())
+                asyncio.set_event_loop(None)
+    finally:
+        loop.close()
+        random.setstate(saved_random)
+        shutil.rmtree(root, ignore_errors=True)
+    return SeedResult(
+        seed=seed,
+        scenario=scenario,
+        unsafe=unsafe,
+        violations=list(sim.oracle.violations),
+        trace_hash=sim.trace.digest(),
+        events=sim.trace.count,
+        counts=sim.counts,
+        virtual_seconds=loop.time(),
+        trace=sim.trace.events,
+    )
+
+
+class Simulation:
+    def __init__(
+        self,
+        seed: int,
+        scenario: Scenario,
+        unsafe: str | None,
+        root: Path,
+        loop: VirtualClockLoop,
+        keep_trace: bool,
+    ) -> None:
+        self.seed = seed
+        self.scenario = scenario
+        self.root = root
+        self.loop = loop
+        self.trace = Trace(loop, keep_trace)
+        self.counts: Counter[str] = Counter()
+        self.store = MemoryMetadataStore()
+        self.meta = MetadataClient(self.store)
+        self.oracle = Oracle(Digester(DIGEST).digest_len, self.trace, self._responsible)
+        switch = UNSAFE[unsafe] if unsafe is not None else None
+        self.rng = seeded(seed, "workload")
+        self._fault_rng = seeded(seed, "faults")
+        self._disk_rng = seeded(seed, "disk")
+        cfg_rng = seeded(seed, "config")
+        sc = scenario
+        self.bookie_settings: dict[str, Any] = {
+            "journal_write_data": sc.journal == "on",
+            "flush_interval": cfg_rng.choice((0.02, 0.1, 0.5)),
+            "journal_max_group_wait": cfg_rng.choice((0.0, 0.001, 0.005)),
+            "repair_retry_interval": 0.5,
+            **(switch.bookie if switch else {}),
+        }
+        self.client_options: Mapping[str, Any] = dict(switch.client) if switch else {}
+        self.ensemble = cfg_rng.choice((3, 3, 4))
+        self.write_quorum = cfg_rng.choice([q for q in (2, 3) if q <= self.ensemble])
+        self.ack_quorum = 2
+        profile = NetProfile(
+            spike_probability=cfg_rng.uniform(*sc.spikes),
+            spike=(0.05, 3 * REQUEST_TIMEOUT),
+            loss_probability=cfg_rng.uniform(*sc.loss),
+        )
+        self.net = SimNetwork(
+            self._serving, seeded(seed, "network"), self.oracle, self.trace, profile
+        )
+        self.runtime = SimRuntime(loop)
+        self.bookies: dict[str, Bookie] = {}
+        self._sessions: dict[str, MetadataStore] = {}
+        self._disks: dict[str, list[SimDisk]] = {}
+        self.ledgers: list[int] = []
+        self._writers: list[LedgerWriter] = []
+        self._clients = 0
+        self._healed = False
+        self._workload_done = False
+        # Bookies that crashed while adds skipped the journal: each may have lost entries it
+        # acknowledged. Once AQ of one ensemble did, BP-46 rightly leaves the ledger
+        # unrecoverable (an acknowledged entry may be gone everywhere): no liveness then.
+        self._lossy: set[str] = set()
+        self.trace(
+            "seed",
+            seed,
+            sc.name,
+            unsafe or "-",
+            self.bookie_settings,
+            f"E{self.ensemble}/WQ{self.write_quorum}/AQ{self.ack_quorum}",
+            profile,
+        )
+
+    # -- cluster -------------------------------------------------------------------------------
+
+    def _serving(self, bookie_id: str) -> Bookie | None:
+        b = self.bookies.get(bookie_id)
+        return b if b is not None and b.state is BookieState.SERVING else None
+
+    def _responsible(self, lid: int, eid: int, bookie: str) -> bool:
+        try:
+            md = self.meta.read_ledger(lid)
+        except NoSuchLedgerInMetadataError:
+            return True  # never deleted in these scenarios: a negative is a violation
+        if md.is_closed and eid > md.last_entry_id:
+            return False
+        return bookie in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
+
+    def client(self, name: str) -> Client:
+        self._clients += 1
+        return Client(
+            self.runtime,
+            self.meta,
+            self.net,
+            name=name,
+            request_timeout=REQUEST_TIMEOUT,
+            placement=RandomPlacement(seeded(self.seed, "placement", name, self._clients)),
+            add_entry_quorum_timeout=10.0,
+            **self.client_options,
+        )
+
+    def _disk_latency(self) -> float:
+        rng = self._disk_rng
+        return rng.uniform(0.0001, 0.002) if rng.random() < 0.9 else rng.uniform(0.005, 0.05)
+
+    async def boot(self, bid: str) -> bool:
+        cfg = BookieConfig.from_settings(bid, self.root / bid, **self.bookie_settings)
+        session = self.store.session()
+        disks: list[SimDisk] = []
+
+        def disk(name: str) -> SimDisk:
+            d = SimDisk(self.loop, name, self._disk_latency, self._disk_ran)
+            disks.append(d)
+            return d
+
+        bookie = Bookie(
+            cfg,
+            self.meta,
+            session,
+            client_factory=lambda: self.client(f"{bid}-repair"),
+            disk_executor=disk,
+        )
+        self.bookies[bid], self._sessions[bid], self._disks[bid] = bookie, session, disks
+        try:
+            await bookie.start()
+        except Exception as exc:
+            session.close()
+            self.trace("boot-failed", bid, type(exc).__name__, exc)
+            self.oracle.violate("BookieBoots", f"{bid} could not boot: {exc!r}")
+            return False
+        self.counts["bookie.boot"] += 1
+        if bookie.suspicion:
+            self.counts["bp46.phase_one"] += 1
+        self.trace("booted", bid, bookie.suspicion or "clean", bookie.protected_ledgers)
+        return True
+
+    def _disk_ran(self, what: str) -> None:
+        self.trace("disk", what)
+
+    def _retire(self, bid: str) -> None:
+        """Count what this incarnation of the bookie did before it goes."""
+        progress = self.bookies[bid].repairer.progress
+        if progress.state == "done":
+            self.counts["bp46.repair_done"] += 1
+        self.counts["bp46.entries_copied"] += progress.entries_copied
+
+    def crash(self, bid: str) -> None:
+        self._retire(bid)
+        lost = sum(d.lose_pending() for d in self._disks[bid])
+        self.bookies[bid].crash()
+        if not self.bookie_settings["journal_write_data"]:
+            self._lossy.add(bid)
+        self._sessions.pop(bid).expire()  # type: ignore[attr-defined]
+        self.counts["fault.crash"] += 1
+        self.trace("crash", bid, "disk-ops-lost", lost)
+
+    async def stop(self, bid: str) -> None:
+        self._retire(bid)
+        self.counts["fault.clean_stop"] += 1
+        self.trace("stop", bid)
+        try:
+            await self.bookies[bid].stop()
+        finally:
+            self._sessions.pop(bid).close()
+
+    def down(self) -> list[str]:
+        return [b for b in sorted(self.bookies) if self._serving(b) is None]
+
+    def up(self) -> list[str]:
+        return [b for b in sorted(self.bookies) if self._serving(b) is not None]
+
+    # -- the history ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        for n in range(1, self.scenario.bookies + 1):
+            await self.boot(f"bookie-{n}")
+        rng = self.rng
+        n_ledgers = rng.randint(*self.scenario.ledgers)
+        work = [asyncio.ensure_future(self.writer(i)) for i in range(n_ledgers)]
+        work += [
+            asyncio.ensure_future(self.recoverer(j))
+            for j in range(rng.randint(*self.scenario.recoveries))
+        ]
+        nemesis = asyncio.ensure_future(self.nemesis()) if self.scenario.crashes else None
+        _done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
+        for t in pending:
+            t.cancel()
+        # The nemesis ends after its current step, never inside one: a stop or a boot cut
+        # short by a cancellation would be a fault of the simulator's own making.
+        self._workload_done = True
+        await asyncio.wait([*work, *(x for x in [nemesis] if x is not None)])
+        for t in [*work, *(x for x in [nemesis] if x is not None)]:
+            self._outcome(t)
+        await self.heal_and_check()
+        self.counts.update(self.net.counts)
+
+    def _outcome(self, task: asyncio.Future[Any]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            detail = "".join(traceback.format_exception(exc))
+            self.oracle.violate("NoUnexpectedError", detail)
+
+    async def writer(self, i: int) -> None:
+        rng = self.rng
+        name = f"w{i}"
+        client = self.client(name)
+        await asyncio.sleep(rng.uniform(0, 0.05))
+        md = None
+        for _ in range(5):
+            try:
+                md = await client.new_ledger_metadata(
+                    self.ensemble,
+                    self.write_quorum,
+                    self.ack_quorum,
+                    digest=DIGEST,
+                    password=PASSWORD,
+                    custom_metadata=None,
+                )
+                break
+            except BKError as exc:
+                self.trace("create-failed", name, type(exc).__name__)
+                await asyncio.sleep(0.5)
+        if md is None:
+            return
+        lid = md.ledger_id
+        self.ledgers.append(lid)
+        self.trace("created", name, lid, md.fragments)
+        writer = LedgerWriter(client.ctx, md, PASSWORD)
+        self._writers.append(writer)
+        futures: list[asyncio.Future[int]] = []
+        for _ in range(rng.randint(*self.scenario.entries)):
+            if writer.error is not None:
+                break
+            eid = writer.next_entry_id
+            payload = b"%d:%d:%08x" % (lid, eid, rng.getrandbits(32))
+            fut = writer.add(payload)
+            fut.add_done_callback(functools.partial(self._add_done, name, lid, eid, payload))
+            futures.append(fut)
+            self.counts["add"] += 1
+            if rng.random() < 0.3:
+                await asyncio.sleep(rng.expovariate(100.0))
+        if futures:
+            await asyncio.wait(futures)
+        if writer.error is None and rng.random() < 0.5:
+            try:
+                closed = await writer.close()
+            except BKError as exc:
+                self.counts[f"writer.close_failed.{type(exc).__name__}"] += 1
+                self.trace("close-failed", name, lid, type(exc).__name__)
+            else:
+                self.counts["writer.close"] += 1
+                self.trace("closed", name, lid, closed.last_entry_id)
+                self.oracle.ledger_closed(lid, closed.last_entry_id, name)
+        if len(writer.md.fragments) > 1:
+            self.counts["ensemble_change"] += len(writer.md.fragments) - 1
+
+    def _add_done(
+        self, name: str, lid: int, eid: int, payload: bytes, f: asyncio.Future[int]
+    ) -> None:
+        if f.cancelled():
+            return
+        exc = f.exception()
+        if exc is not None:
+            self.counts[f"add.failed.{type(exc).__name__}"] += 1
+            self.trace("add-failed", name, lid, eid, type(exc).__name__)
+            return
+        got = f.result()
+        self.trace("acked", name, lid, got)
+        if got != eid:
+            self.oracle.violate(
+                "NoOutOfOrderEntries", f"{name}'s add of entry {lid}:{eid} was acked as {got}"
+            )
+        self.counts["add.acked"] += 1
+        self.oracle.acknowledged(lid, got, payload)
+
+    async def recoverer(self, j: int) -> None:
+        rng = self.rng
+        name = f"r{j}"
+        client = self.client(name)
+        # Mostly while the writers still write: that is where recovery races them.
+        await asyncio.sleep(rng.uniform(0.01, 0.15) if rng.random() < 0.8 else rng.uniform(0, 2))
+        if not self.ledgers:
+            return
+        lid = rng.choice(self.ledgers)
+        for _attempt in range(3):
+            self.counts["recovery"] += 1
+            self.trace("recover", name, lid)
+            if await self._recover_and_read(client, lid, name, final=False):
+                return
+            await asyncio.sleep(rng.uniform(0.1, 1.0))
+
+    async def _recover_and_read(self, client: Client, lid: int, name: str, *, final: bool) -> bool:
+        try:
+            rh = await client.open_ledger_aio(lid, password=PASSWORD, recover=True)
+        except BKError as exc:
+            self.counts[f"recovery.failed.{type(exc).__name__}"] += 1
+            self.trace("recover-failed", name, lid, type(exc).__name__, exc)
+            return False
+        md = rh.metadata
+        if md.state is not LedgerState.CLOSED:
+            self.oracle.violate("LedgerIsClosed", f"{name} recovered {lid} but it is {md.state}")
+            return False
+        last = md.last_entry_id
+        self.counts["recovery.ok"] += 1
+        self.trace("recovered", name, lid, last, md.fragments)
+        self.oracle.ledger_closed(lid, last, name)
+        entries: dict[int, bytes] = {}
+        first = 0
+        while first <= last:
+            upto = min(last, first + 15)
+            try:
+                got = await rh.read_aio(first, upto)
+            except BKError as exc:
+                self.counts[f"read.failed.{type(exc).__name__}"] += 1
+                self.trace("read-failed", name, lid, first, upto, type(exc).__name__)
+                if final:
+                    return False
+                break
+            entries.update((e.entry_id, e.data) for e in got)
+            first = upto + 1
+        else:
+            self.oracle.read_back(lid, entries, last, name)
+        return True
+
+    async def nemesis(self) -> None:
+        rng = self._fault_rng
+        max_down = max(1, self.scenario.bookies - self.ensemble)
+        mean_gap = rng.choice((0.1, 0.3, 1.0))
+        self.trace("nemesis", "mean-gap", mean_gap, "max-down", max_down)
+        while True:
+            await asyncio.sleep(rng.expovariate(1 / mean_gap))
+            if self._workload_done:
+                return
+            up, down = self.up(), self.down()
+            action = rng.random()
+            if down and (action < 0.4 or len(down) >= max_down):
+                bid = rng.choice(down)
+                self.counts["fault.restart"] += 1
+                self.trace("restart", bid)
+                await self.boot(bid)
+            elif up and action < 0.85:
+                bid = rng.choice(up)
+                if self._may_lose(bid):
+                    self.crash(bid)
+                else:
+                    await self.stop(bid)
+            elif up:
+                await self.stop(rng.choice(up))
+
+    def _may_lose(self, bid: str) -> bool:
+        if self.bookie_settings["journal_write_data"] or bid in self._lossy:
+            return True
+        return len(self._lossy) < self.scenario.lossy_bookies
+
+    async def heal_and_check(self) -> None:
+        """The end of every history: heal the network, bring every bookie back, let repair
+        run, recover every ledger and read it back."""
+        self.trace("heal")
+        self._healed = True
+        self.net.heal()
+        for bid in self.down():
+            await self.boot(bid)
+        deadline = self.loop.time() + SETTLE_LIMIT
+        while self.loop.time() < deadline and not all(
+            self.bookies[b].wait_repaired_nowait() for b in self.up()
+        ):
+            await asyncio.sleep(0.2)
+        checker = self.client("checker")
+        for lid in list(self.ledgers):
+            md = self.meta.read_ledger(lid)
+            lost = [e for _, e in md.fragments if len(self._lossy & set(e)) >= md.ack_quorum]
+            for attempt in range(1 if lost else 6):
+                if await self._recover_and_read(checker, lid, "checker", final=True):
+                    break
+                await asyncio.sleep(1.0 + attempt)
+            else:
+                if lost:
+                    self.counts["liveness_exempt"] += 1
+                    self.trace("unrecoverable", lid, "lossy crashes in", lost)
+                    continue
+                self.oracle.violate(
+                    "LedgerIsClosed",
+                    f"ledger {lid} could not be recovered and read back after healing",
+                )
+        for w in self._writers:
+            w.stop()
+
+    async def shutdown(self) -> None:
+        """Release every bookie's files and end every task, whatever state the run ended in."""
+        for w in self._writers:
+            w.stop()
+        for bid, b in self.bookies.items():
+            if b.state in (BookieState.SERVING, BookieState.BOOTING):
+                self._retire(bid)
+                for d in self._disks[bid]:
+                    d.lose_pending()
+                b.crash()
+        await self.net.close()
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks)

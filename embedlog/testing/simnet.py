@@ -1,0 +1,207 @@
+"""The simulated network between clients and bookies: seeded delays, losses, reordering.
+
+Every request is encoded and decoded as on a real wire, and the bookie serves it with
+its real handler (``serve_frame``). Each message draws its fate from the simulation's
+seed: lost (the caller sees a timeout: an unknown outcome), or delivered after a
+delay. Messages on one connection (one client to one bookie, or back) arrive in the
+order they were sent, as over TCP; messages on different connections overtake each
+other freely. A bookie that is down when a request arrives refuses the connection
+(BookieUnavailableError, after the return trip).
+
+An ``Observer`` sees every request as it leaves its client and every answer as its
+bookie gives it (delivered or not): the simulation's oracle checks its invariants
+there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Protocol
+
+from attrs import frozen
+
+from embedlog.errors import BKTimeoutError, BookieUnavailableError
+from embedlog.transport.base import Transport
+from embedlog.transport.server import RequestHandler, serve_frame
+from embedlog.wire.messages import AddFlags, FrameError, OpCode, ReadFlags, Request, Response
+
+# The gap kept between two messages of one connection, so that their timers never tie.
+_FIFO_GAP = 1e-7
+
+
+@frozen
+class NetProfile:
+    """How hostile the network is: every message draws its fate from these."""
+
+    delay: tuple[float, float] = (0.0001, 0.002)  # seconds, uniform
+    spike_probability: float = 0.0  # a message held up far longer (a stall, a GC pause)
+    spike: tuple[float, float] = (0.05, 3.0)  # seconds, uniform
+    loss_probability: float = 0.0  # each request and each answer
+
+
+CALM = NetProfile()
+
+
+class Observer(Protocol):
+    def sent(self, src: str, bookie_id: str, req: Request) -> None: ...
+
+    def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None: ...
+
+
+class Tracer(Protocol):
+    def __call__(self, *event: object) -> None: ...
+
+
+class SimNetwork(Transport):
+    def __init__(
+        self,
+        lookup: Callable[[str], RequestHandler | None],
+        rng: random.Random,
+        observer: Observer,
+        trace: Tracer,
+        profile: NetProfile = CALM,
+    ) -> None:
+        self._lookup = lookup
+        self._rng = rng
+        self._observer = observer
+        self._trace = trace
+        self.profile = profile
+        self._last: dict[tuple[str, str], float] = {}  # connection -> last arrival scheduled
+        self._serving: set[asyncio.Task[Response]] = set()
+        self.counts: dict[str, int] = {}
+
+    def _count(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    def heal(self) -> None:
+        self.profile = CALM
+
+    # -- fates -------------------------------------------------------------------------------
+
+    def _lost(self) -> bool:
+        p = self.profile.loss_probability
+        return p > 0 and self._rng.random() < p
+
+    def _arrival(self, src: str, dst: str) -> float:
+        loop = asyncio.get_running_loop()
+        prof, rng = self.profile, self._rng
+        delay = rng.uniform(*prof.delay)
+        if prof.spike_probability and rng.random() < prof.spike_probability:
+            delay += rng.uniform(*prof.spike)
+            self._count("net.delay_spike")
+        link = (src, dst)
+        at = max(loop.time() + delay, self._last.get(link, 0.0) + _FIFO_GAP)
+        self._last[link] = at
+        return at
+
+    # -- Transport -----------------------------------------------------------------------------
+
+    async def request(self, src: str, bookie_id: str, req: Request, timeout: float) -> Response:
+        return await self.send_nowait(src, bookie_id, req, timeout)
+
+    def send_nowait(
+        self, src: str, bookie_id: str, req: Request, timeout: float
+    ) -> asyncio.Future[Response]:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Response] = loop.create_future()
+        self._observer.sent(src, bookie_id, req)
+        path = protocol_path(req)
+        if path is not None:
+            self._count(path)
+        if self._lost():
+            self._count("net.request_lost")
+            self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
+        else:
+            loop.call_at(self._arrival(src, bookie_id), self._deliver, src, bookie_id, req, answer)
+        timer = loop.call_later(timeout, self._time_out, answer, bookie_id, timeout)
+        answer.add_done_callback(lambda _f: timer.cancel())
+        return answer
+
+    def _deliver(
+        self, src: str, bookie_id: str, req: Request, answer: asyncio.Future[Response]
+    ) -> None:
+        bookie = self._lookup(bookie_id)
+        if bookie is None:
+            self._count("net.refused")
+            self._reply_later(
+                src,
+                bookie_id,
+                answer,
+                BookieUnavailableError(f"bookie {bookie_id} is not running"),
+            )
+            return
+
+        def reply(frame: bytes | None, gone: BaseException | None) -> None:
+            if gone is not None:
+                self._reply_later(
+                    src, bookie_id, answer, BookieUnavailableError(f"bookie {bookie_id} went away")
+                )
+                return
+            if frame is None:
+                return  # undecodable request: no answer, the caller times out
+            try:
+                resp = Response.decode(frame)
+            except FrameError as exc:
+                self._reply_later(src, bookie_id, answer, BookieUnavailableError(str(exc)))
+                return
+            self._observer.answered(src, bookie_id, req, resp)
+            self._trace(
+                "answer", src, bookie_id, req.op.name, req.ledger_id, req.entry_id, resp.status
+            )
+            if self._lost():
+                self._count("net.answer_lost")
+                self._trace("lost-answer", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
+                return
+            self._reply_later(src, bookie_id, answer, resp)
+
+        task = serve_frame(bookie, req.encode(), reply)
+        if task is not None:
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
+
+    def _reply_later(
+        self,
+        src: str,
+        bookie_id: str,
+        answer: asyncio.Future[Response],
+        outcome: Response | BaseException,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_at(self._arrival(bookie_id, src), self._complete, answer, outcome)
+
+    def _complete(
+        self, answer: asyncio.Future[Response], outcome: Response | BaseException
+    ) -> None:
+        if answer.done():
+            self._count("net.late_answer")
+            return
+        if isinstance(outcome, BaseException):
+            answer.set_exception(outcome)
+        else:
+            answer.set_result(outcome)
+
+    def _time_out(self, answer: asyncio.Future[Response], bookie_id: str, timeout: float) -> None:
+        if not answer.done():
+            self._count("net.timeout")
+            answer.set_exception(BKTimeoutError(f"bookie {bookie_id}: no answer in {timeout}s"))
+
+    async def close(self) -> None:
+        for task in list(self._serving):
+            task.cancel()
+
+
+def protocol_path(req: Request) -> str | None:
+    """The protocol path a request belongs to, for the chaos command's counts."""
+    if req.op == OpCode.ADD_BATCH:
+        return "path.add_batch"
+    if req.op == OpCode.ADD and req.flags & AddFlags.RECOVERY:
+        return "path.recovery_write_back"
+    if req.op == OpCode.READ and req.flags & ReadFlags.RECOVERY:
+        return "path.recovery_read"
+    if req.op == OpCode.READ and req.flags & ReadFlags.FENCE:
+        return "path.fence"
+    if req.op == OpCode.WRITE_LAC:
+        return "path.explicit_lac"
+    return None

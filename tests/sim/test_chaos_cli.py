@@ -1,0 +1,60 @@
+"""``embedlog chaos``: exit codes, one-line errors, the failure report."""
+
+from __future__ import annotations
+
+import pytest
+
+from embedlog.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _hash_seed(monkeypatch):
+    # Already the hash seed a chaos run re-executes itself under: run in this process.
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--seeds", "0"], "--seeds takes a whole number >= 1, got '0'"),
+        (["--seeds", "many"], "--seeds takes a whole number >= 1, got 'many'"),
+        ([], "--seeds takes a whole number >= 1, got None"),
+        (["--seeds", "1", "--start", "-1"], "--start takes a whole number >= 0"),
+        (["--seeds", "1", "--scenario", "nope"], "scenarios: bounded, bounded-nojournal"),
+        (["--seeds", "1", "--unsafe", "nope"], "switches: no-fence-on-boot, no-limbo"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_valid_choices(argv, says, capsys):
+    assert main(["chaos", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("embedlog chaos: error: ")
+    assert says in err
+
+
+def test_list_unsafe_names_every_switch(capsys):
+    assert main(["chaos", "--list-unsafe"]) == 0
+    out = capsys.readouterr().out
+    for name in (
+        "no-limbo",
+        "no-fence-on-boot",
+        "recovery-reads-without-fence",
+        "recovery-from-minus-one",
+    ):
+        assert name in out
+
+
+def test_clean_seeds_exit_0_with_rate_and_counts(capsys):
+    assert main(["chaos", "--seeds", "3", "--start", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "3/3 seeds" in out and "seeds/s" in out
+    assert "fault.crash" in out and "no invariant violated" in out
+
+
+def test_a_violation_exits_1_with_seed_trace_and_replay_command(capsys):
+    assert main(["chaos", "--seeds", "20", "--unsafe", "no-limbo"]) == 1
+    out = capsys.readouterr().out
+    assert "VIOLATED" in out and "NoNegativeForAckedEntry" in out
+    seed = int(out.split("seed ")[1].split()[0])
+    replay = f"embedlog chaos --seeds 1 --start {seed} --scenario bounded-nojournal"
+    assert f"replay: {replay} --unsafe no-limbo --trace" in out
+    assert "trace events up to the first violation" in out

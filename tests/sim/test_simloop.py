@@ -1,0 +1,107 @@
+"""The simulator's virtual time and simulated disk."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from embedlog.testing.simloop import (
+    SimDisk,
+    SimulationStuckError,
+    VirtualClockLoop,
+    virtual_clock,
+)
+
+
+def run(coro_fn):
+    loop = VirtualClockLoop()
+    try:
+        with virtual_clock(loop):
+            return loop, loop.run_until_complete(coro_fn(loop))
+    finally:
+        loop.close()
+
+
+def test_a_sleep_moves_virtual_time_by_exactly_its_length():
+    async def main(loop):
+        await asyncio.sleep(3600)
+        return loop.time(), time.monotonic()
+
+    _loop, (now, mono) = run(main)
+    assert now == pytest.approx(3600)
+    assert mono == now  # protocol code reading time.monotonic sees the virtual clock
+
+
+def test_timeouts_fire_at_their_virtual_deadline():
+    async def main(loop):
+        never = loop.create_future()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(never, 5.0)
+        return loop.time()
+
+    _loop, now = run(main)
+    assert now == pytest.approx(5.0)
+
+
+def test_a_timer_rearmed_for_the_rest_of_an_interval_terminates():
+    # interval - elapsed can round to ~0: the loop must still move on (TICK).
+    async def main(loop):
+        start = loop.time()
+        while loop.time() - start < 0.2:
+            await asyncio.sleep(0.2 - (loop.time() - start))
+        return loop.time()
+
+    _loop, now = run(main)
+    assert now >= 0.2
+
+
+def test_waiting_for_what_never_comes_is_reported_not_hung():
+    loop = VirtualClockLoop()
+    try:
+        with pytest.raises(SimulationStuckError):
+            loop.run_until_complete(loop.create_future())
+    finally:
+        loop.close()
+
+
+def test_the_real_clock_is_restored_after_the_simulation():
+    saved = time.monotonic
+    run(lambda loop: asyncio.sleep(1))
+    assert time.monotonic is saved
+
+
+def test_disk_work_runs_in_order_after_its_latency_and_a_blocking_wait_runs_the_queue():
+    done: list[str] = []
+
+    async def main(loop):
+        disk = SimDisk(loop, "d", lambda: 0.5, lambda _what: None)
+        a = loop.run_in_executor(disk, done.append, "a")
+        b = loop.run_in_executor(disk, done.append, "b")
+        await a
+        first = (loop.time(), list(done))
+        await b
+        second = loop.time()
+        c = disk.submit(done.append, "c")
+        c.result()  # a crash's or a close's wait: runs now, in order
+        return first, second, list(done)
+
+    _loop, (first, second, order) = run(main)
+    assert first == (pytest.approx(0.5), ["a"])
+    assert second == pytest.approx(1.0)
+    assert order == ["a", "b", "c"]
+
+
+def test_a_power_cut_loses_disk_work_not_yet_started():
+    done: list[str] = []
+
+    async def main(loop):
+        disk = SimDisk(loop, "d", lambda: 0.5, lambda _what: None)
+        f = disk.submit(done.append, "never")
+        lost = disk.lose_pending()
+        await asyncio.sleep(1)
+        return lost, f.cancelled()
+
+    _loop, (lost, cancelled) = run(main)
+    assert (lost, cancelled, done) == (1, True, [])
