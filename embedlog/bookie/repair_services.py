@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from embedlog.bookie.base import BookieBase, BookieState
 from embedlog.bookie.index import REPAIR, LedgerInfo
@@ -27,6 +28,20 @@ class RepairServices(BookieBase):
 
     async def ledgers_with_me(self) -> list[LedgerMetadata]:
         """Metadata of every ledger whose ensembles (any fragment) contain this bookie."""
+        return await self._scan_metadata(lambda md: self.bookie_id in md.bookies())
+
+    async def ledgers_to_protect(self) -> list[LedgerMetadata]:
+        """``ledgers_with_me``, and the open ledgers this bookie holds state of that do not
+        list it (yet): an ensemble change that adds it may be in flight, and it may have
+        acknowledged that change's entries (a recovery's write-back) before its CAS."""
+        assert self.storage is not None
+        held = set(self.storage.ledger_ids())
+        return await self._scan_metadata(
+            lambda md: self.bookie_id in md.bookies() or (md.ledger_id in held and not md.is_closed)
+        )
+
+    async def _scan_metadata(self, keep: Callable[[LedgerMetadata], bool]) -> list[LedgerMetadata]:
+        """The metadata of every ledger ``keep`` accepts, in one pass over the store."""
 
         def scan() -> list[LedgerMetadata]:
             out = []
@@ -35,30 +50,12 @@ class RepairServices(BookieBase):
                     md = self.metadata.read_ledger(lid)
                 except NoSuchLedgerInMetadataError:
                     continue  # deleted while we listed
-                if self.bookie_id in md.bookies():
+                if keep(md):
                     out.append(md)
             return out
 
         result: list[LedgerMetadata] = await self._blocking_meta(scan)
         return result
-
-    async def ledgers_to_protect(self) -> list[LedgerMetadata]:
-        """``ledgers_with_me``, and the open ledgers this bookie holds state of that do not
-        list it (yet): an ensemble change that adds it may be in flight, and it may have
-        acknowledged that change's entries (a recovery's write-back) before its CAS."""
-        listed = await self.ledgers_with_me()
-        assert self.storage is not None
-        known = {md.ledger_id for md in listed}
-        for lid in self.storage.ledger_ids():
-            if lid in known:
-                continue
-            try:
-                md = await self.read_metadata(lid)
-            except NoSuchLedgerInMetadataError:
-                continue
-            if not md.is_closed:
-                listed.append(md)
-        return listed
 
     async def read_metadata(self, ledger_id: int) -> LedgerMetadata:
         md: LedgerMetadata = await self._blocking_meta(self.metadata.read_ledger, ledger_id)
