@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs" / "testing.md"
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -33,6 +34,14 @@ def test_the_documented_example_runs_from_a_project_of_its_own(pytester):
     pytester.makepyfile(test_from_the_docs=blocks[0])
     result = run(pytester)
     result.assert_outcomes(passed=3)
+
+
+def test_the_readme_example_runs_from_a_project_of_its_own(pytester):
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    ours = [b for b in blocks if "embedlog_cluster" in b]
+    assert len(ours) == 1, "README.md's pytest plugin example is gone"
+    pytester.makepyfile(test_from_the_readme=ours[0])
+    run(pytester).assert_outcomes(passed=1)
 
 
 def test_the_marker_shapes_the_cluster(pytester):
