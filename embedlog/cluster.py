@@ -30,6 +30,7 @@ from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport, next_txn
 from embedlog.transport.faults import NetworkFaults
 from embedlog.transport.inprocess import InProcessTransport
+from embedlog.transport.server import BookieGoneError, resume_serving
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import HEADER, Digester, header_fields, split_term
 from embedlog.wire.messages import OpCode, Request
@@ -259,6 +260,7 @@ class LocalCluster:
                 for bid, b in list(self._bookies.items()):
                     if b.state in (BookieState.SERVING, BookieState.BOOTING):
                         try:
+                            self._drop_held(b, "stopped")
                             rt.run(b.stop(), timeout=60)
                         except Exception:
                             log.exception("stopping bookie %s", bid)
@@ -411,6 +413,33 @@ class LocalCluster:
                 )
             time.sleep(0.02)
 
+    def pause_bookie(self, bookie_id: str) -> None:
+        """The bookie stops answering, and loses nothing: what SIGSTOP does to a bookie
+        process. Requests sent to it wait, unanswered (their senders time out: an unknown
+        outcome), until ``resume_bookie``; then it serves them all, in order. A request it
+        was already working on is still answered; its background work (flushes, BP-46
+        repair) goes on. Stopping or crashing a paused bookie drops what it held: the
+        senders learn that the bookie went away.
+        """
+        with self._lock:
+            bookie = self._running(bookie_id)
+            self.runtime.call(bookie.pause_gate.pause)
+
+    def resume_bookie(self, bookie_id: str) -> None:
+        """Undo ``pause_bookie``: the bookie serves every request it held, in order. Resuming
+        a bookie that is not paused does nothing."""
+        with self._lock:
+            bookie = self._running(bookie_id)
+            self.runtime.call(resume_serving, bookie, bookie.pause_gate)
+
+    def paused_bookies(self) -> list[str]:
+        """Running bookies that ``pause_bookie`` paused."""
+        return [b for b in self.running_bookies() if self._bookies[b].pause_gate.paused]
+
+    def _drop_held(self, bookie: Bookie, how: str) -> None:
+        gone = BookieGoneError(f"bookie {bookie.bookie_id} {how} while paused")
+        self.runtime.call(bookie.pause_gate.drop, gone)
+
     def stop_bookie(self, bookie_id: str) -> None:
         """Clean shutdown: everything is flushed and the unclean-shutdown bit cleared.
 
@@ -420,6 +449,7 @@ class LocalCluster:
         with self._lock:
             bookie = self._running(bookie_id)
             self._transport_stopped(bookie_id)
+            self._drop_held(bookie, "stopped")
             try:
                 self.runtime.run(bookie.stop())
             finally:
@@ -430,6 +460,7 @@ class LocalCluster:
         with self._lock:
             bookie = self._running(bookie_id)
             self._transport_stopped(bookie_id)
+            self._drop_held(bookie, "crashed")
             self.runtime.call(bookie.crash)
             self._end_session(bookie_id, clean=False)
 
