@@ -26,6 +26,7 @@ from embedlog.bookie.requests import Requests
 from embedlog.errors import BookieIOError
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
+from embedlog.metrics import BookieMetrics
 from embedlog.transport.pause import PauseGate
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class Bookie(Requests, Boot):
         self.flush_health = FlushHealth(config.flush_interval, config.flush_retry_max_interval)
         self._lac_changed = {}
         self.boot_seconds = 0.0
+        self.metrics = BookieMetrics()  # embedlog/metrics.py: what operators watch
         self.pause_gate = PauseGate()  # LocalCluster.pause_bookie: requests held, not served
 
     async def start(self) -> None:
