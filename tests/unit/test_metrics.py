@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -45,7 +46,7 @@ def test_cumulative_buckets_end_with_the_count_and_merge_adds_up():
     assert cumulative[-1] == (float("inf"), 5)
     assert cumulative[0] == (5e-5, 1)
     assert dict(cumulative)[0.0032] == 4
-    assert all(x[1] <= y[1] for x, y in zip(cumulative, cumulative[1:], strict=False))
+    assert all(x[1] <= y[1] for x, y in itertools.pairwise(cumulative))
 
 
 def test_a_cluster_counts_adds_reads_recoveries_and_keeps_counting_over_restarts(make_cluster):
