@@ -881,8 +881,12 @@ class LedgerWriter:
         if self.error is None:
             self.error = LedgerClosedError(f"ledger {self.md.ledger_id} is closed")
 
-    def stop(self) -> None:
-        """Forget outstanding work (the client is closing)."""
+    def stop(self, error: BKError | None = None) -> None:
+        """Forget outstanding work. With ``error`` (the client is closing), every add not
+        acknowledged yet fails with it, rather than wait for answers nobody will act on:
+        its outcome is unknown (it may be stored), as after any error."""
+        if error is not None and self.pending:
+            self.fail(error)
         self.budget.shut(
             LedgerClosedError(
                 f"ledger {self.md.ledger_id}: the client was closed; this add was not queued"
