@@ -14,10 +14,18 @@ from typing import Any
 
 
 class MemoryKV:
+    """One open handle on a store; ``reopen()`` gives another on the same keys (a boot
+    after a crash or a stop: the keys outlive the handle, as files outlive a process)."""
+
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}
         self._keys: list[bytes] = []  # sorted
         self.closed = False
+
+    def reopen(self) -> MemoryKV:
+        handle = MemoryKV()
+        handle._data, handle._keys = self._data, self._keys
+        return handle
 
     def _check(self) -> None:
         if self.closed:
