@@ -88,6 +88,7 @@ class LedgerStorage:
         self._dirty: set[int] = set()
         self._deleted: set[int] = set()  # ledgers deleted since the last flush
         self._flush_lock = asyncio.Lock()
+        self._checkpoint = self.index.checkpoint()  # the journal LSN the index last recorded
         self.flushes = 0
 
     def _check_logs(self, ends: dict[int, int]) -> None:
@@ -240,6 +241,17 @@ class LedgerStorage:
     async def _flush_locked(
         self, checkpoint: int | None, cut: tuple[int, Cut, int] | None = None
     ) -> None:
+        if (
+            cut is None
+            and not self.cache
+            and not self._dirty
+            and not self._deleted
+            and checkpoint == self._checkpoint
+        ):
+            # Nothing cached, no state changed, the journal where the index has it: the
+            # batch would rewrite what the index holds (an idle bookie flushes often).
+            self.flushes += 1
+            return
         # The cache is handed to the flush whole and adds start a new one: nothing is copied
         # or removed entry by entry (the flush was a third of a bookie's work per add).
         # Entries being flushed stay readable until the index has them.
@@ -273,6 +285,8 @@ class LedgerStorage:
         finally:
             self._flushing = {}
         self._deleted -= deleted
+        if checkpoint is not None:
+            self._checkpoint = checkpoint
         self.flushes += 1
 
     def _flush_sync(

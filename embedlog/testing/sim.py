@@ -3,11 +3,12 @@
 ``run_seed(seed, scenario)`` boots real bookies (``embedlog.bookie.Bookie``) with
 their real journals, write caches, entry logs and indexes on simulated disks in memory
 (``MemoryDisk``: crashes tear unsynced tails; disks fill up, fsyncs fail and disks are
-wiped, all drawn from the seed), and drives real clients (``LedgerWriter``, ``recover_ledger`` through
-``Client.open_ledger_aio``, the reader) against them through ``SimNetwork``, all on
-one ``VirtualClockLoop``. Everything that varies comes from the seed: the cluster's
-settings, the workload, every message's delay and loss, every disk operation's
-latency, when bookies crash or stop and when they come back. The trace (every
+wiped, all drawn from the seed), and drives real clients (``LedgerWriter``,
+``recover_ledger`` through ``Client.open_ledger_aio``, the reader) against them
+through ``SimNetwork``, all on one ``VirtualClockLoop``. Everything that varies comes
+from the seed: the cluster's settings, the workload, every message's delay and loss,
+every disk operation's latency and fault, when bookies crash or stop and when they
+come back. The trace (every
 message, answer, fault and client outcome, stamped with virtual time) is hashed:
 the same seed gives the same hash.
 
@@ -323,6 +324,7 @@ class Simulation:
             self.oracle.violate("BookieBoots", f"{bid} could not boot: {exc!r}")
             return False
         self.counts["bookie.boot"] += 1
+        self.disk_faults.booted(bid)
         if bookie.suspicion:
             self.counts["bp46.phase_one"] += 1
         self.trace("booted", bid, bookie.suspicion or "clean", bookie.protected_ledgers)

@@ -9,7 +9,8 @@ the seed (the disks themselves are embedlog/testing/simdisk.py).
 * A wipe replaces the disks of a bookie that just went down (crash or stop) with empty
   ones; it comes back after the operator's BP-46 cookie fix (``fix_cookies``), so its
   boot is suspicious: every ledger the metadata gives it is fenced and put in limbo
-  before it serves, then repaired from its peers. A wiped bookie lost entries it
+  before it serves, then repaired from its peers (the oracle's rule for what it
+  acknowledged before: ``Oracle.wiped``). A wiped bookie lost entries it
   acknowledged, like a bookie that crashed without the journal: both count against the
   same budget (``Scenario.lossy_bookies``, AQ - 1), so that every acknowledged entry
   keeps a copy somewhere and liveness is still checked. Without the journal, a full
@@ -41,6 +42,7 @@ class DiskNemesis:
         self.mean_gap: float | None = rng.choice((None, 0.3, 1.0, 3.0))
         self.wipe_probability = rng.choice((0.0, 0.1, 0.3))
         self._wiped: set[str] = set()  # wiped, and not booted with a cookie fix yet
+        self._unsettled: set[str] = set()  # wiped, and not booted since
 
     def needs_cookie_fix(self, bid: str) -> bool:
         return bid in self._wiped
@@ -58,8 +60,19 @@ class DiskNemesis:
         sim._lossy.add(bid)
         sim.disks[bid].wipe()
         self._wiped.add(bid)
+        self._unsettled.add(bid)
         sim.counts["fault.wipe"] += 1
         sim.trace("wipe", bid)
+
+    def booted(self, bid: str) -> None:
+        """``bid`` booted; after a wipe, what it acknowledged before is judged anew."""
+        if bid not in self._unsettled:
+            return
+        self._unsettled.discard(bid)
+        bookie = self.sim.bookies[bid]
+        gone = self.sim.oracle.wiped(bid, lambda lid: bookie.ledger_info(lid) is not None)
+        if gone:
+            self.sim.trace("wiped-acks-forgotten", bid, gone)
 
     async def run(self) -> None:
         sim, rng = self.sim, self.rng
