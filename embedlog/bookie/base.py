@@ -28,6 +28,7 @@ from typing import Any
 
 from embedlog.bookie import records
 from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.disk import Disk
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.journal import Journal
 from embedlog.bookie.storage import LedgerStorage
@@ -48,6 +49,7 @@ class BookieBase:
     config: BookieConfig
     metadata: MetadataClient
     session: MetadataStore  # the bookie's registration lives as long as this session
+    disk: Disk  # every file the bookie touches, through this (embedlog/bookie/disk.py)
     _state: BookieState
     readonly: bool  # refuses adds with EREADONLY (configured, or a disk that failed)
     storage: LedgerStorage | None  # both set by the boot
