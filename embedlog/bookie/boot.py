@@ -52,7 +52,7 @@ class Boot(RepairServices, Flushing):
         first_boot = check.first_boot
         # A new or wiped index disk (no cookie yet) gets a new LevelDB; any other must
         # already have one, or it was damaged (see LedgerIndex).
-        new_index = not (cfg.index_dir / cookies.COOKIE_FILE).exists()
+        new_index = first_boot or not (cfg.index_dir / cookies.COOKIE_FILE).exists()
         for d in cookies.cookie_dirs(cfg):
             try:
                 d.mkdir(parents=True, exist_ok=True)
