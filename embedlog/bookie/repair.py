@@ -178,9 +178,7 @@ class Repairer:
                 return await self._ledgers_to_repair()
             except MetadataError as exc:
                 p.state = "waiting"
-                log.warning(
-                    "bookie %s: BP-46 repair cannot list its ledgers yet: %s", self.me, exc
-                )
+                log.warning("bookie %s: BP-46 repair cannot list its ledgers yet: %s", self.me, exc)
                 await self.bookie.publish_status()
                 await asyncio.sleep(self.retry_interval)
                 p.state = "running"

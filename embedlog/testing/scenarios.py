@@ -81,6 +81,13 @@ UNSAFE: dict[str, UnsafeSwitch] = {
             client={"unsafe_recovery_reads_without_fence": True},
         ),
         UnsafeSwitch(
+            "ack-from-replaced-bookie",
+            "an ensemble change keeps the replaced bookies' acks of the entries it moves "
+            "(an entry is acknowledged with fewer than AQ copies in its write set)",
+            "bounded",
+            client={"unsafe_ack_from_replaced_bookie": True},
+        ),
+        UnsafeSwitch(
             "recovery-from-minus-one",
             "recovery reads forward from -1 instead of the last fragment (Defect 2)",
             "bounded",

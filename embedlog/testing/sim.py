@@ -36,7 +36,7 @@ from attrs import define, field
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
 from embedlog.client import Client
-from embedlog.errors import BKError, NoSuchLedgerInMetadataError
+from embedlog.errors import BKError, MetadataError, NoSuchLedgerInMetadataError
 from embedlog.ledger.placement import RandomPlacement
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
@@ -45,11 +45,18 @@ from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.metadata.memory import MemoryMetadataStore
 from embedlog.metadata.store import MetadataStore
 from embedlog.runtime import Runtime
+from embedlog.testing.ackquorum import describe, missing_copies, storage_reader
 from embedlog.testing.oracle import Oracle, Violation
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
 from embedlog.testing.simloop import SimDisk, VirtualClockLoop, seeded, virtual_clock
+from embedlog.testing.simmeta import (
+    FaultyMetadataStore,
+    MetadataFaults,
+    MetaProfile,
+    SimMetadataExecutor,
+)
 from embedlog.testing.simnet import NetProfile, SimNetwork
-from embedlog.wire.entry import Digester, DigestType
+from embedlog.wire.entry import HEADER, Digester, DigestType
 
 PASSWORD = b"sim"
 DIGEST = DigestType.CRC32C
@@ -194,7 +201,17 @@ class Simulation:
         self.trace = Trace(loop, keep_trace)
         self.counts: Counter[str] = Counter()
         self.store = MemoryMetadataStore()
-        self.meta = MetadataClient(self.store)
+        # What the store holds, for the oracle; clients and bookies reach it through a
+        # connection that is slow and fails (simmeta.py).
+        self.truth = MetadataClient(self.store)
+        self.metafaults = MetadataFaults(
+            seeded(seed, "metadata"),
+            MetaProfile.draw(seeded(seed, "metadata-config")),
+            self.trace,
+            self.counts,
+        )
+        self.meta = MetadataClient(FaultyMetadataStore(self.store, self.metafaults))
+        loop.set_default_executor(SimMetadataExecutor(loop, self.metafaults))
         self.oracle = Oracle(Digester(DIGEST).digest_len, self.trace, self._responsible)
         switch = UNSAFE[unsafe] if unsafe is not None else None
         self.rng = seeded(seed, "workload")
@@ -234,6 +251,8 @@ class Simulation:
         # acknowledged. Once AQ of one ensemble did, BP-46 rightly leaves the ledger
         # unrecoverable (an acknowledged entry may be gone everywhere): no liveness then.
         self._lossy: set[str] = set()
+        self._aborted: set[str] = set()  # boots abandoned after the unclean bit, journal off
+        self._unrecoverable: set[int] = set()  # ledgers exempt from liveness (see heal)
         self.trace(
             "seed",
             seed,
@@ -252,7 +271,7 @@ class Simulation:
 
     def _responsible(self, lid: int, eid: int, bookie: str) -> bool:
         try:
-            md = self.meta.read_ledger(lid)
+            md = self.truth.read_ledger(lid)
         except NoSuchLedgerInMetadataError:
             return True  # never deleted in these scenarios: a negative is a violation
         if md.is_closed and eid > md.last_entry_id:
@@ -278,7 +297,7 @@ class Simulation:
 
     async def boot(self, bid: str) -> bool:
         cfg = BookieConfig.from_settings(bid, self.root / bid, **self.bookie_settings)
-        session = self.store.session()
+        session = self.meta.store.session()
         disks: list[SimDisk] = []
 
         def disk(name: str) -> SimDisk:
@@ -299,6 +318,14 @@ class Simulation:
         except Exception as exc:
             session.close()
             self.trace("boot-failed", bid, type(exc).__name__, exc)
+            if isinstance(exc, MetadataError):
+                # As against ZooKeeper: the boot gives up, the bookie is started again.
+                self.counts["bookie.boot_failed.metadata"] += 1
+                if bookie.storage is not None and not self.bookie_settings["journal_write_data"]:
+                    # It set its unclean bit: its next boot protects its ledgers (limbo) as
+                    # after a crash, though it lost nothing. For liveness it counts as lossy.
+                    self._aborted.add(bid)
+                return False
             self.oracle.violate("BookieBoots", f"{bid} could not boot: {exc!r}")
             return False
         self.counts["bookie.boot"] += 1
@@ -355,14 +382,21 @@ class Simulation:
             for j in range(rng.randint(*self.scenario.recoveries))
         ]
         nemesis = asyncio.ensure_future(self.nemesis()) if self.scenario.crashes else None
+        expiries = asyncio.ensure_future(
+            self.metafaults.expire_sessions(
+                lambda: [b for b in self.up() if b in self._sessions],
+                lambda: self._workload_done,
+                lambda b: self._sessions[b].expire(),  # type: ignore[attr-defined]
+            )
+        )
         _done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
         for t in pending:
             t.cancel()
         # The nemesis ends after its current step, never inside one: a stop or a boot cut
         # short by a cancellation would be a fault of the simulator's own making.
         self._workload_done = True
-        await asyncio.wait([*work, *(x for x in [nemesis] if x is not None)])
-        for t in [*work, *(x for x in [nemesis] if x is not None)]:
+        await asyncio.wait([*work, expiries, *(x for x in [nemesis] if x is not None)])
+        for t in [*work, expiries, *(x for x in [nemesis] if x is not None)]:
             self._outcome(t)
         await self.heal_and_check()
         self.counts.update(self.net.counts)
@@ -533,6 +567,7 @@ class Simulation:
         self.trace("heal")
         self._healed = True
         self.net.heal()
+        self.metafaults.heal()
         for bid in self.down():
             await self.boot(bid)
         deadline = self.loop.time() + SETTLE_LIMIT
@@ -542,14 +577,16 @@ class Simulation:
             await asyncio.sleep(0.2)
         checker = self.client("checker")
         for lid in list(self.ledgers):
-            md = self.meta.read_ledger(lid)
-            lost = [e for _, e in md.fragments if len(self._lossy & set(e)) >= md.ack_quorum]
+            md = self.truth.read_ledger(lid)
+            limbo = self._lossy | self._aborted
+            lost = [e for _, e in md.fragments if len(limbo & set(e)) >= md.ack_quorum]
             for attempt in range(1 if lost else 6):
                 if await self._recover_and_read(checker, lid, "checker", final=True):
                     break
                 await asyncio.sleep(1.0 + attempt)
             else:
                 if lost:
+                    self._unrecoverable.add(lid)
                     self.counts["liveness_exempt"] += 1
                     self.trace("unrecoverable", lid, "lossy crashes in", lost)
                     continue
@@ -557,8 +594,28 @@ class Simulation:
                     "LedgerIsClosed",
                     f"ledger {lid} could not be recovered and read back after healing",
                 )
+        self.check_ack_quorum_copies()
         for w in self._writers:
             w.stop()
+
+    def lost_disks(self) -> set[str]:
+        """Bookies that lost what their disks held: crashed while adds skipped the journal."""
+        return set(self._lossy)
+
+    def check_ack_quorum_copies(self) -> None:
+        """Invariant 4 (ackquorum.py), asking every bookie's storage directly."""
+        skip = HEADER.size + Digester(DIGEST).digest_len
+        stored = storage_reader(
+            lambda b: self.bookies[b].storage if self._serving(b) else None,
+            lambda data: data[skip:],
+        )
+        # A ledger left unrecoverable by lossy bookies cannot be repaired either: what the
+        # others lost stays lost until it is recovered.
+        acked = {k: v for k, v in self.oracle.acked.items() if k not in self._unrecoverable}
+        short = missing_copies(acked, self.truth.read_ledger, stored, self.lost_disks())
+        self.counts["check.ack_quorum_entries"] += sum(map(len, self.oracle.acked.values()))
+        if short:
+            self.oracle.violate("AllCommittedEntriesReachAckQuorum", "; ".join(describe(short)))
 
     async def shutdown(self) -> None:
         """Release every bookie's files and end every task, whatever state the run ended in."""
