@@ -27,6 +27,8 @@ class Scenario:
     lossy_bookies: int = 1
     loss: tuple[float, float] = (0.0, 0.08)  # per-message loss probability, min..max
     spikes: tuple[float, float] = (0.0, 0.1)  # per-message long-delay probability
+    fault_budget: int | None = None  # nemesis steps before it stops (None: no bound)
+    meta_budget: int | None = None  # injected metadata faults at most (None: no bound)
 
 
 SCENARIOS: dict[str, Scenario] = {

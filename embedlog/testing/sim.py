@@ -46,6 +46,7 @@ from embedlog.metadata.memory import MemoryMetadataStore
 from embedlog.metadata.store import MetadataStore
 from embedlog.runtime import Runtime
 from embedlog.testing.ackquorum import describe, missing_copies, storage_reader
+from embedlog.testing.limits import Limits
 from embedlog.testing.oracle import Oracle, Violation
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
 from embedlog.testing.simloop import SimDisk, VirtualClockLoop, seeded, virtual_clock
@@ -114,6 +115,7 @@ class SeedResult:
     counts: Counter[str]
     virtual_seconds: float
     trace: list[str]
+    limits: str = ""  # the --limit it ran under ("" : none)
 
     @property
     def ok(self) -> bool:
@@ -147,8 +149,10 @@ def run_seed(
     unsafe: str | None = None,
     keep_trace: bool = True,
     quiet: bool = True,
+    limits: Limits | None = None,
 ) -> SeedResult:
-    """Run one seeded history and check its invariants."""
+    """Run one seeded history and check its invariants (``limits``: bounds on what the
+    seed draws, limits.py)."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; scenarios: {', '.join(SCENARIOS)}")
     if unsafe is not None and unsafe not in UNSAFE:
@@ -158,7 +162,8 @@ def run_seed(
     saved_random = random.getstate()
     # Protocol code that draws from the module's generator (unbounded ensemble choices).
     random.seed(f"{seed}:global")
-    sim = Simulation(seed, SCENARIOS[scenario], unsafe, root, loop, keep_trace)
+    sc = limits.apply(SCENARIOS[scenario]) if limits else SCENARIOS[scenario]
+    sim = Simulation(seed, sc, unsafe, root, loop, keep_trace)
     try:
         with virtual_clock(loop), _quiet(quiet):
             asyncio.set_event_loop(loop)
@@ -181,6 +186,7 @@ def run_seed(
         counts=sim.counts,
         virtual_seconds=loop.time(),
         trace=sim.trace.events,
+        limits=str(limits or ""),
     )
 
 
@@ -209,6 +215,7 @@ class Simulation:
             MetaProfile.draw(seeded(seed, "metadata-config")),
             self.trace,
             self.counts,
+            budget=scenario.meta_budget,
         )
         self.meta = MetadataClient(FaultyMetadataStore(self.store, self.metafaults))
         loop.set_default_executor(SimMetadataExecutor(loop, self.metafaults))
@@ -536,10 +543,12 @@ class Simulation:
         max_down = max(1, self.scenario.bookies - self.ensemble)
         mean_gap = rng.choice((0.1, 0.3, 1.0))
         self.trace("nemesis", "mean-gap", mean_gap, "max-down", max_down)
+        steps = 0
         while True:
             await asyncio.sleep(rng.expovariate(1 / mean_gap))
-            if self._workload_done:
+            if self._workload_done or steps == self.scenario.fault_budget:
                 return
+            steps += 1
             up, down = self.up(), self.down()
             action = rng.random()
             if down and (action < 0.4 or len(down) >= max_down):
