@@ -75,13 +75,12 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help=f"bound what each seed draws, e.g. faults=3,entries=7 (knobs: {', '.join(KNOBS)});"
         " what a shrunk history's replay command gives",
     )
-    shrinking = p.add_mutually_exclusive_group()
-    shrinking.add_argument(
+    p.add_argument(
         "--shrink",
         action="store_true",
         help="shrink every violating seed (default: the first one only)",
     )
-    shrinking.add_argument("--no-shrink", action="store_true", help="do not shrink violating seeds")
+    p.add_argument("--no-shrink", action="store_true", help="do not shrink violating seeds")
     p.set_defaults(func=run)
 
 
@@ -122,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         return _error(f"unknown scenario {args.scenario!r}; scenarios: {choices(SCENARIOS)}")
     if args.unsafe is not None and args.unsafe not in UNSAFE:
         return _error(f"unknown unsafe switch {args.unsafe!r}; switches: {choices(UNSAFE)}")
+    if args.shrink and args.no_shrink:
+        return _error("--shrink and --no-shrink exclude each other: give one")
     jobs = _whole(args.jobs, 1) if args.jobs is not None else (os.cpu_count() or 1)
     if jobs is None:
         return _error(f"--jobs takes a whole number >= 1, got {args.jobs!r}")

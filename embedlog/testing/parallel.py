@@ -1,10 +1,11 @@
 """Seeds run in worker processes: ``embedlog chaos --jobs N``.
 
 A simulation owns its process while it runs (one loop, the clock patched), so seeds run
-side by side only in processes. Workers are forked from the chaos command, which runs
-under PYTHONHASHSEED=0: they share its string hashing, so a seed's history (and its
-hash) is the same in a worker as in the command itself. Results come back in seed
-order, whatever order the workers finish in.
+side by side only in processes. Workers are new interpreters (spawned, not forked: a
+process that ran a simulation may hold LevelDB's background thread mid-work, and a fork
+of it can deadlock), started with the environment of the chaos command, which runs
+under PYTHONHASHSEED=0: a seed's history (and its hash) is the same in a worker as in
+the command itself. Results come back in seed order, whatever order workers finish in.
 """
 
 from __future__ import annotations
@@ -45,6 +46,5 @@ def run_seeds(
         for job in work:
             yield _one(job)
         return
-    # fork: the workers start as copies of this process (its hash seed, its imports).
-    with multiprocessing.get_context("fork").Pool(min(jobs, len(work))) as pool:
+    with multiprocessing.get_context("spawn").Pool(min(jobs, len(work))) as pool:
         yield from pool.imap(_one, work, chunksize=1)
