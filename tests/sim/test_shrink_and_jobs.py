@@ -43,14 +43,9 @@ def test_parallel_seeds_have_the_same_histories_as_serial_ones():
     # As the chaos command runs them: under PYTHONHASHSEED=0, workers spawned.
     hashes = []
     for jobs in ("1", "2"):
+        argv = ["chaos", "--seeds", "3", "--start", "30", "--jobs", jobs, "--trace"]
         out = subprocess.run(
-            [
-                sys.executable,
-                *("-m", "embedlog", "chaos", "--seeds", "3", "--start", "30"),
-                "--jobs",
-                jobs,
-            ]
-            + ["--trace"],
+            [sys.executable, "-m", "embedlog", *argv],
             env=dict(os.environ, PYTHONHASHSEED="0"),
             capture_output=True,
             text=True,
