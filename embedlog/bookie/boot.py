@@ -52,7 +52,7 @@ class Boot(RepairServices, Flushing):
         first_boot = check.first_boot
         # A new or wiped index disk (no cookie yet) gets a new LevelDB; any other must
         # already have one, or it was damaged (see LedgerIndex).
-        new_index = not disk.exists(cfg.index_dir / cookies.COOKIE_FILE)
+        new_index = first_boot or not disk.exists(cfg.index_dir / cookies.COOKIE_FILE)
         for d in cookies.cookie_dirs(cfg):
             try:
                 disk.mkdir(d)

@@ -107,6 +107,10 @@ def check_cookies(
     no_cookie_anywhere = stored is None and all(c in (None, "missing") for c in found.values())
     if no_cookie_anywhere and all(_is_empty(d, disk) for d in dirs):
         return CookieCheck(first_boot=True)
+    if interrupted_first_boot(stored, found, expected, config.index_dir, disk):
+        # A first boot that stopped while writing its cookies (a metadata error, a crash):
+        # no index was ever created, so the bookie never served. Start it over.
+        return CookieCheck(first_boot=True)
     problems: list[str] = []
     foreign: list[str] = []
     if stored is None:
@@ -139,6 +143,43 @@ def check_cookies(
                     "wipe this one"
                 )
     return CookieCheck(first_boot=False, problems=tuple(problems), foreign=tuple(foreign))
+
+
+def interrupted_first_boot(
+    stored: tuple[bytes, int] | None,
+    found: dict[Path, Cookie | str | None],
+    expected: Cookie,
+    index_dir: Path,
+    disk: Disk = REAL_DISK,
+) -> bool:
+    """Whether a first boot stopped between writing its cookies and creating the index
+    (a metadata error or a crash while writing the metadata store's cookie).
+
+    Its signature: the index directory holds this bookie's cookie and nothing else, the
+    other directories nothing but that cookie, the metadata store no cookie or this one.
+    The index is created right after the cookies and before the bookie registers, so such
+    a bookie never served. A wiped index disk has no cookie left: it never looks like this.
+    """
+    if found.get(index_dir) != expected:
+        return False
+    if stored is not None:
+        try:
+            if Cookie.from_bytes(stored[0]) != expected:
+                return False
+        except CookieError:
+            return False
+    for d, c in found.items():
+        if c == "missing":
+            continue
+        if c is not None and c != expected:
+            return False
+        try:
+            names = set(disk.listdir(d))
+        except FileNotFoundError:
+            names = set()
+        if names - {COOKIE_FILE, COOKIE_FILE + ".tmp"}:
+            return False
+    return True
 
 
 def write_cookies(config: BookieConfig, metadata: MetadataClient, disk: Disk = REAL_DISK) -> Cookie:

@@ -45,6 +45,9 @@ class ClientContext:
     unsafe_recovery_from_minus_one: bool = False  # the model's "Defect 2"
     # Unbounded ledgers: a takeover writes no truncate no-op (the article's log divergence).
     unsafe_takeover_without_noop: bool = False
+    # An ensemble change keeps the replaced bookies' acks of the entries that move: an
+    # entry may count as acknowledged with fewer than AQ copies in its write set.
+    unsafe_ack_from_replaced_bookie: bool = False
     # Why the client that owns this context takes no more calls (None: it does).
     closed_reason: str | None = None
     metrics: ClientMetrics = field(factory=ClientMetrics)  # embedlog/metrics.py

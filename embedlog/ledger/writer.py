@@ -693,7 +693,7 @@ class LedgerWriter:
             for p in moved:
                 ws = self._write_set(p.entry_id)
                 for idx in replaced:
-                    if idx in ws:
+                    if idx in ws and not self.ctx.unsafe_ack_from_replaced_bookie:
                         p.unack(idx)
             ready = await self.prepare_bookies(set(replaced.values()), first)
             # A new member that could not be readied is replaced in turn; its entries wait.
