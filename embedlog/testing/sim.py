@@ -318,7 +318,12 @@ class Simulation:
             )
         if self.disk_faults.needs_cookie_fix(bid):
             # The operator's BP-46 cookie fix for a wiped bookie (embedlog bookie fixcookie).
-            fixed = fix_cookies(cfg, self.meta, mdisk)
+            try:
+                fixed = fix_cookies(cfg, self.meta, mdisk)
+            except MetadataError as exc:  # the operator runs it again later
+                self.counts["fixcookie_failed.metadata"] += 1
+                self.trace("fixcookie-failed", bid, exc)
+                return False
             self.disk_faults.cookie_fixed(bid)
             self.trace("fixcookie", bid, len(fixed))
         session = self.meta.store.session()
