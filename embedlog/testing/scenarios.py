@@ -27,6 +27,11 @@ class Scenario:
     lossy_bookies: int = 1
     loss: tuple[float, float] = (0.0, 0.08)  # per-message loss probability, min..max
     spikes: tuple[float, float] = (0.0, 0.1)  # per-message long-delay probability
+    ledger_kind: str = "bounded"  # "unbounded": streams (workload_unbounded.py)
+    # Unbounded streams: takeovers by other clients, trims, followers tailing; min..max.
+    takeovers: tuple[int, int] = (0, 0)
+    trims: tuple[int, int] = (0, 0)
+    followers: tuple[int, int] = (0, 0)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -42,6 +47,29 @@ SCENARIOS: dict[str, Scenario] = {
             "the same without the journal (BP-46): crashes lose acknowledged entries on "
             "that bookie; fencing on boot, limbo and repair must keep them",
             journal="off",
+        ),
+        Scenario(
+            "unbounded",
+            "unbounded streams, journal on: pipelined appends, rollovers, concurrent "
+            "takeovers by other clients, trims, followers tailing, crashes, a lossy network",
+            ledgers=(1, 2),
+            entries=(5, 40),
+            ledger_kind="unbounded",
+            takeovers=(1, 3),
+            trims=(0, 2),
+            followers=(0, 2),
+        ),
+        Scenario(
+            "unbounded-nojournal",
+            "the same without the journal (BP-46): a crash loses what the bookie acknowledged; "
+            "repair takes the stream over before limbo ends",
+            ledgers=(1, 2),
+            entries=(5, 40),
+            journal="off",
+            ledger_kind="unbounded",
+            takeovers=(1, 3),
+            trims=(0, 2),
+            followers=(0, 2),
         ),
     )
 }
