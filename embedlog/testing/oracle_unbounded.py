@@ -35,7 +35,7 @@ from attrs import define, field
 
 from embedlog.testing.oracle import Oracle
 from embedlog.wire.codes import StatusCode
-from embedlog.wire.entry import HEADER, split_term
+from embedlog.wire.entry import FLAG_NOOP, HEADER, split_term
 from embedlog.wire.messages import (
     AddFlags,
     FrameError,
@@ -103,16 +103,20 @@ class StreamOracle(Oracle):
             return
         lid = req.ledger_id
         for eid, entry in self._entries(req):
-            _flags, payload = self._parse(entry)
+            flags, payload = self._parse(entry)
             if req.flags & AddFlags.TRUNCATE:
                 self._counts["path.truncate_noop"] += 1
-            if not req.flags & AddFlags.RECOVERY or req.flags & AddFlags.NOOP:
+            if not req.flags & AddFlags.RECOVERY:
                 continue
+            # A takeover's write-back (its no-op included) at an id an older term had
+            # acknowledged must carry that payload: anything else replaces it.
             acked = self.stream_acked.get(lid, {}).get(eid)
-            if acked is not None and acked[1] < req.term and acked[0] != payload:
+            noop = flags & FLAG_NOOP
+            if acked is not None and acked[1] < req.term and (noop or acked[0] != payload):
+                what = "a no-op" if noop else repr(payload)
                 self.violate(
                     "NoLogDivergence",
-                    f"{src}'s takeover (term {req.term}) writes back {payload!r} at {lid}:{eid}, "
+                    f"{src}'s takeover (term {req.term}) writes back {what} at {lid}:{eid}, "
                     f"acknowledged as {acked[0]!r} in term {acked[1]}",
                 )
 

@@ -27,6 +27,9 @@ class Scenario:
     lossy_bookies: int = 1
     loss: tuple[float, float] = (0.0, 0.08)  # per-message loss probability, min..max
     spikes: tuple[float, float] = (0.0, 0.1)  # per-message long-delay probability
+    # Each metadata operation waits one of these (seconds, drawn per seed): a slow store
+    # widens the windows of compare-and-swaps (ensemble changes, takeovers, trims).
+    metadata_delay: tuple[float, ...] = (0.0,)
     ledger_kind: str = "bounded"  # "unbounded": streams (workload_unbounded.py)
     # Unbounded streams: takeovers by other clients, trims, followers tailing; min..max.
     takeovers: tuple[int, int] = (0, 0)
@@ -55,6 +58,7 @@ SCENARIOS: dict[str, Scenario] = {
             ledgers=(1, 2),
             entries=(5, 40),
             ledger_kind="unbounded",
+            metadata_delay=(0.0, 0.002, 0.02),
             takeovers=(1, 3),
             trims=(0, 2),
             followers=(0, 2),
@@ -67,6 +71,7 @@ SCENARIOS: dict[str, Scenario] = {
             entries=(5, 40),
             journal="off",
             ledger_kind="unbounded",
+            metadata_delay=(0.0, 0.002, 0.02),
             takeovers=(1, 3),
             trims=(0, 2),
             followers=(0, 2),
@@ -84,6 +89,7 @@ class UnsafeSwitch:
     scenario: str  # the scenario that exposes it
     bookie: Mapping[str, bool] = field(factory=dict)  # BookieConfig settings
     client: Mapping[str, bool] = field(factory=dict)  # Client options
+    context: Mapping[str, bool] = field(factory=dict)  # ClientContext test-only settings
 
 
 UNSAFE: dict[str, UnsafeSwitch] = {
@@ -113,6 +119,41 @@ UNSAFE: dict[str, UnsafeSwitch] = {
             "recovery reads forward from -1 instead of the last fragment (Defect 2)",
             "bounded",
             client={"unsafe_recovery_from_minus_one": True},
+        ),
+        UnsafeSwitch(
+            "no-truncate-noop",
+            "a takeover writes no truncate no-op: older terms' entries above the recovered "
+            "end stay (unsafe_takeover_without_noop)",
+            "unbounded",
+            client={"unsafe_takeover_without_noop": True},
+        ),
+        UnsafeSwitch(
+            "unknown-as-negative",
+            "recovery reads a timeout or an error answer as 'entry absent' "
+            "(unsafe_unknown_as_negative)",
+            "bounded",
+            context={"unsafe_unknown_as_negative": True},
+        ),
+        UnsafeSwitch(
+            "dirty-entries-outside-noop-write-set",
+            "E > WQ: a takeover leaves the bookies of the last fragment outside its no-op's "
+            "write set uncleared (issue #12 race 1: unsafe_skip_clear_last_fragment)",
+            "unbounded",
+            context={"unsafe_skip_clear_last_fragment": True},
+        ),
+        UnsafeSwitch(
+            "ack-from-replaced-bookie",
+            "entries complete during an ensemble change with acks of the bookie being "
+            "replaced (issue #12 race 3: unsafe_ack_during_replacement)",
+            "unbounded",
+            context={"unsafe_ack_during_replacement": True},
+        ),
+        UnsafeSwitch(
+            "recovery-ignores-term",
+            "recovery ignores the terms entries carry, so an aborted takeover's no-op "
+            "leaves a hole (issue #12: unsafe_recovery_ignores_term)",
+            "unbounded",
+            context={"unsafe_recovery_ignores_term": True},
         ),
     )
 }

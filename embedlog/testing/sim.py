@@ -211,6 +211,10 @@ class Simulation:
             **(switch.bookie if switch else {}),
         }
         self.client_options: Mapping[str, Any] = dict(switch.client) if switch else {}
+        self._context_options: Mapping[str, Any] = dict(switch.context) if switch else {}
+        if len(sc.metadata_delay) > 1:
+            delay = cfg_rng.choice(sc.metadata_delay)
+            self.meta.delay = (lambda: delay) if delay else None
         self.ensemble = cfg_rng.choice((3, 3, 4))
         self.write_quorum = cfg_rng.choice([q for q in (2, 3) if q <= self.ensemble])
         self.ack_quorum = 2
@@ -253,7 +257,7 @@ class Simulation:
 
     def client(self, name: str) -> Client:
         self._clients += 1
-        return Client(
+        client = Client(
             self.runtime,
             self.meta,
             self.net,
@@ -263,6 +267,9 @@ class Simulation:
             add_entry_quorum_timeout=10.0,
             **self.client_options,
         )
+        for setting, value in self._context_options.items():
+            setattr(client.ctx, setting, value)
+        return client
 
     def _disk_latency(self) -> float:
         rng = self._disk_rng

@@ -124,7 +124,7 @@ class TermWriter(LedgerWriter):
         self._progress.set()
 
     def _advance_lafr(self) -> None:
-        if self._replacing:
+        if self._replacing and not self.ctx.unsafe_ack_during_replacement:
             # Frozen while a replacement is in flight, like the LAC: an ack counted now
             # may be from a bookie the new fragment no longer lists for the entry.
             return
