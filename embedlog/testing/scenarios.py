@@ -149,6 +149,14 @@ UNSAFE: dict[str, UnsafeSwitch] = {
             context={"unsafe_ack_during_replacement": True},
         ),
         UnsafeSwitch(
+            "limbo-clears-at-first-resend",
+            "journal off: a rebooted bookie's repair of an open stream clears limbo up to the "
+            "first add after the boot, which a resend of an older entry does not bound "
+            "(issue #12 race 2: unsafe_limbo_clears_at_first_resend)",
+            "unbounded-nojournal",
+            bookie={"unsafe_limbo_clears_at_first_resend": True},
+        ),
+        UnsafeSwitch(
             "recovery-ignores-term",
             "recovery ignores the terms entries carry, so an aborted takeover's no-op "
             "leaves a hole (issue #12: unsafe_recovery_ignores_term)",

@@ -23,7 +23,8 @@ DIGEST = DigestType.CRC32C
 
 
 class Workload(Protocol):
-    oracle: Oracle
+    @property
+    def oracle(self) -> Oracle: ...
 
     def start(self) -> list[asyncio.Future[Any]]:
         """Start the clients' work; the futures end when it is done."""

@@ -36,7 +36,9 @@ class BoundedWorkload:
     def start(self) -> list[asyncio.Future[Any]]:
         sim, rng = self.sim, self.sim.rng
         n_ledgers = rng.randint(*sim.scenario.ledgers)
-        work = [asyncio.ensure_future(self.writer(i)) for i in range(n_ledgers)]
+        work: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(self.writer(i)) for i in range(n_ledgers)
+        ]
         work += [
             asyncio.ensure_future(self.recoverer(j))
             for j in range(rng.randint(*sim.scenario.recoveries))

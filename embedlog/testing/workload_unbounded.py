@@ -56,7 +56,9 @@ class UnboundedWorkload:
     def start(self) -> list[asyncio.Future[Any]]:
         sim, rng = self.sim, self.sim.rng
         sc = sim.scenario
-        work = [asyncio.ensure_future(self.stream(i)) for i in range(rng.randint(*sc.ledgers))]
+        work: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(self.stream(i)) for i in range(rng.randint(*sc.ledgers))
+        ]
         work += [asyncio.ensure_future(self.taker(j)) for j in range(rng.randint(*sc.takeovers))]
         work += [asyncio.ensure_future(self.trimmer(j)) for j in range(rng.randint(*sc.trims))]
         work += [asyncio.ensure_future(self.follower(j)) for j in range(rng.randint(*sc.followers))]
