@@ -39,6 +39,12 @@ def test_list_unsafe_names_every_switch(capsys):
         "no-fence-on-boot",
         "recovery-reads-without-fence",
         "recovery-from-minus-one",
+        "no-truncate-noop",
+        "unknown-as-negative",
+        "dirty-entries-outside-noop-write-set",
+        "limbo-clears-at-first-resend",
+        "ack-from-replaced-bookie",
+        "recovery-ignores-term",
     ):
         assert name in out
 
