@@ -33,6 +33,7 @@ from embedlog.bookie.journal import Journal
 from embedlog.bookie.storage import LedgerStorage
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
+from embedlog.metrics import BookieMetrics
 
 
 class BookieState(enum.Enum):
@@ -53,6 +54,7 @@ class BookieBase:
     journal: Journal | None
     _lac_changed: dict[int, asyncio.Event]  # READ_LAC long polls waiting, per ledger
     first_live: dict[int, int]  # see Bookie.__init__ (an unsafe switch's only)
+    metrics: BookieMetrics  # counters and histograms operators watch (embedlog/metrics.py)
 
     @property
     def state(self) -> BookieState:

@@ -26,6 +26,8 @@ from embedlog.bookie.requests import Requests
 from embedlog.errors import BookieIOError
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
+from embedlog.metrics import BookieMetrics
+from embedlog.transport.pause import PauseGate
 
 if TYPE_CHECKING:
     from embedlog.client import Client
@@ -77,6 +79,8 @@ class Bookie(Requests, Boot):
         self.flush_health = FlushHealth(config.flush_interval, config.flush_retry_max_interval)
         self._lac_changed = {}
         self.boot_seconds = 0.0
+        self.metrics = BookieMetrics()  # embedlog/metrics.py: what operators watch
+        self.pause_gate = PauseGate()  # LocalCluster.pause_bookie: requests held, not served
 
     async def start(self) -> None:
         if self._state is not BookieState.NEW:

@@ -82,7 +82,7 @@ class Boot(RepairServices, Flushing):
             # not find a journal that looks whole.
             index.set_marker(PROTECT, True)
             self.suspicion += damage
-        self.journal = Journal(cfg, self._journal_exec, end)
+        self.journal = Journal(cfg, self._journal_exec, end, self.metrics)
         self.journal.start()
         await self.storage.flush(self.journal.lsn)
         self.journal.remove_before(self.journal.lsn)

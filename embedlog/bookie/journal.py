@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import struct
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from pathlib import Path
@@ -33,6 +34,7 @@ from attrs import frozen
 
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.files import AppendFile
+from embedlog.metrics import BookieMetrics
 from embedlog.runtime import settle
 
 log = logging.getLogger(__name__)
@@ -252,7 +254,14 @@ def _cut(path: Path, size: int) -> None:
 
 
 class Journal:
-    def __init__(self, config: BookieConfig, executor: Executor, start_lsn: int) -> None:
+    def __init__(
+        self,
+        config: BookieConfig,
+        executor: Executor,
+        start_lsn: int,
+        metrics: BookieMetrics | None = None,
+    ) -> None:
+        self.metrics = metrics or BookieMetrics()
         self.dir = config.journal_dir
         self.max_group_wait = config.journal_max_group_wait
         self.group_bytes = config.journal_group_bytes
@@ -348,6 +357,7 @@ class Journal:
             if failure is None:
                 self.batches += 1
                 self.records += records
+                self.metrics.journal_group_records.observe(records)
             _notify(waiters, failure)
 
     def _write(self, parts: list[bytes], size: int, batch_lsn: int) -> None:
@@ -357,9 +367,12 @@ class Journal:
             self._file = AppendFile(self.dir / f"{batch_lsn:020d}{SUFFIX}")
             self._file_start = batch_lsn
             old.close()
+        started = time.perf_counter()
         if size:
             self._file.append_parts(parts)
         self._file.sync()
+        # On the journal's thread, the only one that observes this histogram.
+        self.metrics.journal_fsync_seconds.observe(time.perf_counter() - started)
 
     def remove_before(self, checkpoint_lsn: int) -> int:
         """Delete journal files wholly covered by the checkpoint; returns how many."""
