@@ -21,7 +21,7 @@ def _hash_seed(monkeypatch):
         ([], "--seeds takes a whole number >= 1, got None"),
         (["--seeds", "1", "--start", "-1"], "--start takes a whole number >= 0"),
         (["--seeds", "1", "--scenario", "nope"], "scenarios: bounded, bounded-nojournal"),
-        (["--seeds", "1", "--unsafe", "nope"], "switches: no-fence-on-boot, no-limbo"),
+        (["--seeds", "1", "--unsafe", "nope"], "switches: ack-from-replaced-bookie, dirty-"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_valid_choices(argv, says, capsys):
