@@ -53,7 +53,6 @@ class Client:
         unsafe_recovery_reads_without_fence: bool = False,
         unsafe_recovery_from_minus_one: bool = False,
         unsafe_takeover_without_noop: bool = False,
-        unsafe_ack_from_replaced_bookie: bool = False,
     ) -> None:
         if request_timeout <= 0:
             raise ValueError(f"request_timeout must be > 0, got {request_timeout}")
@@ -73,7 +72,6 @@ class Client:
             unsafe_recovery_reads_without_fence=unsafe_recovery_reads_without_fence,
             unsafe_recovery_from_minus_one=unsafe_recovery_from_minus_one,
             unsafe_takeover_without_noop=unsafe_takeover_without_noop,
-            unsafe_ack_from_replaced_bookie=unsafe_ack_from_replaced_bookie,
         )
         self._writers: list[LedgerWriter] = []
         self._closed = False

@@ -227,6 +227,12 @@ class Adds(Refusals):
         else:
             storage.put(lid, req.entry_id, req.body, lac=plan.lac)
             metrics.entries_added += 1
+        if (
+            self.config.unsafe_limbo_clears_at_first_resend
+            and info.limbo
+            and not req.flags & AddFlags.RECOVERY
+        ):
+            self.first_live.setdefault(lid, min(entries))
         if not self.config.journal_write_data:
             if not state_waits:
                 on_durable(None)  # acknowledged from the write cache (BP-46)

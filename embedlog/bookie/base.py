@@ -55,6 +55,7 @@ class BookieBase:
     storage: LedgerStorage | None  # both set by the boot
     journal: Journal | None
     _lac_changed: dict[int, asyncio.Event]  # READ_LAC long polls waiting, per ledger
+    first_live: dict[int, int]  # see Bookie.__init__ (an unsafe switch's only)
     metrics: BookieMetrics  # counters and histograms operators watch (embedlog/metrics.py)
 
     @property

@@ -68,6 +68,9 @@ class Bookie(Requests, Boot):
         self.cookie_problem = None
         self.suspicion = []
         self.protected_ledgers = 0
+        # Limbo ledger -> first entry a writer sent after this boot (kept only under
+        # unsafe_limbo_clears_at_first_resend).
+        self.first_live = {}
         self.repairer = Repairer(self, client_factory, config.repair_retry_interval)
         self._repair_task = None
         self.readonly = config.readonly

@@ -70,6 +70,9 @@ class BookieConfig:
     # UNSAFE, for tests only: switch off BP-46's protections to show the data loss they prevent.
     unsafe_skip_fence_on_boot: bool = False
     unsafe_skip_limbo: bool = False
+    # Issue #12, race 2 (the simulator's limbo-clears-at-first-resend): the old repair of an
+    # open unbounded ledger, which cleared limbo up to the first add after the boot.
+    unsafe_limbo_clears_at_first_resend: bool = False
 
     def __attrs_post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):

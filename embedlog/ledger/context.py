@@ -48,6 +48,18 @@ class ClientContext:
     # An ensemble change keeps the replaced bookies' acks of the entries that move: an
     # entry may count as acknowledged with fewer than AQ copies in its write set.
     unsafe_ack_from_replaced_bookie: bool = False
+    # Test-only switches of the simulator (embedlog chaos --list-unsafe), each restoring
+    # one behaviour known to lose acknowledged entries; set on the context, not on Client:
+    # recovery reads a timeout or an error as "entry absent";
+    unsafe_unknown_as_negative: bool = False
+    # a takeover leaves the last fragment's bookies outside its no-op's write set
+    # uncleared (issue #12, race 1);
+    unsafe_skip_clear_last_fragment: bool = False
+    # entries complete with acks counted while an ensemble change is in flight, from a
+    # bookie the new fragment no longer lists (race 3);
+    unsafe_ack_during_replacement: bool = False
+    # recovery ignores the terms entries carry (the aborted takeover's hole).
+    unsafe_recovery_ignores_term: bool = False
     # Why the client that owns this context takes no more calls (None: it does).
     closed_reason: str | None = None
     metrics: ClientMetrics = field(factory=ClientMetrics)  # embedlog/metrics.py

@@ -204,12 +204,15 @@ async def recovery_read(
                 bookie, OpCode.READ, lid, entry_id, flags=flags, term=term, master_key=key
             )
         except UNKNOWN_OUTCOMES:
-            return Outcome.UNKNOWN, None
+            # UNSAFE switch (tests only): no answer taken for "entry absent".
+            return (Outcome.NEGATIVE if ctx.unsafe_unknown_as_negative else Outcome.UNKNOWN), None
         if resp.status == StatusCode.EUA:
             raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
         if resp.status == StatusCode.EINVALIDTERM:
             raise InvalidTermError(f"ledger {lid}: {bookie} has a term above {term}")
         outcome = classify(resp.status)
+        if outcome is Outcome.UNKNOWN and ctx.unsafe_unknown_as_negative:
+            outcome = Outcome.NEGATIVE  # UNSAFE switch (tests only): an error answer too
         if outcome is Outcome.POSITIVE:
             try:
                 header, payload = digester.unpack(resp.body, lid, entry_id)
@@ -291,7 +294,8 @@ async def read_forward(
                     # Read ahead before the floor rose to where it is now: ask again.
                     reads[eid] = ask(eid)
                     continue
-                floor = max(floor, entry_term or 0)
+                if not ctx.unsafe_recovery_ignores_term:  # UNSAFE switch (tests only)
+                    floor = max(floor, entry_term or 0)
                 writes.append(
                     writer.add_packed(eid, digester.pack(lid, eid, lac, payload, header.flags))
                 )

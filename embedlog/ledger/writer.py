@@ -533,7 +533,7 @@ class LedgerWriter:
         which would be acknowledged with fewer than AQ copies on the bookies the metadata
         names for it. BookKeeper delays acknowledgements the same way.
         """
-        if self._replacing:
+        if self._replacing and not self.ctx.unsafe_ack_during_replacement:
             return
         need = self._needed_acks()
         pending = self.pending

@@ -131,6 +131,10 @@ class Oracle:
 
     # -- what the clients see ------------------------------------------------------------------
 
+    def acked_entries(self) -> dict[int, dict[int, bytes]]:
+        """Every acknowledged entry, ledger -> entry -> payload (invariant 4 checks them)."""
+        return self.acked
+
     def acknowledged(self, lid: int, eid: int, payload: bytes) -> None:
         self.acked.setdefault(lid, {})[eid] = payload
         last = self.closed.get(lid)

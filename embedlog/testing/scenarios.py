@@ -29,6 +29,14 @@ class Scenario:
     spikes: tuple[float, float] = (0.0, 0.1)  # per-message long-delay probability
     fault_budget: int | None = None  # nemesis steps before it stops (None: no bound)
     meta_budget: int | None = None  # injected metadata faults at most (None: no bound)
+    # Each metadata operation waits one of these (seconds, drawn per seed): a slow store
+    # widens the windows of compare-and-swaps (ensemble changes, takeovers, trims).
+    metadata_delay: tuple[float, ...] = (0.0,)
+    ledger_kind: str = "bounded"  # "unbounded": streams (workload_unbounded.py)
+    # Unbounded streams: takeovers by other clients, trims, followers tailing; min..max.
+    takeovers: tuple[int, int] = (0, 0)
+    trims: tuple[int, int] = (0, 0)
+    followers: tuple[int, int] = (0, 0)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -45,6 +53,31 @@ SCENARIOS: dict[str, Scenario] = {
             "that bookie; fencing on boot, limbo and repair must keep them",
             journal="off",
         ),
+        Scenario(
+            "unbounded",
+            "unbounded streams, journal on: pipelined appends, rollovers, concurrent "
+            "takeovers by other clients, trims, followers tailing, crashes, a lossy network",
+            ledgers=(1, 2),
+            entries=(5, 40),
+            ledger_kind="unbounded",
+            metadata_delay=(0.0, 0.002, 0.02),
+            takeovers=(1, 3),
+            trims=(0, 2),
+            followers=(0, 2),
+        ),
+        Scenario(
+            "unbounded-nojournal",
+            "the same without the journal (BP-46): a crash loses what the bookie acknowledged; "
+            "repair takes the stream over before limbo ends",
+            ledgers=(1, 2),
+            entries=(5, 40),
+            journal="off",
+            ledger_kind="unbounded",
+            metadata_delay=(0.0, 0.002, 0.02),
+            takeovers=(1, 3),
+            trims=(0, 2),
+            followers=(0, 2),
+        ),
     )
 }
 
@@ -58,6 +91,7 @@ class UnsafeSwitch:
     scenario: str  # the scenario that exposes it
     bookie: Mapping[str, bool] = field(factory=dict)  # BookieConfig settings
     client: Mapping[str, bool] = field(factory=dict)  # Client options
+    context: Mapping[str, bool] = field(factory=dict)  # ClientContext test-only settings
 
 
 UNSAFE: dict[str, UnsafeSwitch] = {
@@ -87,13 +121,56 @@ UNSAFE: dict[str, UnsafeSwitch] = {
             "an ensemble change keeps the replaced bookies' acks of the entries it moves "
             "(an entry is acknowledged with fewer than AQ copies in its write set)",
             "bounded",
-            client={"unsafe_ack_from_replaced_bookie": True},
+            context={"unsafe_ack_from_replaced_bookie": True},
         ),
         UnsafeSwitch(
             "recovery-from-minus-one",
             "recovery reads forward from -1 instead of the last fragment (Defect 2)",
             "bounded",
             client={"unsafe_recovery_from_minus_one": True},
+        ),
+        UnsafeSwitch(
+            "no-truncate-noop",
+            "a takeover writes no truncate no-op: older terms' entries above the recovered "
+            "end stay (unsafe_takeover_without_noop)",
+            "unbounded",
+            client={"unsafe_takeover_without_noop": True},
+        ),
+        UnsafeSwitch(
+            "unknown-as-negative",
+            "recovery reads a timeout or an error answer as 'entry absent' "
+            "(unsafe_unknown_as_negative)",
+            "bounded",
+            context={"unsafe_unknown_as_negative": True},
+        ),
+        UnsafeSwitch(
+            "dirty-entries-outside-noop-write-set",
+            "E > WQ: a takeover leaves the bookies of the last fragment outside its no-op's "
+            "write set uncleared (issue #12 race 1: unsafe_skip_clear_last_fragment)",
+            "unbounded",
+            context={"unsafe_skip_clear_last_fragment": True},
+        ),
+        UnsafeSwitch(
+            "ack-during-replacement",
+            "entries complete during an ensemble change with acks of the bookie being "
+            "replaced (issue #12 race 3: unsafe_ack_during_replacement)",
+            "unbounded",
+            context={"unsafe_ack_during_replacement": True},
+        ),
+        UnsafeSwitch(
+            "limbo-clears-at-first-resend",
+            "journal off: a rebooted bookie's repair of an open stream clears limbo up to the "
+            "first add after the boot, which a resend of an older entry does not bound "
+            "(issue #12 race 2: unsafe_limbo_clears_at_first_resend)",
+            "unbounded-nojournal",
+            bookie={"unsafe_limbo_clears_at_first_resend": True},
+        ),
+        UnsafeSwitch(
+            "recovery-ignores-term",
+            "recovery ignores the terms entries carry, so an aborted takeover's no-op "
+            "leaves a hole (issue #12: unsafe_recovery_ignores_term)",
+            "unbounded",
+            context={"unsafe_recovery_ignores_term": True},
         ),
     )
 }

@@ -1,14 +1,12 @@
 """The deterministic simulator: one seed, one history, on one thread in virtual time.
 
 ``run_seed(seed, scenario)`` boots real bookies (``embedlog.bookie.Bookie``) with
-their real journals, write caches, entry logs and indexes on simulated disks in memory
-(``MemoryDisk``: crashes tear unsynced tails; disks fill up, fsyncs fail and disks are
-wiped, all drawn from the seed), and drives real clients (``LedgerWriter``,
-``recover_ledger`` through ``Client.open_ledger_aio``, the reader) against them
-through ``SimNetwork``, all on one ``VirtualClockLoop``. Everything that varies comes
-from the seed: the cluster's settings, the workload, every message's delay and loss,
-every disk operation's latency and fault, when bookies crash or stop and when they
-come back. The trace (every
+their real journals, write caches, entry logs and LevelDB indexes in a scratch
+directory, and drives real clients (``LedgerWriter``, ``recover_ledger`` through
+``Client.open_ledger_aio``, the reader) against them through ``SimNetwork``, all on
+one ``VirtualClockLoop``. Everything that varies comes from the seed: the cluster's
+settings, the workload, every message's delay and loss, every disk operation's
+latency, when bookies crash or stop and when they come back. The trace (every
 message, answer, fault and client outcome, stamped with virtual time) is hashed:
 the same seed gives the same hash.
 
@@ -23,7 +21,6 @@ import hashlib
 import logging
 import random
 import threading
-import traceback
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -36,18 +33,16 @@ from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.fixcookie import fix_cookies
 from embedlog.client import Client
-from embedlog.errors import BKError, BookieIOError, MetadataError, NoSuchLedgerInMetadataError
+from embedlog.errors import BookieIOError, MetadataError
 from embedlog.ledger.placement import RandomPlacement
-from embedlog.ledger.quorum import write_set_bookies
-from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.client import MetadataClient
-from embedlog.metadata.ledger_metadata import LedgerState
+from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.memory import MemoryMetadataStore
 from embedlog.metadata.store import MetadataStore
 from embedlog.runtime import Runtime
 from embedlog.testing.ackquorum import describe, missing_copies, storage_reader
 from embedlog.testing.limits import Limits
-from embedlog.testing.oracle import Oracle, Violation
+from embedlog.testing.oracle import Violation
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.testing.simfaults import DiskNemesis
@@ -59,10 +54,11 @@ from embedlog.testing.simmeta import (
     SimMetadataExecutor,
 )
 from embedlog.testing.simnet import NetProfile, SimNetwork
-from embedlog.wire.entry import HEADER, Digester, DigestType
+from embedlog.testing.workload import DIGEST, Workload, task_error
+from embedlog.testing.workload_bounded import BoundedWorkload
+from embedlog.testing.workload_unbounded import UnboundedWorkload
+from embedlog.wire.entry import HEADER, Digester
 
-PASSWORD = b"sim"
-DIGEST = DigestType.CRC32C
 REQUEST_TIMEOUT = 1.0  # virtual seconds
 WORKLOAD_LIMIT = 120.0  # virtual seconds the writers get before the cluster is healed
 SETTLE_LIMIT = 10.0  # virtual seconds for BP-46 repair to finish once healed
@@ -188,6 +184,13 @@ def run_seed(
     )
 
 
+def make_workload(sim: Simulation) -> Workload:
+    """The workload the scenario names (its ledgers: bounded or unbounded)."""
+    if sim.scenario.ledger_kind == "unbounded":
+        return UnboundedWorkload(sim)
+    return BoundedWorkload(sim)
+
+
 class Simulation:
     def __init__(
         self,
@@ -217,7 +220,6 @@ class Simulation:
         )
         self.meta = MetadataClient(FaultyMetadataStore(self.store, self.metafaults))
         loop.set_default_executor(SimMetadataExecutor(loop, self.metafaults))
-        self.oracle = Oracle(Digester(DIGEST).digest_len, self.trace, self._responsible)
         switch = UNSAFE[unsafe] if unsafe is not None else None
         self.rng = seeded(seed, "workload")
         self._fault_rng = seeded(seed, "faults")
@@ -232,6 +234,10 @@ class Simulation:
             **(switch.bookie if switch else {}),
         }
         self.client_options: Mapping[str, Any] = dict(switch.client) if switch else {}
+        self._context_options: Mapping[str, Any] = dict(switch.context) if switch else {}
+        if len(sc.metadata_delay) > 1:
+            delay = cfg_rng.choice(sc.metadata_delay)
+            self.meta.delay = (lambda: delay) if delay else None
         self.ensemble = cfg_rng.choice((3, 3, 4))
         self.write_quorum = cfg_rng.choice([q for q in (2, 3) if q <= self.ensemble])
         self.ack_quorum = 2
@@ -240,6 +246,8 @@ class Simulation:
             spike=(0.05, 3 * REQUEST_TIMEOUT),
             loss_probability=cfg_rng.uniform(*sc.loss),
         )
+        self.workload: Workload = make_workload(self)
+        self.oracle = self.workload.oracle
         self.net = SimNetwork(
             self._serving, seeded(seed, "network"), self.oracle, self.trace, profile
         )
@@ -250,8 +258,6 @@ class Simulation:
         # Each bookie's disks, for the whole history: they outlive its incarnations.
         self.disks: dict[str, MemoryDisk] = {}
         self.disk_faults = DiskNemesis(self, seeded(seed, "disk-faults"))
-        self.ledgers: list[int] = []
-        self._writers: list[LedgerWriter] = []
         self._clients = 0
         self._healed = False
         self._workload_done = False
@@ -277,18 +283,9 @@ class Simulation:
         b = self.bookies.get(bookie_id)
         return b if b is not None and b.state is BookieState.SERVING else None
 
-    def _responsible(self, lid: int, eid: int, bookie: str) -> bool:
-        try:
-            md = self.truth.read_ledger(lid)
-        except NoSuchLedgerInMetadataError:
-            return True  # never deleted in these scenarios: a negative is a violation
-        if md.is_closed and eid > md.last_entry_id:
-            return False
-        return bookie in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
-
     def client(self, name: str) -> Client:
         self._clients += 1
-        return Client(
+        client = Client(
             self.runtime,
             self.meta,
             self.net,
@@ -298,6 +295,9 @@ class Simulation:
             add_entry_quorum_timeout=10.0,
             **self.client_options,
         )
+        for setting, value in self._context_options.items():
+            setattr(client.ctx, setting, value)
+        return client
 
     def _disk_latency(self) -> float:
         rng = self._disk_rng
@@ -413,13 +413,7 @@ class Simulation:
     async def run(self) -> None:
         for n in range(1, self.scenario.bookies + 1):
             await self.boot(f"bookie-{n}")
-        rng = self.rng
-        n_ledgers = rng.randint(*self.scenario.ledgers)
-        work = [asyncio.ensure_future(self.writer(i)) for i in range(n_ledgers)]
-        work += [
-            asyncio.ensure_future(self.recoverer(j))
-            for j in range(rng.randint(*self.scenario.recoveries))
-        ]
+        work = self.workload.start()
         nemesis = asyncio.ensure_future(self.nemesis()) if self.scenario.crashes else None
         disk_nemesis = asyncio.ensure_future(self.disk_faults.run())
         expiries = asyncio.ensure_future(
@@ -444,134 +438,9 @@ class Simulation:
         self.counts.update(self.net.counts)
 
     def _outcome(self, task: asyncio.Future[Any]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            detail = "".join(traceback.format_exception(exc))
+        detail = task_error(task)
+        if detail is not None:
             self.oracle.violate("NoUnexpectedError", detail)
-
-    async def writer(self, i: int) -> None:
-        rng = self.rng
-        name = f"w{i}"
-        client = self.client(name)
-        await asyncio.sleep(rng.uniform(0, 0.05))
-        md = None
-        for _ in range(5):
-            try:
-                md = await client.new_ledger_metadata(
-                    self.ensemble,
-                    self.write_quorum,
-                    self.ack_quorum,
-                    digest=DIGEST,
-                    password=PASSWORD,
-                    custom_metadata=None,
-                )
-                break
-            except BKError as exc:
-                self.trace("create-failed", name, type(exc).__name__)
-                await asyncio.sleep(0.5)
-        if md is None:
-            return
-        lid = md.ledger_id
-        self.ledgers.append(lid)
-        self.trace("created", name, lid, md.fragments)
-        writer = LedgerWriter(client.ctx, md, PASSWORD)
-        self._writers.append(writer)
-        futures: list[asyncio.Future[int]] = []
-        for _ in range(rng.randint(*self.scenario.entries)):
-            if writer.error is not None:
-                break
-            eid = writer.next_entry_id
-            payload = b"%d:%d:%08x" % (lid, eid, rng.getrandbits(32))
-            fut = writer.add(payload)
-            fut.add_done_callback(functools.partial(self._add_done, name, lid, eid, payload))
-            futures.append(fut)
-            self.counts["add"] += 1
-            if rng.random() < 0.3:
-                await asyncio.sleep(rng.expovariate(100.0))
-        if futures:
-            await asyncio.wait(futures)
-        if writer.error is None and rng.random() < 0.5:
-            try:
-                closed = await writer.close()
-            except BKError as exc:
-                self.counts[f"writer.close_failed.{type(exc).__name__}"] += 1
-                self.trace("close-failed", name, lid, type(exc).__name__)
-            else:
-                self.counts["writer.close"] += 1
-                self.trace("closed", name, lid, closed.last_entry_id)
-                self.oracle.ledger_closed(lid, closed.last_entry_id, name)
-        if len(writer.md.fragments) > 1:
-            self.counts["ensemble_change"] += len(writer.md.fragments) - 1
-
-    def _add_done(
-        self, name: str, lid: int, eid: int, payload: bytes, f: asyncio.Future[int]
-    ) -> None:
-        if f.cancelled():
-            return
-        exc = f.exception()
-        if exc is not None:
-            self.counts[f"add.failed.{type(exc).__name__}"] += 1
-            self.trace("add-failed", name, lid, eid, type(exc).__name__)
-            return
-        got = f.result()
-        self.trace("acked", name, lid, got)
-        if got != eid:
-            self.oracle.violate(
-                "NoOutOfOrderEntries", f"{name}'s add of entry {lid}:{eid} was acked as {got}"
-            )
-        self.counts["add.acked"] += 1
-        self.oracle.acknowledged(lid, got, payload)
-
-    async def recoverer(self, j: int) -> None:
-        rng = self.rng
-        name = f"r{j}"
-        client = self.client(name)
-        # Mostly while the writers still write: that is where recovery races them.
-        await asyncio.sleep(rng.uniform(0.01, 0.15) if rng.random() < 0.8 else rng.uniform(0, 2))
-        if not self.ledgers:
-            return
-        lid = rng.choice(self.ledgers)
-        for _attempt in range(3):
-            self.counts["recovery"] += 1
-            self.trace("recover", name, lid)
-            if await self._recover_and_read(client, lid, name, final=False):
-                return
-            await asyncio.sleep(rng.uniform(0.1, 1.0))
-
-    async def _recover_and_read(self, client: Client, lid: int, name: str, *, final: bool) -> bool:
-        try:
-            rh = await client.open_ledger_aio(lid, password=PASSWORD, recover=True)
-        except BKError as exc:
-            self.counts[f"recovery.failed.{type(exc).__name__}"] += 1
-            self.trace("recover-failed", name, lid, type(exc).__name__, exc)
-            return False
-        md = rh.metadata
-        if md.state is not LedgerState.CLOSED:
-            self.oracle.violate("LedgerIsClosed", f"{name} recovered {lid} but it is {md.state}")
-            return False
-        last = md.last_entry_id
-        self.counts["recovery.ok"] += 1
-        self.trace("recovered", name, lid, last, md.fragments)
-        self.oracle.ledger_closed(lid, last, name)
-        entries: dict[int, bytes] = {}
-        first = 0
-        while first <= last:
-            upto = min(last, first + 15)
-            try:
-                got = await rh.read_aio(first, upto)
-            except BKError as exc:
-                self.counts[f"read.failed.{type(exc).__name__}"] += 1
-                self.trace("read-failed", name, lid, first, upto, type(exc).__name__)
-                if final:
-                    return False
-                break
-            entries.update((e.entry_id, e.data) for e in got)
-            first = upto + 1
-        else:
-            self.oracle.read_back(lid, entries, last, name)
-        return True
 
     async def nemesis(self) -> None:
         rng = self._fault_rng
@@ -623,31 +492,23 @@ class Simulation:
             self.bookies[b].wait_repaired_nowait() for b in self.up()
         ):
             await asyncio.sleep(0.2)
-        checker = self.client("checker")
-        for lid in list(self.ledgers):
-            md = self.truth.read_ledger(lid)
-            limbo = self._lossy | self._aborted
-            lost = [e for _, e in md.fragments if len(limbo & set(e)) >= md.ack_quorum]
-            for attempt in range(1 if lost else 6):
-                if await self._recover_and_read(checker, lid, "checker", final=True):
-                    break
-                await asyncio.sleep(1.0 + attempt)
-            else:
-                if lost:
-                    self._unrecoverable.add(lid)
-                    self.counts["liveness_exempt"] += 1
-                    self.trace("unrecoverable", lid, "lossy crashes in", lost)
-                    continue
-                self.oracle.violate(
-                    "LedgerIsClosed",
-                    f"ledger {lid} could not be recovered and read back after healing",
-                )
+        await self.workload.check_end()
         self.check_ack_quorum_copies()
-        for w in self._writers:
-            w.stop()
+        self.workload.stop()
+
+    def lossy_fragments(self, md: LedgerMetadata) -> list[tuple[str, ...]]:
+        """The ensembles of ``md`` in which AQ bookies lost what they acknowledged (crashed
+        without the journal, wiped, or a boot abandoned after its unclean bit): an
+        acknowledged entry may be gone everywhere, so liveness is not checked there."""
+        limbo = self._lossy | self._aborted
+        return [e for _, e in md.fragments if len(limbo & set(e)) >= md.ack_quorum]
+
+    def unrecoverable(self, lid: int) -> None:
+        """``lid`` was left unrecoverable by lossy bookies: exempt from invariant 4 too."""
+        self._unrecoverable.add(lid)
 
     def lost_disks(self) -> set[str]:
-        """Bookies that lost what their disks held: crashed while adds skipped the journal."""
+        """Bookies that lost what their disks held: wiped, or crashed without the journal."""
         return set(self._lossy)
 
     def check_ack_quorum_copies(self) -> None:
@@ -659,16 +520,17 @@ class Simulation:
         )
         # A ledger left unrecoverable by lossy bookies cannot be repaired either: what the
         # others lost stays lost until it is recovered.
-        acked = {k: v for k, v in self.oracle.acked.items() if k not in self._unrecoverable}
+        acked = {
+            k: v for k, v in self.oracle.acked_entries().items() if k not in self._unrecoverable
+        }
         short = missing_copies(acked, self.truth.read_ledger, stored, self.lost_disks())
-        self.counts["check.ack_quorum_entries"] += sum(map(len, self.oracle.acked.values()))
+        self.counts["check.ack_quorum_entries"] += sum(map(len, acked.values()))
         if short:
             self.oracle.violate("AllCommittedEntriesReachAckQuorum", "; ".join(describe(short)))
 
     async def shutdown(self) -> None:
         """Release every bookie's files and end every task, whatever state the run ended in."""
-        for w in self._writers:
-            w.stop()
+        self.workload.stop()
         for bid, b in self.bookies.items():
             if b.state in (BookieState.SERVING, BookieState.BOOTING):
                 self._retire(bid)

@@ -47,6 +47,20 @@ def lafr_passes(
     return acks >= write_quorum or entry_id < last_fragment_first
 
 
+def lafr_to_send(lafr: int, at_start: int, *, recovery: bool) -> int:
+    """The LAFR a writer tells bookies with its adds.
+
+    A takeover's recovery writes do not advance it: until the takeover's closing CAS the
+    write sets they filled exist only in its memory (a bookie it replaced is still listed
+    in the metadata), and an aborted takeover never publishes them. A later takeover that
+    trusted such a LAFR would skip recovering entries whose metadata write set still holds
+    an older payload on one bookie and the aborted takeover's on another (found by the
+    simulator: seed 393 of ``unbounded``). The recovery writes go out with the LAFR the
+    takeover started from; the new term's writer sends its own once the metadata is OPEN.
+    """
+    return at_start if recovery else lafr
+
+
 def rollover_due(entry_id: int, fragment_first: int, fragment_max_entries: int | None) -> bool:
     """Start a new fragment at ``entry_id``: the current one holds fragment_max_entries."""
     return bool(fragment_max_entries) and entry_id - fragment_first >= fragment_max_entries  # type: ignore[operator]

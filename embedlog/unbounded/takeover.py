@@ -159,7 +159,7 @@ async def recover_term(ctx: ClientContext, md: LedgerMetadata, password: bytes) 
                 writer.add(b"", entry_flags=FLAG_NOOP, add_flags=AddFlags.TRUNCATE | AddFlags.NOOP)
             )
         await writer.drain()
-        if writer.error is None and noop_id >= 0:
+        if writer.error is None and noop_id >= 0 and not ctx.unsafe_skip_clear_last_fragment:
             await writer.clear_last_fragment(noop_id)
         if writer.error is not None:
             if isinstance(writer.error, InvalidTermError):

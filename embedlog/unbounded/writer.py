@@ -78,6 +78,7 @@ class TermWriter(LedgerWriter):
             ctx, md, password, lac=lac, recovery=recovery, fixed_lac=fixed_lac, term=term
         )
         self.lafr = lac if lafr is None else lafr
+        self._lafr_published = self.lafr  # what the metadata already places (see rules)
         self.gwq = guaranteed_write_quorum
         self.fragment_max_entries = fragment_max_entries
         self._replicating: deque[PendingAdd] = deque()  # acked, write set not yet complete
@@ -124,7 +125,7 @@ class TermWriter(LedgerWriter):
         self._progress.set()
 
     def _advance_lafr(self) -> None:
-        if self._replacing:
+        if self._replacing and not self.ctx.unsafe_ack_during_replacement:
             # Frozen while a replacement is in flight, like the LAC: an ack counted now
             # may be from a bookie the new fragment no longer lists for the entry.
             return
@@ -280,7 +281,7 @@ class TermWriter(LedgerWriter):
     # -- answers -----------------------------------------------------------------------------
 
     def _lafr_for_adds(self) -> int:
-        return self.lafr
+        return rules.lafr_to_send(self.lafr, self._lafr_published, recovery=self.recovery)
 
     def _counts(self, term: int) -> bool:
         # An answer of another term is discarded (the model's response term).

@@ -44,7 +44,12 @@ class FakeBookies:
 
 
 def context(answer, window=1):
-    ctx = SimpleNamespace(bookies=FakeBookies(answer), recovery_read_window=window)
+    ctx = SimpleNamespace(
+        bookies=FakeBookies(answer),
+        recovery_read_window=window,
+        unsafe_unknown_as_negative=False,
+        unsafe_recovery_ignores_term=False,
+    )
     md = SimpleNamespace(ledger_id=LID, write_quorum=3, ack_quorum=2)
     return ctx, md
 

@@ -21,7 +21,7 @@ def _hash_seed(monkeypatch):
         ([], "--seeds takes a whole number >= 1, got None"),
         (["--seeds", "1", "--start", "-1"], "--start takes a whole number >= 0"),
         (["--seeds", "1", "--scenario", "nope"], "scenarios: bounded, bounded-nojournal"),
-        (["--seeds", "1", "--unsafe", "nope"], "switches: ack-from-replaced-bookie, no-fence"),
+        (["--seeds", "1", "--unsafe", "nope"], "switches: ack-during-replacement, ack-from-"),
         (["--seeds", "1", "--jobs", "0"], "--jobs takes a whole number >= 1, got '0'"),
         (["--seeds", "1", "--limit", "nope=1"], "limits: ledgers, recoveries, entries, faults"),
         (["--seeds", "1", "--limit", "faults=x"], "limit faults takes a whole number >= 0"),
@@ -47,6 +47,12 @@ def test_list_unsafe_names_every_switch(capsys):
         "recovery-reads-without-fence",
         "recovery-from-minus-one",
         "ack-from-replaced-bookie",
+        "no-truncate-noop",
+        "unknown-as-negative",
+        "dirty-entries-outside-noop-write-set",
+        "limbo-clears-at-first-resend",
+        "ack-during-replacement",
+        "recovery-ignores-term",
     ):
         assert name in out
 

@@ -112,3 +112,19 @@ def test_entries_carry_their_term():
     assert split_term(FLAG_TERM, termed) == (7, b"payload")
     assert split_term(FLAG_TERM | FLAG_NOOP, TERM.pack(3)) == (3, b"")
     assert split_term(0, b"payload") == (None, b"payload")  # bounded ledgers' entries
+
+
+@pytest.mark.parametrize(
+    ("lafr", "at_start", "recovery", "sent"),
+    [
+        (5, 2, False, 5),  # a term's writer: its LAFR, the metadata places every write set
+        (5, 2, True, 2),  # a takeover's write-back: what it started from, not its progress
+        (2, 2, True, 2),
+        (-1, -1, True, -1),
+    ],
+)
+def test_a_takeover_s_recovery_writes_do_not_advance_the_lafr(lafr, at_start, recovery, sent):
+    # Its write sets exist only in its memory until the closing CAS; an aborted takeover
+    # would leave a LAFR that a later takeover trusts over a write set holding two
+    # payloads (the simulator's seed 393 of `unbounded`).
+    assert rules.lafr_to_send(lafr, at_start, recovery=recovery) == sent

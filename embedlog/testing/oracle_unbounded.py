@@ -1,0 +1,329 @@
+"""The oracle of unbounded streams: acknowledged entries of every term, takeovers, trims,
+what followers and the final reader saw.
+
+Ids are reused between terms (an older term's unacknowledged entry at an id is replaced
+by the next term's), so the bounded oracle's "one payload per id ever written" does not
+hold; what must hold, named after ``ProtocolUnboundedLedgersAndGWQ.tla`` (Vanlightly/
+bookkeeper-tlaplus) where it has a name:
+
+* ``AllAckedValuesAreReadable`` (issue #14's 1): every entry acknowledged in any term is
+  read back, at its id with its payload, by the final reader (after the last takeover),
+  unless it was trimmed: then reading it must fail as trimmed.
+* ``NoDivergenceBetweenClientAndMetaData`` (2): a takeover's recovered end is above
+  every entry an older term acknowledged, whenever that acknowledgement arrives.
+* ``NoLogDivergence`` (3): no two payloads are acknowledged at one id; a takeover writes
+  back at an acknowledged id only its payload; a bookie serves a normal read of an
+  acknowledged id only with its payload; a reader never gets a payload that no writer
+  appended (a no-op, or an older term's leftover), nor two payloads for one id.
+* ``NoNegativeForAckedEntry`` (5): a bookie never answers NoSuchEntry/NoSuchLedger for
+  an entry it acknowledged with the payload a writer had acknowledged, while the
+  metadata makes it responsible for the entry (in its write set, not trimmed). What a
+  bookie was told to drop (a truncate no-op above, TRIM ABOVE, a trim below) it no
+  longer holds.
+* ``FollowersSeePrefixes`` and ``StreamIsPrefixOfEachWriter`` (6): every follower's
+  sequence is a prefix of the final stream (skipping only ids it was told were trimmed),
+  and the entries of each writer (one term of one client) in the final stream are that
+  writer's appends in order, without a hole (the aborted takeover's hole of issue #12).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from attrs import define, field
+
+from embedlog.testing.oracle import Oracle
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import FLAG_NOOP, HEADER, split_term
+from embedlog.wire.messages import (
+    AddFlags,
+    FrameError,
+    OpCode,
+    ReadFlags,
+    Request,
+    Response,
+    TrimFlags,
+    unpack_entries,
+    unpack_results,
+)
+
+_NEGATIVE = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
+
+
+@define
+class Follower:
+    """What one follower read, in order, and the ids it was told were trimmed."""
+
+    name: str
+    lid: int
+    read: list[tuple[int, bytes]] = field(factory=list)
+    skipped: list[tuple[int, int]] = field(factory=list)  # [from, to) jumped over
+
+
+class StreamOracle(Oracle):
+    def __init__(
+        self,
+        digest_len: int,
+        trace: Callable[..., None],
+        responsible: Callable[[int, int, str], bool],
+        counts: Counter[str],
+    ) -> None:
+        super().__init__(digest_len, trace, responsible)
+        self._counts = counts
+        self.appended: dict[bytes, tuple[str, int]] = {}  # payload -> (writer, seq)
+        self.sequences: dict[str, list[bytes]] = {}  # writer -> payloads appended, in order
+        self.stream_acked: dict[int, dict[int, tuple[bytes, int, str]]] = {}  # eid -> p, term, w
+        self._last_ack: dict[str, int] = {}  # writer -> last id acknowledged
+        self._kept_below: dict[int, list[tuple[int, int, str]]] = {}  # (term, end, by)
+        self.trim_point: dict[int, int] = {}
+        self._seen: dict[int, dict[int, bytes]] = {}  # what readers got, per id
+        self._held: dict[tuple[str, int], dict[int, bytes]] = {}  # a bookie's own acks
+        # Negatives for entries a bookie acknowledged with a payload no writer had
+        # acknowledged yet: a violation if one does later. (lid, eid, payload) -> detail
+        self._suspect: dict[tuple[int, int, bytes], str] = {}
+
+    # -- entries on the wire -------------------------------------------------------------------
+
+    def _parse(self, entry: bytes) -> tuple[int, bytes]:
+        """(flags, the application's payload) of an entry as sent or stored."""
+        flags = HEADER.unpack_from(entry)[3]
+        return flags, split_term(flags, entry[self._skip :])[1]
+
+    def _entries(self, req: Request) -> list[tuple[int, bytes]]:
+        if req.op == OpCode.ADD:
+            return [(req.entry_id, req.body)]
+        try:
+            return [(eid, bytes(e)) for eid, e in unpack_entries(req.body)]
+        except FrameError:
+            return []
+
+    def sent(self, src: str, bookie_id: str, req: Request) -> None:
+        if req.op not in (OpCode.ADD, OpCode.ADD_BATCH):
+            return
+        lid = req.ledger_id
+        for eid, entry in self._entries(req):
+            flags, payload = self._parse(entry)
+            if req.flags & AddFlags.TRUNCATE:
+                self._counts["path.truncate_noop"] += 1
+            if not req.flags & AddFlags.RECOVERY:
+                continue
+            # A takeover's write-back (its no-op included) at an id an older term had
+            # acknowledged must carry that payload: anything else replaces it.
+            acked = self.stream_acked.get(lid, {}).get(eid)
+            noop = flags & FLAG_NOOP
+            if acked is not None and acked[1] < req.term and (noop or acked[0] != payload):
+                what = "a no-op" if noop else repr(payload)
+                self.violate(
+                    "NoLogDivergence",
+                    f"{src}'s takeover (term {req.term}) writes back {what} at {lid}:{eid}, "
+                    f"acknowledged as {acked[0]!r} in term {acked[1]}",
+                )
+
+    def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
+        lid, eid = req.ledger_id, req.entry_id
+        held = self._held.setdefault((bookie_id, lid), {})
+        if req.op in (OpCode.ADD, OpCode.ADD_BATCH):
+            self._stored(held, req, resp)
+        elif req.op == OpCode.TRIM and resp.status == StatusCode.EOK:
+            drop = (lambda e: e > eid) if req.flags & TrimFlags.ABOVE else (lambda e: e < eid)
+            for e in [e for e in held if drop(e)]:
+                del held[e]
+        elif req.op in (OpCode.READ, OpCode.READ_LAC) and resp.status in _NEGATIVE:
+            asked = held if resp.status == StatusCode.ENOLEDGER else {}
+            if resp.status == StatusCode.ENOENTRY and eid in held:
+                asked = {eid: held[eid]}
+            for e, payload in sorted(asked.items()):
+                if self._responsible(lid, e, bookie_id):
+                    self._negative(src, bookie_id, req, resp, e, payload)
+        elif req.op == OpCode.READ and eid >= 0 and resp.status == StatusCode.EOK:
+            if req.flags & ReadFlags.RECOVERY:
+                return  # a takeover may read an older term's leftover: it decides
+            _flags, payload = self._parse(resp.body)
+            acked = self.stream_acked.get(lid, {}).get(eid)
+            if acked is not None and acked[0] != payload:
+                self.violate(
+                    "NoLogDivergence",
+                    f"{bookie_id} served {payload!r} to {src}'s read of {lid}:{eid}, "
+                    f"acknowledged as {acked[0]!r}",
+                )
+
+    def _stored(self, held: dict[int, bytes], req: Request, resp: Response) -> None:
+        entries = self._entries(req)
+        if req.op == OpCode.ADD:
+            ok = [resp.status == StatusCode.EOK]
+        else:
+            try:
+                ok = [status == StatusCode.EOK for status, _term in unpack_results(resp.body)]
+            except FrameError:
+                return
+        for (eid, entry), good in zip(entries, ok, strict=False):
+            if not good:
+                continue
+            _flags, payload = self._parse(entry)
+            if req.flags & AddFlags.TRUNCATE:
+                for e in [e for e in held if e > eid]:
+                    del held[e]
+            if not req.flags & AddFlags.NOOP:
+                held[eid] = payload
+
+    def _negative(
+        self, src: str, bookie: str, req: Request, resp: Response, eid: int, payload: bytes
+    ) -> None:
+        lid = req.ledger_id
+        detail = (
+            f"{bookie} answered {StatusCode(resp.status).name} to {src}'s {req.op.name} of "
+            f"{lid}:{req.entry_id}, after acknowledging entry {eid} ({payload!r})"
+        )
+        acked = self.stream_acked.get(lid, {}).get(eid)
+        if acked is not None and acked[0] == payload:
+            self.violate("NoNegativeForAckedEntry", detail)
+        else:
+            self._suspect.setdefault((lid, eid, payload), detail)
+
+    # -- what the clients see ------------------------------------------------------------------
+
+    def wiped(self, bookie_id: str, protected: Callable[[int], bool]) -> list[int]:
+        """As ``Oracle.wiped``, for what this oracle holds of a bookie's own acks."""
+        gone = super().wiped(bookie_id, protected)
+        for b, lid in list(self._held):
+            if b == bookie_id and not protected(lid):
+                del self._held[(b, lid)]
+                gone.append(lid)
+        return sorted(set(gone))
+
+    def acked_entries(self) -> dict[int, dict[int, bytes]]:
+        """Invariant 4 is not checked for streams yet: their stored entries carry the term
+        before the payload, and trims and takeovers remove entries on purpose."""
+        return {}
+
+    def append(self, writer: str, payload: bytes) -> None:
+        seq = self.sequences.setdefault(writer, [])
+        self.appended[payload] = (writer, len(seq))
+        seq.append(payload)
+
+    def stream_acknowledged(
+        self, lid: int, eid: int, payload: bytes, term: int, writer: str
+    ) -> None:
+        ledger = self.stream_acked.setdefault(lid, {})
+        before = ledger.setdefault(eid, (payload, term, writer))
+        if before[0] != payload:
+            self.violate(
+                "NoLogDivergence",
+                f"{writer} (term {term}) was acknowledged {payload!r} at {lid}:{eid}, which "
+                f"{before[2]} (term {before[1]}) was acknowledged as {before[0]!r}",
+            )
+        last = self._last_ack.get(writer)
+        if last is not None and eid != last + 1:
+            self.violate(
+                "NoOutOfOrderEntries",
+                f"{writer} was acknowledged {lid}:{eid} after {lid}:{last}",
+            )
+        self._last_ack[writer] = eid
+        for t, end, by in self._kept_below.get(lid, []):
+            if t > term and eid >= end:
+                self._lost_by_takeover(lid, eid, term, t, end, by)
+        detail = self._suspect.pop((lid, eid, payload), None)
+        if detail is not None:
+            self.violate("NoNegativeForAckedEntry", detail)
+
+    def took_over(self, lid: int, term: int, end: int, by: str) -> None:
+        """A takeover to ``term`` completed; the new term writes from ``end`` on (the
+        no-op's id: it and everything above belongs to the new term)."""
+        self._kept_below.setdefault(lid, []).append((term, end, by))
+        for eid, (_payload, t, _w) in sorted(self.stream_acked.get(lid, {}).items()):
+            if t < term and eid >= end:
+                self._lost_by_takeover(lid, eid, t, term, end, by)
+
+    def _lost_by_takeover(self, lid: int, eid: int, t: int, term: int, end: int, by: str) -> None:
+        self.violate(
+            "NoDivergenceBetweenClientAndMetaData",
+            f"{by}'s takeover to term {term} kept {lid} below {end}, but {lid}:{eid} was "
+            f"acknowledged in term {t}",
+        )
+
+    def trimmed(self, lid: int, first_kept: int) -> None:
+        self.trim_point[lid] = max(self.trim_point.get(lid, 0), first_kept)
+
+    def stream_read(self, lid: int, entries: list[tuple[int, bytes]], by: str) -> None:
+        """Entries a reader (a follower, the final reader) got, no-ops left out."""
+        seen = self._seen.setdefault(lid, {})
+        acked = self.stream_acked.get(lid, {})
+        for eid, payload in entries:
+            if payload not in self.appended:
+                self.violate(
+                    "NoLogDivergence",
+                    f"{by} read {payload!r} at {lid}:{eid}, which no writer appended "
+                    "(a no-op or a leftover)",
+                )
+                continue
+            a = acked.get(eid)
+            if a is not None and a[0] != payload:
+                self.violate(
+                    "NoLogDivergence",
+                    f"{by} read {payload!r} at {lid}:{eid}, acknowledged as {a[0]!r}",
+                )
+            before = seen.setdefault(eid, payload)
+            if before != payload:
+                self.violate(
+                    "NoLogDivergence", f"{by} read {payload!r} at {lid}:{eid}, read as {before!r}"
+                )
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def final_stream(self, lid: int, entries: list[tuple[int, bytes]], first: int, by: str) -> None:
+        """The whole stream as the final reader read it (after its takeover), from the
+        first id not trimmed."""
+        self.stream_read(lid, entries, by)
+        got = dict(entries)
+        for eid, (payload, term, w) in sorted(self.stream_acked.get(lid, {}).items()):
+            if eid < first:
+                continue  # trimmed by design
+            if got.get(eid) != payload:
+                self.violate(
+                    "AllAckedValuesAreReadable",
+                    f"{by} read {got.get(eid)!r} at {lid}:{eid}, acknowledged as {payload!r} "
+                    f"to {w} (term {term})",
+                )
+        self._writers_prefix(lid, entries, first, by)
+
+    def _writers_prefix(
+        self, lid: int, entries: list[tuple[int, bytes]], first: int, by: str
+    ) -> None:
+        runs: dict[str, list[int]] = {}
+        for _eid, payload in entries:
+            if payload in self.appended:
+                w, seq = self.appended[payload]
+                runs.setdefault(w, []).append(seq)
+        for w, seqs in runs.items():
+            start = seqs[0] if first > 0 else 0  # a trim may have taken the first ones
+            if seqs != list(range(start, start + len(seqs))):
+                self.violate(
+                    "StreamIsPrefixOfEachWriter",
+                    f"the stream {lid} holds {w}'s appends {seqs} (by {by}): not a prefix of "
+                    "its sequence",
+                )
+
+    def followers_agree(self, follower: Follower, final: list[tuple[int, bytes]]) -> None:
+        """A follower's sequence is a prefix of the final stream: the same payload at each
+        id, and no visible id of the final stream between two it read that it was not
+        told were trimmed."""
+        visible = [eid for eid, _ in final]
+        allowed = follower.skipped
+        prev = -1
+        for eid, _payload in follower.read:
+            if eid <= prev:
+                self.violate(
+                    "FollowersSeePrefixes",
+                    f"{follower.name} read {follower.lid}:{eid} after {follower.lid}:{prev}",
+                )
+            missed = [
+                g for g in visible if prev < g < eid and not any(a <= g < b for a, b in allowed)
+            ]
+            if missed:
+                self.violate(
+                    "FollowersSeePrefixes",
+                    f"{follower.name} read {follower.lid}:{eid} after {follower.lid}:{prev}, "
+                    f"missing {missed[:5]} of the final stream",
+                )
+            prev = eid

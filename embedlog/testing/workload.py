@@ -1,0 +1,54 @@
+"""What a simulated history runs against the cluster: the workload of its scenario.
+
+A workload starts the clients' work (``start``), is told when the workload's time is
+up (``stop``), and, once the network is healed and every bookie is back, reads every
+ledger back to check what it wrote (``check_end``). The bounded ledgers' workload is in
+``workload_bounded``, the unbounded streams' in ``workload_unbounded``; ``sim.py`` picks
+one by the scenario's ``ledger_kind``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from typing import TYPE_CHECKING, Any, Protocol
+
+from embedlog.wire.entry import DigestType
+
+if TYPE_CHECKING:
+    from embedlog.testing.oracle import Oracle
+
+PASSWORD = b"sim"
+DIGEST = DigestType.CRC32C
+
+
+class Workload(Protocol):
+    @property
+    def oracle(self) -> Oracle: ...
+
+    def start(self) -> list[asyncio.Future[Any]]:
+        """Start the clients' work; the futures end when it is done."""
+        ...
+
+    def responsible(self, lid: int, eid: int, bookie: str) -> bool:
+        """Whether the metadata, as it is now, gives ``eid`` to ``bookie`` (the oracle's
+        NoNegativeForAckedEntry asks)."""
+        ...
+
+    async def check_end(self) -> None:
+        """After healing: read every ledger back and check it."""
+        ...
+
+    def stop(self) -> None:
+        """Stop every writer (the history is over)."""
+        ...
+
+
+def task_error(task: asyncio.Future[Any]) -> str | None:
+    """The traceback a finished task ended with, or None (done, or cancelled)."""
+    if task.cancelled():
+        return None
+    exc = task.exception()
+    if exc is None:
+        return None
+    return "".join(traceback.format_exception(exc))

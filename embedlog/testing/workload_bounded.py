@@ -1,0 +1,206 @@
+"""The bounded ledgers' workload: pipelining writers, concurrent recoveries, the read-back.
+
+1 to 3 writers (``LedgerWriter``) each create a bounded ledger and pipeline adds in
+bursts (batched adds included), half of them closing their ledger at the end; 0 to 3
+recoveries by other clients (``Client.open_ledger_aio(recover=True)``), mostly while the
+writers still write, each reading the recovered ledger back. At the end a checker
+client recovers every ledger and reads it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import TYPE_CHECKING, Any
+
+from embedlog.client import Client
+from embedlog.errors import BKError, NoSuchLedgerInMetadataError
+from embedlog.ledger.quorum import write_set_bookies
+from embedlog.ledger.writer import LedgerWriter
+from embedlog.metadata.ledger_metadata import LedgerState
+from embedlog.testing.oracle import Oracle
+from embedlog.testing.workload import DIGEST, PASSWORD
+from embedlog.wire.entry import Digester
+
+if TYPE_CHECKING:
+    from embedlog.testing.sim import Simulation
+
+
+class BoundedWorkload:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.oracle = Oracle(Digester(DIGEST).digest_len, sim.trace, self.responsible)
+        self.ledgers: list[int] = []
+        self._writers: list[LedgerWriter] = []
+
+    def start(self) -> list[asyncio.Future[Any]]:
+        sim, rng = self.sim, self.sim.rng
+        n_ledgers = rng.randint(*sim.scenario.ledgers)
+        work: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(self.writer(i)) for i in range(n_ledgers)
+        ]
+        work += [
+            asyncio.ensure_future(self.recoverer(j))
+            for j in range(rng.randint(*sim.scenario.recoveries))
+        ]
+        return work
+
+    def stop(self) -> None:
+        for w in self._writers:
+            w.stop()
+
+    def responsible(self, lid: int, eid: int, bookie: str) -> bool:
+        try:
+            md = self.sim.truth.read_ledger(lid)
+        except NoSuchLedgerInMetadataError:
+            return True  # never deleted in these scenarios: a negative is a violation
+        if md.is_closed and eid > md.last_entry_id:
+            return False
+        return bookie in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
+
+    async def writer(self, i: int) -> None:
+        sim, rng = self.sim, self.sim.rng
+        name = f"w{i}"
+        client = sim.client(name)
+        await asyncio.sleep(rng.uniform(0, 0.05))
+        md = None
+        for _ in range(5):
+            try:
+                md = await client.new_ledger_metadata(
+                    sim.ensemble,
+                    sim.write_quorum,
+                    sim.ack_quorum,
+                    digest=DIGEST,
+                    password=PASSWORD,
+                    custom_metadata=None,
+                )
+                break
+            except BKError as exc:
+                sim.trace("create-failed", name, type(exc).__name__)
+                await asyncio.sleep(0.5)
+        if md is None:
+            return
+        lid = md.ledger_id
+        self.ledgers.append(lid)
+        sim.trace("created", name, lid, md.fragments)
+        writer = LedgerWriter(client.ctx, md, PASSWORD)
+        self._writers.append(writer)
+        futures: list[asyncio.Future[int]] = []
+        for _ in range(rng.randint(*sim.scenario.entries)):
+            if writer.error is not None:
+                break
+            eid = writer.next_entry_id
+            payload = b"%d:%d:%08x" % (lid, eid, rng.getrandbits(32))
+            fut = writer.add(payload)
+            fut.add_done_callback(functools.partial(self._add_done, name, lid, eid, payload))
+            futures.append(fut)
+            sim.counts["add"] += 1
+            if rng.random() < 0.3:
+                await asyncio.sleep(rng.expovariate(100.0))
+        if futures:
+            await asyncio.wait(futures)
+        if writer.error is None and rng.random() < 0.5:
+            try:
+                closed = await writer.close()
+            except BKError as exc:
+                sim.counts[f"writer.close_failed.{type(exc).__name__}"] += 1
+                sim.trace("close-failed", name, lid, type(exc).__name__)
+            else:
+                sim.counts["writer.close"] += 1
+                sim.trace("closed", name, lid, closed.last_entry_id)
+                self.oracle.ledger_closed(lid, closed.last_entry_id, name)
+        if len(writer.md.fragments) > 1:
+            sim.counts["ensemble_change"] += len(writer.md.fragments) - 1
+
+    def _add_done(
+        self, name: str, lid: int, eid: int, payload: bytes, f: asyncio.Future[int]
+    ) -> None:
+        if f.cancelled():
+            return
+        sim = self.sim
+        exc = f.exception()
+        if exc is not None:
+            sim.counts[f"add.failed.{type(exc).__name__}"] += 1
+            sim.trace("add-failed", name, lid, eid, type(exc).__name__)
+            return
+        got = f.result()
+        sim.trace("acked", name, lid, got)
+        if got != eid:
+            self.oracle.violate(
+                "NoOutOfOrderEntries", f"{name}'s add of entry {lid}:{eid} was acked as {got}"
+            )
+        sim.counts["add.acked"] += 1
+        self.oracle.acknowledged(lid, got, payload)
+
+    async def recoverer(self, j: int) -> None:
+        sim, rng = self.sim, self.sim.rng
+        name = f"r{j}"
+        client = sim.client(name)
+        # Mostly while the writers still write: that is where recovery races them.
+        await asyncio.sleep(rng.uniform(0.01, 0.15) if rng.random() < 0.8 else rng.uniform(0, 2))
+        if not self.ledgers:
+            return
+        lid = rng.choice(self.ledgers)
+        for _attempt in range(3):
+            sim.counts["recovery"] += 1
+            sim.trace("recover", name, lid)
+            if await self._recover_and_read(client, lid, name, final=False):
+                return
+            await asyncio.sleep(rng.uniform(0.1, 1.0))
+
+    async def _recover_and_read(self, client: Client, lid: int, name: str, *, final: bool) -> bool:
+        sim = self.sim
+        try:
+            rh = await client.open_ledger_aio(lid, password=PASSWORD, recover=True)
+        except BKError as exc:
+            sim.counts[f"recovery.failed.{type(exc).__name__}"] += 1
+            sim.trace("recover-failed", name, lid, type(exc).__name__, exc)
+            return False
+        md = rh.metadata
+        if md.state is not LedgerState.CLOSED:
+            self.oracle.violate("LedgerIsClosed", f"{name} recovered {lid} but it is {md.state}")
+            return False
+        last = md.last_entry_id
+        sim.counts["recovery.ok"] += 1
+        sim.trace("recovered", name, lid, last, md.fragments)
+        self.oracle.ledger_closed(lid, last, name)
+        entries: dict[int, bytes] = {}
+        first = 0
+        while first <= last:
+            upto = min(last, first + 15)
+            try:
+                got = await rh.read_aio(first, upto)
+            except BKError as exc:
+                sim.counts[f"read.failed.{type(exc).__name__}"] += 1
+                sim.trace("read-failed", name, lid, first, upto, type(exc).__name__)
+                if final:
+                    return False
+                break
+            entries.update((e.entry_id, e.data) for e in got)
+            first = upto + 1
+        else:
+            self.oracle.read_back(lid, entries, last, name)
+        return True
+
+    async def check_end(self) -> None:
+        """Recover every ledger and read it back (liveness waived where AQ bookies of one
+        ensemble crashed without the journal: an acknowledged entry may be gone)."""
+        sim = self.sim
+        checker = sim.client("checker")
+        for lid in list(self.ledgers):
+            md = sim.truth.read_ledger(lid)
+            lost = sim.lossy_fragments(md)
+            for attempt in range(1 if lost else 6):
+                if await self._recover_and_read(checker, lid, "checker", final=True):
+                    break
+                await asyncio.sleep(1.0 + attempt)
+            else:
+                if lost:
+                    sim.unrecoverable(lid)
+                    sim.counts["liveness_exempt"] += 1
+                    sim.trace("unrecoverable", lid, "lossy crashes in", lost)
+                    continue
+                self.oracle.violate(
+                    "LedgerIsClosed",
+                    f"ledger {lid} could not be recovered and read back after healing",
+                )
