@@ -35,6 +35,7 @@ from embedlog.wire.entry import HEADER, Digester, header_fields, split_term
 from embedlog.wire.messages import OpCode, Request
 
 if TYPE_CHECKING:
+    from embedlog.auditor.checker import Report
     from embedlog.transport.tcp import TcpTransport
 
 log = logging.getLogger(__name__)
@@ -536,7 +537,7 @@ class LocalCluster:
         flags = header_fields(resp.body)[3]
         return split_term(flags, resp.body[HEADER.size + digest_len :])[1]
 
-    def check_metadata(self) -> Any:
+    def check_metadata(self) -> Report:
         """BP-34: check the placement and replication of every closed ledger, and of the sealed
         fragments (all but the last) of open ones, against the bookies."""
         from embedlog.auditor.checker import MetadataChecker

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -149,7 +149,7 @@ def connect_with(
         raise
 
 
-def _metadata_resolver(meta: MetadataClient) -> Any:
+def _metadata_resolver(meta: MetadataClient) -> Callable[[str], Awaitable[str | None]]:
     """bookie id -> the address it registered, read when a connection is (re)opened."""
 
     def lookup(bookie_id: str) -> str | None:
