@@ -1,3 +1,4 @@
 from embedlog.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # not when a worker process (chaos --jobs) imports it
+    raise SystemExit(main())

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator, Mapping
 
 from embedlog import validate
-from embedlog.errors import NotEnoughBookiesError, TlsHandshakeError
+from embedlog.errors import ClientClosedError, NotEnoughBookiesError, TlsHandshakeError
 from embedlog.ledger.admission import (
     DEFAULT_MAX_ADDS_IN_FLIGHT,
     DEFAULT_MAX_BYTES_IN_FLIGHT,
@@ -53,6 +53,7 @@ class Client:
         unsafe_recovery_reads_without_fence: bool = False,
         unsafe_recovery_from_minus_one: bool = False,
         unsafe_takeover_without_noop: bool = False,
+        unsafe_ack_from_replaced_bookie: bool = False,
     ) -> None:
         if request_timeout <= 0:
             raise ValueError(f"request_timeout must be > 0, got {request_timeout}")
@@ -72,6 +73,7 @@ class Client:
             unsafe_recovery_reads_without_fence=unsafe_recovery_reads_without_fence,
             unsafe_recovery_from_minus_one=unsafe_recovery_from_minus_one,
             unsafe_takeover_without_noop=unsafe_takeover_without_noop,
+            unsafe_ack_from_replaced_bookie=unsafe_ack_from_replaced_bookie,
         )
         self._writers: list[LedgerWriter] = []
         self._closed = False
@@ -373,9 +375,14 @@ class Client:
             "make a new client"
         )
 
+        closed = ClientClosedError(
+            f"client {self.name} was closed before this add was acknowledged: its outcome is "
+            "unknown (it may be stored); a new client can read the ledger back"
+        )
+
         async def stop_all() -> None:
             for w in self._writers:
-                w.stop()
+                w.stop(closed)
 
         if not self._runtime.loop.is_closed():
             self._runtime.run(stop_all())

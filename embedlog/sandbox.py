@@ -58,6 +58,13 @@ def add_sandbox_command(sub: Any) -> None:
         default=None,
         help="use this ZooKeeper (zk://host:port/path) instead of starting one",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics (needs "
+        "pip install 'embedlog[metrics]')",
+    )
     p.set_defaults(func=_sandbox)
 
 
@@ -93,10 +100,13 @@ def _sandbox(args: argparse.Namespace) -> int:
     from embedlog.cluster import LocalCluster
     from embedlog.extras import require
     from embedlog.metadata import zkserver
+    from embedlog.prometheus import MetricsServer
     from embedlog.transport.tcp import stable_address
 
     if args.bookies < 1:
         return fail("embedlog sandbox: --bookies must be at least 1")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        return fail("embedlog sandbox: --metrics-port must be a port number, 0 to 65535")
     # Before anything starts: the sandbox's metadata is ZooKeeper's, through kazoo.
     require("zk", "embedlog sandbox (its metadata lives in ZooKeeper)")
     own_dir = args.data_dir is None
@@ -104,6 +114,7 @@ def _sandbox(args: argparse.Namespace) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     zk: zkserver.ZooKeeperServer | None = None
     cluster: LocalCluster | None = None
+    exporter: MetricsServer | None = None
     with _StopSignals() as signals:
         try:
             uri = args.metadata_uri
@@ -142,8 +153,19 @@ def _sandbox(args: argparse.Namespace) -> int:
                 **{k: v for k, v in tls_files.items() if v},
             ).start()
             _print_connection(args, cluster, uri, data_dir, own_dir)
+            if args.metrics_port is not None:
+                from embedlog.prometheus import serve_metrics
+
+                try:
+                    exporter = serve_metrics(cluster, args.metrics_port)
+                except (ImportError, OSError) as exc:
+                    return fail(f"embedlog sandbox: cannot serve metrics: {exc}")
+                print(f"Prometheus metrics: {exporter.url}")
+            _say("sandbox running; Ctrl-C to stop")
             signals.stop.wait()
         finally:
+            if exporter is not None:
+                exporter.close()
             if cluster is not None:
                 _say("stopping the bookies ...")
                 cluster.stop()
@@ -172,7 +194,6 @@ def _print_connection(
         print(f"clients present a certificate signed by: {args.tls_ca}")
         tls_arg += ", tls_cert=<client certificate>, tls_key=<its key>"
     print(f"connect with: embedlog.connect({uri!r}{tls_arg})")
-    _say("sandbox running; Ctrl-C to stop")
 
 
 __all__ = ["SANDBOX_CHROOT", "add_sandbox_command"]

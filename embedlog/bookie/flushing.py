@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import time
 
-import plyvel
 from attrs import frozen
 
+from embedlog import leveldb as binding  # plyvel or plyvel-next (embedlog/leveldb.py)
 from embedlog.bookie.base import BookieBase, BookieState
 from embedlog.errors import BookieIOError
 
@@ -42,11 +43,11 @@ def disk_is_broken(error: BaseException) -> bool:
         return True  # a record that does not read back as written
     if isinstance(error, OSError):
         return error.errno in BROKEN_DISK_ERRNOS
-    if isinstance(error, plyvel.CorruptionError):
+    if isinstance(error, binding.CorruptionError):
         return True
     # LevelDB's own I/O errors carry no errno; one that lasts keeps every retry failing
     # (and the bookie read-only) anyway.
-    return not isinstance(error, plyvel.IOError)
+    return not isinstance(error, binding.IOError)
 
 
 @frozen
@@ -145,7 +146,9 @@ class Flushing(BookieBase):
     async def flush(self) -> None:
         assert self.journal is not None and self.storage is not None
         checkpoint = self.journal.lsn
+        started = time.perf_counter()
         await self.storage.flush(checkpoint)
+        self.metrics.flush_seconds.observe(time.perf_counter() - started)
         self.journal.remove_before(checkpoint)
 
     def _maybe_flush_early(self) -> None:

@@ -130,7 +130,7 @@ class Repairer:
             return
         self._client = self._client_factory()
         p.state, p.started = "running", time.monotonic()
-        pending = await self._ledgers_to_repair()
+        pending = await self._ledgers_to_repair_when_readable()
         p.ledgers_total = len(pending)
         log.info("bookie %s: BP-46 repair of %d ledgers started", self.me, len(pending))
         await self.bookie.publish_status()
@@ -167,6 +167,21 @@ class Repairer:
             p.entries_copied,
         )
         await self.bookie.publish_status()
+
+    async def _ledgers_to_repair_when_readable(self) -> list[int]:
+        """``_ledgers_to_repair``, listed again after a pause while the metadata store fails
+        (a ZooKeeper ConnectionLoss): a transient error must not end the repair until the
+        next boot, leaving the entries this bookie lost with fewer copies meanwhile."""
+        p = self.progress
+        while True:
+            try:
+                return await self._ledgers_to_repair()
+            except MetadataError as exc:
+                p.state = "waiting"
+                log.warning("bookie %s: BP-46 repair cannot list its ledgers yet: %s", self.me, exc)
+                await self.bookie.publish_status()
+                await asyncio.sleep(self.retry_interval)
+                p.state = "running"
 
     async def _ledgers_to_repair(self) -> list[int]:
         """Ledgers whose ensembles hold this bookie, plus any still in limbo locally."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from attrs import define
+from attrs import define, field
 
 from embedlog.ledger.admission import DEFAULT_MAX_ADDS_IN_FLIGHT, DEFAULT_MAX_BYTES_IN_FLIGHT
 from embedlog.ledger.bookie_client import BookieClient
 from embedlog.ledger.placement import PlacementPolicy
 from embedlog.metadata.client import MetadataClient
+from embedlog.metrics import ClientMetrics
 from embedlog.wire.limits import DEFAULT_MAX_ENTRY_SIZE
 
 T = TypeVar("T")
@@ -44,8 +45,12 @@ class ClientContext:
     unsafe_recovery_from_minus_one: bool = False  # the model's "Defect 2"
     # Unbounded ledgers: a takeover writes no truncate no-op (the article's log divergence).
     unsafe_takeover_without_noop: bool = False
+    # An ensemble change keeps the replaced bookies' acks of the entries that move: an
+    # entry may count as acknowledged with fewer than AQ copies in its write set.
+    unsafe_ack_from_replaced_bookie: bool = False
     # Why the client that owns this context takes no more calls (None: it does).
     closed_reason: str | None = None
+    metrics: ClientMetrics = field(factory=ClientMetrics)  # embedlog/metrics.py
 
     @property
     def name(self) -> str:

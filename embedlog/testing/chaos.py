@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from embedlog.testing.limits import KNOBS, Limits, LimitsError
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, choices
 
 TRACE_TAIL = 60  # events of a failing seed printed inline (the whole trace goes to a file)
@@ -65,6 +66,21 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--keep-going", action="store_true", help="run every seed even after a violation"
     )
+    p.add_argument(
+        "--jobs",
+        help="seeds run at once, each in a worker process (default: the number of CPUs)",
+    )
+    p.add_argument(
+        "--limit",
+        help=f"bound what each seed draws, e.g. faults=3,entries=7 (knobs: {', '.join(KNOBS)});"
+        " what a shrunk history's replay command gives",
+    )
+    p.add_argument(
+        "--shrink",
+        action="store_true",
+        help="shrink every violating seed (default: the first one only)",
+    )
+    p.add_argument("--no-shrink", action="store_true", help="do not shrink violating seeds")
     p.set_defaults(func=run)
 
 
@@ -105,28 +121,39 @@ def run(args: argparse.Namespace) -> int:
         return _error(f"unknown scenario {args.scenario!r}; scenarios: {choices(SCENARIOS)}")
     if args.unsafe is not None and args.unsafe not in UNSAFE:
         return _error(f"unknown unsafe switch {args.unsafe!r}; switches: {choices(UNSAFE)}")
+    if args.shrink and args.no_shrink:
+        return _error("--shrink and --no-shrink exclude each other: give one")
+    jobs = _whole(args.jobs, 1) if args.jobs is not None else (os.cpu_count() or 1)
+    if jobs is None:
+        return _error(f"--jobs takes a whole number >= 1, got {args.jobs!r}")
+    try:
+        limits = Limits.parse(args.limit) if args.limit is not None else Limits()
+    except LimitsError as exc:
+        return _error(str(exc))
     if os.environ.get("PYTHONHASHSEED") != "0":
         # Iteration over sets of strings follows the hash seed: a history replays exactly
         # only under the same one, so every chaos run uses 0.
         argv = list(getattr(args, "argv", None) or sys.argv[1:])
         env = dict(os.environ, PYTHONHASHSEED="0")
         return subprocess.call([sys.executable, "-m", "embedlog", *argv], env=env)
-    return _run_seeds(args, start, seeds)
+    return _run_seeds(args, start, seeds, jobs, limits)
 
 
-def replay_command(seed: int, scenario: str, unsafe: str | None) -> str:
+def replay_command(seed: int, scenario: str, unsafe: str | None, limits: str = "") -> str:
     cmd = f"embedlog chaos --seeds 1 --start {seed} --scenario {scenario}"
-    return cmd + (f" --unsafe {unsafe}" if unsafe else "") + " --trace"
+    cmd += f" --unsafe {unsafe}" if unsafe else ""
+    return cmd + (f" --limit {limits}" if limits else "") + " --trace"
 
 
-def _run_seeds(args: argparse.Namespace, start: int, seeds: int) -> int:
-    from embedlog.testing.sim import run_seed
+def _run_seeds(args: argparse.Namespace, start: int, seeds: int, jobs: int, limits: Limits) -> int:
+    from embedlog.testing.parallel import run_seeds
 
     scenario, unsafe = args.scenario, args.unsafe
     print(
         f"embedlog chaos: scenario {scenario}"
         + (f", unsafe {unsafe}" if unsafe else "")
-        + f", seeds {start}..{start + seeds - 1}",
+        + (f", limits {limits}" if limits else "")
+        + f", seeds {start}..{start + seeds - 1}, {jobs} job{'s' if jobs > 1 else ''}",
         flush=True,
     )
     tty = sys.stdout.isatty()
@@ -134,16 +161,28 @@ def _run_seeds(args: argparse.Namespace, start: int, seeds: int) -> int:
     failed: list[int] = []
     began = time.perf_counter()
     step = max(1, seeds // 20)
-    for n, seed in enumerate(range(start, start + seeds), 1):
-        result = run_seed(seed, scenario, unsafe=unsafe, quiet=not args.verbose)
+    results = run_seeds(
+        range(start, start + seeds),
+        scenario,
+        unsafe=unsafe,
+        limits=limits,
+        jobs=jobs,
+        keep_trace=args.trace,
+        quiet=not args.verbose,
+    )
+    for n, result in enumerate(results, 1):
+        seed = result.seed
         totals.update(result.counts)
         if args.trace:
             print("\n".join(result.trace))
             print(f"seed {seed}: trace hash {result.trace_hash}, {result.events} events")
         if not result.ok:
             failed.append(seed)
-            _report_failure(result)
+            _report_failure(_with_trace(result, limits, not args.verbose))
+            if args.shrink or (len(failed) == 1 and not args.no_shrink):
+                _report_shrunk(result, limits)
             if not args.keep_going:
+                results.close()  # stops the workers
                 break
         if n % step == 0 or n == seeds:
             elapsed = time.perf_counter() - began
@@ -186,7 +225,41 @@ def _report_failure(result: object) -> None:
     for line in shown:
         print(f"  {line}")
     print(f"whole trace: {out}")
-    print(f"replay: {replay_command(result.seed, result.scenario, result.unsafe)}")
+    replay = replay_command(result.seed, result.scenario, result.unsafe, result.limits)
+    print(f"replay: {replay}")
+
+
+def _with_trace(result: object, limits: Limits, quiet: bool) -> object:
+    """The result again with its whole trace (workers keep none): the seed runs once more,
+    which also shows it replays (the same hash)."""
+    from embedlog.testing.sim import SeedResult, run_seed
+
+    assert isinstance(result, SeedResult)
+    if result.trace:
+        return result
+    again = run_seed(
+        result.seed, result.scenario, unsafe=result.unsafe, quiet=quiet, limits=limits or None
+    )
+    if again.trace_hash != result.trace_hash:
+        print(
+            f"WARNING: seed {result.seed} did not replay: trace hash {again.trace_hash} "
+            f"here, {result.trace_hash} in its first run"
+        )
+    return again
+
+
+def _report_shrunk(result: object, limits: Limits) -> None:
+    from embedlog.testing.shrink import shrink
+    from embedlog.testing.sim import SeedResult
+
+    assert isinstance(result, SeedResult)
+    print(f"shrinking seed {result.seed} ...", flush=True)
+    shrunk = shrink(result.seed, result.scenario, result.unsafe, start=limits or None)
+    print(
+        f"shrunk seed {result.seed} ({shrunk.invariant}) in {shrunk.tries} runs: limits "
+        f"{shrunk.limits or 'none'}; {shrunk.events} trace events, of {shrunk.original_events}"
+    )
+    print(f"replay shrunk: {shrunk.command()}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:  # for python -m embedlog.testing.chaos

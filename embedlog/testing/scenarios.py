@@ -27,6 +27,8 @@ class Scenario:
     lossy_bookies: int = 1
     loss: tuple[float, float] = (0.0, 0.08)  # per-message loss probability, min..max
     spikes: tuple[float, float] = (0.0, 0.1)  # per-message long-delay probability
+    fault_budget: int | None = None  # nemesis steps before it stops (None: no bound)
+    meta_budget: int | None = None  # injected metadata faults at most (None: no bound)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -79,6 +81,13 @@ UNSAFE: dict[str, UnsafeSwitch] = {
             "recovery reads without the fence flag (the TLA+ model's Defect 1)",
             "bounded",
             client={"unsafe_recovery_reads_without_fence": True},
+        ),
+        UnsafeSwitch(
+            "ack-from-replaced-bookie",
+            "an ensemble change keeps the replaced bookies' acks of the entries it moves "
+            "(an entry is acknowledged with fewer than AQ copies in its write set)",
+            "bounded",
+            client={"unsafe_ack_from_replaced_bookie": True},
         ),
         UnsafeSwitch(
             "recovery-from-minus-one",

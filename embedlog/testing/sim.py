@@ -1,12 +1,14 @@
 """The deterministic simulator: one seed, one history, on one thread in virtual time.
 
 ``run_seed(seed, scenario)`` boots real bookies (``embedlog.bookie.Bookie``) with
-their real journals, write caches, entry logs and LevelDB indexes in a scratch
-directory, and drives real clients (``LedgerWriter``, ``recover_ledger`` through
-``Client.open_ledger_aio``, the reader) against them through ``SimNetwork``, all on
-one ``VirtualClockLoop``. Everything that varies comes from the seed: the cluster's
-settings, the workload, every message's delay and loss, every disk operation's
-latency, when bookies crash or stop and when they come back. The trace (every
+their real journals, write caches, entry logs and indexes on simulated disks in memory
+(``MemoryDisk``: crashes tear unsynced tails; disks fill up, fsyncs fail and disks are
+wiped, all drawn from the seed), and drives real clients (``LedgerWriter``,
+``recover_ledger`` through ``Client.open_ledger_aio``, the reader) against them
+through ``SimNetwork``, all on one ``VirtualClockLoop``. Everything that varies comes
+from the seed: the cluster's settings, the workload, every message's delay and loss,
+every disk operation's latency and fault, when bookies crash or stop and when they
+come back. The trace (every
 message, answer, fault and client outcome, stamped with virtual time) is hashed:
 the same seed gives the same hash.
 
@@ -19,10 +21,7 @@ import asyncio
 import functools
 import hashlib
 import logging
-import os
 import random
-import shutil
-import tempfile
 import threading
 import traceback
 from collections import Counter
@@ -35,8 +34,9 @@ from attrs import define, field
 
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.fixcookie import fix_cookies
 from embedlog.client import Client
-from embedlog.errors import BKError, NoSuchLedgerInMetadataError
+from embedlog.errors import BKError, BookieIOError, MetadataError, NoSuchLedgerInMetadataError
 from embedlog.ledger.placement import RandomPlacement
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
@@ -45,11 +45,21 @@ from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.metadata.memory import MemoryMetadataStore
 from embedlog.metadata.store import MetadataStore
 from embedlog.runtime import Runtime
+from embedlog.testing.ackquorum import describe, missing_copies, storage_reader
+from embedlog.testing.limits import Limits
 from embedlog.testing.oracle import Oracle, Violation
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
+from embedlog.testing.simdisk import MemoryDisk
+from embedlog.testing.simfaults import DiskNemesis
 from embedlog.testing.simloop import SimDisk, VirtualClockLoop, seeded, virtual_clock
+from embedlog.testing.simmeta import (
+    FaultyMetadataStore,
+    MetadataFaults,
+    MetaProfile,
+    SimMetadataExecutor,
+)
 from embedlog.testing.simnet import NetProfile, SimNetwork
-from embedlog.wire.entry import Digester, DigestType
+from embedlog.wire.entry import HEADER, Digester, DigestType
 
 PASSWORD = b"sim"
 DIGEST = DigestType.CRC32C
@@ -107,17 +117,15 @@ class SeedResult:
     counts: Counter[str]
     virtual_seconds: float
     trace: list[str]
+    limits: str = ""  # the --limit it ran under ("" : none)
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
 
-def scratch_root() -> Path:
-    """Where simulated disks live: memory when the machine has /dev/shm (a simulated
-    fsync is a real one: on tmpfs it costs nothing)."""
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+# Where the bookies' directories are on their simulated disks (no real file is touched).
+SIM_ROOT = Path("/embedlog-sim")
 
 
 @contextmanager
@@ -140,18 +148,21 @@ def run_seed(
     unsafe: str | None = None,
     keep_trace: bool = True,
     quiet: bool = True,
+    limits: Limits | None = None,
 ) -> SeedResult:
-    """Run one seeded history and check its invariants."""
+    """Run one seeded history and check its invariants (``limits``: bounds on what the
+    seed draws, limits.py)."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; scenarios: {', '.join(SCENARIOS)}")
     if unsafe is not None and unsafe not in UNSAFE:
         raise ValueError(f"unknown unsafe switch {unsafe!r}; switches: {', '.join(UNSAFE)}")
     loop = VirtualClockLoop()
-    root = Path(tempfile.mkdtemp(prefix=f"embedlog-sim-{seed}-", dir=scratch_root()))
+    root = SIM_ROOT
     saved_random = random.getstate()
     # Protocol code that draws from the module's generator (unbounded ensemble choices).
     random.seed(f"{seed}:global")
-    sim = Simulation(seed, SCENARIOS[scenario], unsafe, root, loop, keep_trace)
+    sc = limits.apply(SCENARIOS[scenario]) if limits else SCENARIOS[scenario]
+    sim = Simulation(seed, sc, unsafe, root, loop, keep_trace)
     try:
         with virtual_clock(loop), _quiet(quiet):
             asyncio.set_event_loop(loop)
@@ -163,7 +174,6 @@ def run_seed(
     finally:
         loop.close()
         random.setstate(saved_random)
-        shutil.rmtree(root, ignore_errors=True)
     return SeedResult(
         seed=seed,
         scenario=scenario,
@@ -174,6 +184,7 @@ def run_seed(
         counts=sim.counts,
         virtual_seconds=loop.time(),
         trace=sim.trace.events,
+        limits=str(limits or ""),
     )
 
 
@@ -194,7 +205,18 @@ class Simulation:
         self.trace = Trace(loop, keep_trace)
         self.counts: Counter[str] = Counter()
         self.store = MemoryMetadataStore()
-        self.meta = MetadataClient(self.store)
+        # What the store holds, for the oracle; clients and bookies reach it through a
+        # connection that is slow and fails (simmeta.py).
+        self.truth = MetadataClient(self.store)
+        self.metafaults = MetadataFaults(
+            seeded(seed, "metadata"),
+            MetaProfile.draw(seeded(seed, "metadata-config")),
+            self.trace,
+            self.counts,
+            budget=scenario.meta_budget,
+        )
+        self.meta = MetadataClient(FaultyMetadataStore(self.store, self.metafaults))
+        loop.set_default_executor(SimMetadataExecutor(loop, self.metafaults))
         self.oracle = Oracle(Digester(DIGEST).digest_len, self.trace, self._responsible)
         switch = UNSAFE[unsafe] if unsafe is not None else None
         self.rng = seeded(seed, "workload")
@@ -225,6 +247,9 @@ class Simulation:
         self.bookies: dict[str, Bookie] = {}
         self._sessions: dict[str, MetadataStore] = {}
         self._disks: dict[str, list[SimDisk]] = {}
+        # Each bookie's disks, for the whole history: they outlive its incarnations.
+        self.disks: dict[str, MemoryDisk] = {}
+        self.disk_faults = DiskNemesis(self, seeded(seed, "disk-faults"))
         self.ledgers: list[int] = []
         self._writers: list[LedgerWriter] = []
         self._clients = 0
@@ -234,6 +259,8 @@ class Simulation:
         # acknowledged. Once AQ of one ensemble did, BP-46 rightly leaves the ledger
         # unrecoverable (an acknowledged entry may be gone everywhere): no liveness then.
         self._lossy: set[str] = set()
+        self._aborted: set[str] = set()  # boots abandoned after the unclean bit, journal off
+        self._unrecoverable: set[int] = set()  # ledgers exempt from liveness (see heal)
         self.trace(
             "seed",
             seed,
@@ -252,7 +279,7 @@ class Simulation:
 
     def _responsible(self, lid: int, eid: int, bookie: str) -> bool:
         try:
-            md = self.meta.read_ledger(lid)
+            md = self.truth.read_ledger(lid)
         except NoSuchLedgerInMetadataError:
             return True  # never deleted in these scenarios: a negative is a violation
         if md.is_closed and eid > md.last_entry_id:
@@ -276,9 +303,30 @@ class Simulation:
         rng = self._disk_rng
         return rng.uniform(0.0001, 0.002) if rng.random() < 0.9 else rng.uniform(0.005, 0.05)
 
+    def _disk_fault(self, bid: str, what: str, detail: str) -> None:
+        self.counts[f"fault.{what}"] += 1
+        self.trace("disk-fault", bid, what, detail)
+
     async def boot(self, bid: str) -> bool:
         cfg = BookieConfig.from_settings(bid, self.root / bid, **self.bookie_settings)
-        session = self.store.session()
+        mdisk = self.disks.get(bid)
+        if mdisk is None:
+            mdisk = self.disks[bid] = MemoryDisk(
+                seeded(self.seed, "disk", bid),
+                self.loop.time,
+                functools.partial(self._disk_fault, bid),
+            )
+        if self.disk_faults.needs_cookie_fix(bid):
+            # The operator's BP-46 cookie fix for a wiped bookie (embedlog bookie fixcookie).
+            try:
+                fixed = fix_cookies(cfg, self.meta, mdisk)
+            except MetadataError as exc:  # the operator runs it again later
+                self.counts["fixcookie_failed.metadata"] += 1
+                self.trace("fixcookie-failed", bid, exc)
+                return False
+            self.disk_faults.cookie_fixed(bid)
+            self.trace("fixcookie", bid, len(fixed))
+        session = self.meta.store.session()
         disks: list[SimDisk] = []
 
         def disk(name: str) -> SimDisk:
@@ -292,16 +340,30 @@ class Simulation:
             session,
             client_factory=lambda: self.client(f"{bid}-repair"),
             disk_executor=disk,
+            disk=mdisk,
         )
         self.bookies[bid], self._sessions[bid], self._disks[bid] = bookie, session, disks
+        bitten = mdisk.bitten
         try:
             await bookie.start()
         except Exception as exc:
             session.close()
             self.trace("boot-failed", bid, type(exc).__name__, exc)
+            if mdisk.bitten != bitten:  # a full or failing disk: it stays down for now
+                self.counts["boot.failed_on_disk_fault"] += 1
+                return False
+            if isinstance(exc, MetadataError):
+                # As against ZooKeeper: the boot gives up, the bookie is started again.
+                self.counts["bookie.boot_failed.metadata"] += 1
+                if bookie.storage is not None and not self.bookie_settings["journal_write_data"]:
+                    # It set its unclean bit: its next boot protects its ledgers (limbo) as
+                    # after a crash, though it lost nothing. For liveness it counts as lossy.
+                    self._aborted.add(bid)
+                return False
             self.oracle.violate("BookieBoots", f"{bid} could not boot: {exc!r}")
             return False
         self.counts["bookie.boot"] += 1
+        self.disk_faults.booted(bid)
         if bookie.suspicion:
             self.counts["bp46.phase_one"] += 1
         self.trace("booted", bid, bookie.suspicion or "clean", bookie.protected_ledgers)
@@ -321,6 +383,7 @@ class Simulation:
         self._retire(bid)
         lost = sum(d.lose_pending() for d in self._disks[bid])
         self.bookies[bid].crash()
+        self.disks[bid].power_cut()
         if not self.bookie_settings["journal_write_data"]:
             self._lossy.add(bid)
         self._sessions.pop(bid).expire()  # type: ignore[attr-defined]
@@ -333,6 +396,9 @@ class Simulation:
         self.trace("stop", bid)
         try:
             await self.bookies[bid].stop()
+        except BookieIOError as exc:  # its final flush failed (a full or failing disk)
+            self.counts["stop.unclean"] += 1
+            self.trace("stop-unclean", bid, exc)
         finally:
             self._sessions.pop(bid).close()
 
@@ -355,14 +421,24 @@ class Simulation:
             for j in range(rng.randint(*self.scenario.recoveries))
         ]
         nemesis = asyncio.ensure_future(self.nemesis()) if self.scenario.crashes else None
+        disk_nemesis = asyncio.ensure_future(self.disk_faults.run())
+        expiries = asyncio.ensure_future(
+            self.metafaults.expire_sessions(
+                lambda: [b for b in self.up() if b in self._sessions],
+                lambda: self._workload_done,
+                lambda b: self._sessions[b].expire(),  # type: ignore[attr-defined]
+            )
+        )
         _done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
         for t in pending:
             t.cancel()
         # The nemesis ends after its current step, never inside one: a stop or a boot cut
         # short by a cancellation would be a fault of the simulator's own making.
         self._workload_done = True
-        await asyncio.wait([*work, *(x for x in [nemesis] if x is not None)])
-        for t in [*work, *(x for x in [nemesis] if x is not None)]:
+        await asyncio.wait(
+            [*work, disk_nemesis, expiries, *(x for x in [nemesis] if x is not None)]
+        )
+        for t in [*work, disk_nemesis, expiries, *(x for x in [nemesis] if x is not None)]:
             self._outcome(t)
         await self.heal_and_check()
         self.counts.update(self.net.counts)
@@ -502,10 +578,12 @@ class Simulation:
         max_down = max(1, self.scenario.bookies - self.ensemble)
         mean_gap = rng.choice((0.1, 0.3, 1.0))
         self.trace("nemesis", "mean-gap", mean_gap, "max-down", max_down)
+        steps = 0
         while True:
             await asyncio.sleep(rng.expovariate(1 / mean_gap))
-            if self._workload_done:
+            if self._workload_done or steps == self.scenario.fault_budget:
                 return
+            steps += 1
             up, down = self.up(), self.down()
             action = rng.random()
             if down and (action < 0.4 or len(down) >= max_down):
@@ -519,8 +597,11 @@ class Simulation:
                     self.crash(bid)
                 else:
                     await self.stop(bid)
+                self.disk_faults.after_down(bid)
             elif up:
-                await self.stop(rng.choice(up))
+                bid = rng.choice(up)
+                await self.stop(bid)
+                self.disk_faults.after_down(bid)
 
     def _may_lose(self, bid: str) -> bool:
         if self.bookie_settings["journal_write_data"] or bid in self._lossy:
@@ -533,6 +614,8 @@ class Simulation:
         self.trace("heal")
         self._healed = True
         self.net.heal()
+        await self.disk_faults.heal()
+        self.metafaults.heal()
         for bid in self.down():
             await self.boot(bid)
         deadline = self.loop.time() + SETTLE_LIMIT
@@ -542,14 +625,16 @@ class Simulation:
             await asyncio.sleep(0.2)
         checker = self.client("checker")
         for lid in list(self.ledgers):
-            md = self.meta.read_ledger(lid)
-            lost = [e for _, e in md.fragments if len(self._lossy & set(e)) >= md.ack_quorum]
+            md = self.truth.read_ledger(lid)
+            limbo = self._lossy | self._aborted
+            lost = [e for _, e in md.fragments if len(limbo & set(e)) >= md.ack_quorum]
             for attempt in range(1 if lost else 6):
                 if await self._recover_and_read(checker, lid, "checker", final=True):
                     break
                 await asyncio.sleep(1.0 + attempt)
             else:
                 if lost:
+                    self._unrecoverable.add(lid)
                     self.counts["liveness_exempt"] += 1
                     self.trace("unrecoverable", lid, "lossy crashes in", lost)
                     continue
@@ -557,8 +642,28 @@ class Simulation:
                     "LedgerIsClosed",
                     f"ledger {lid} could not be recovered and read back after healing",
                 )
+        self.check_ack_quorum_copies()
         for w in self._writers:
             w.stop()
+
+    def lost_disks(self) -> set[str]:
+        """Bookies that lost what their disks held: crashed while adds skipped the journal."""
+        return set(self._lossy)
+
+    def check_ack_quorum_copies(self) -> None:
+        """Invariant 4 (ackquorum.py), asking every bookie's storage directly."""
+        skip = HEADER.size + Digester(DIGEST).digest_len
+        stored = storage_reader(
+            lambda b: self.bookies[b].storage if self._serving(b) else None,
+            lambda data: data[skip:],
+        )
+        # A ledger left unrecoverable by lossy bookies cannot be repaired either: what the
+        # others lost stays lost until it is recovered.
+        acked = {k: v for k, v in self.oracle.acked.items() if k not in self._unrecoverable}
+        short = missing_copies(acked, self.truth.read_ledger, stored, self.lost_disks())
+        self.counts["check.ack_quorum_entries"] += sum(map(len, self.oracle.acked.values()))
+        if short:
+            self.oracle.violate("AllCommittedEntriesReachAckQuorum", "; ".join(describe(short)))
 
     async def shutdown(self) -> None:
         """Release every bookie's files and end every task, whatever state the run ended in."""

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
+from embedlog.transport.pause import PauseGate
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import FrameError, Request, Response
 
@@ -54,7 +55,13 @@ def serve_frame(
     answered with EIO: a bookie must answer, not crash, on a request it chokes on.
     Handlers with ``handle_nowait`` (bookies) serve plain adds without a task; the
     task serving the request, if there is one, is returned for cancelling at shutdown.
+    A paused bookie (its ``pause_gate``, embedlog/transport/pause.py) holds the frame
+    instead, until it resumes.
     """
+    gate: PauseGate | None = getattr(handler, "pause_gate", None)
+    if gate is not None and gate.paused:
+        gate.hold(frame, reply)
+        return None
     try:
         req = Request.decode(frame)
     except FrameError as exc:
@@ -68,6 +75,14 @@ def serve_frame(
         task: asyncio.Task[Response] | None = handle_nowait(req, answered)
         return task
     return handle_as_task(handler.handle(req), answered)  # type: ignore[arg-type]
+
+
+def resume_serving(handler: RequestHandler, gate: PauseGate) -> None:
+    """Resume a paused bookie: serve every request it held, in the order they came."""
+    for frame, reply in gate.release():
+        task = serve_frame(handler, frame, reply)
+        if task is not None:
+            gate.track(task)  # type: ignore[arg-type]
 
 
 class _FrameAnswer:

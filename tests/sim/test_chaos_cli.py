@@ -21,7 +21,14 @@ def _hash_seed(monkeypatch):
         ([], "--seeds takes a whole number >= 1, got None"),
         (["--seeds", "1", "--start", "-1"], "--start takes a whole number >= 0"),
         (["--seeds", "1", "--scenario", "nope"], "scenarios: bounded, bounded-nojournal"),
-        (["--seeds", "1", "--unsafe", "nope"], "switches: no-fence-on-boot, no-limbo"),
+        (["--seeds", "1", "--unsafe", "nope"], "switches: ack-from-replaced-bookie, no-fence"),
+        (["--seeds", "1", "--jobs", "0"], "--jobs takes a whole number >= 1, got '0'"),
+        (["--seeds", "1", "--limit", "nope=1"], "limits: ledgers, recoveries, entries, faults"),
+        (["--seeds", "1", "--limit", "faults=x"], "limit faults takes a whole number >= 0"),
+        (["--seeds", "1", "--limit", "entries=0"], "limit entries takes a whole number >= 1"),
+        (["--seeds", "1", "--limit", "loss=1"], "limit loss takes only 0 (none)"),
+        (["--seeds", "1", "--limit", "faults"], "--limit takes knob=value pairs"),
+        (["--seeds", "1", "--shrink", "--no-shrink"], "exclude each other"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_valid_choices(argv, says, capsys):
@@ -39,6 +46,7 @@ def test_list_unsafe_names_every_switch(capsys):
         "no-fence-on-boot",
         "recovery-reads-without-fence",
         "recovery-from-minus-one",
+        "ack-from-replaced-bookie",
     ):
         assert name in out
 
@@ -51,10 +59,33 @@ def test_clean_seeds_exit_0_with_rate_and_counts(capsys):
 
 
 def test_a_violation_exits_1_with_seed_trace_and_replay_command(capsys):
-    assert main(["chaos", "--seeds", "20", "--unsafe", "no-limbo"]) == 1
+    assert main(["chaos", "--seeds", "20", "--unsafe", "no-limbo", "--no-shrink"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATED" in out and "NoNegativeForAckedEntry" in out
     seed = int(out.split("seed ")[1].split()[0])
     replay = f"embedlog chaos --seeds 1 --start {seed} --scenario bounded-nojournal"
     assert f"replay: {replay} --unsafe no-limbo --trace" in out
     assert "trace events up to the first violation" in out
+
+
+def test_the_first_violating_seed_is_shrunk_with_a_replay_command(capsys):
+    argv = ["--seeds", "1", "--start", "19", "--unsafe", "ack-from-replaced-bookie", "--jobs", "1"]
+    assert main(["chaos", *argv]) == 1
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("shrunk seed 19"))
+    shrunk, original = (int(x) for x in line.split("; ")[1].split(" trace events, of "))
+    assert shrunk < original
+    replay = next(x for x in out.splitlines() if x.startswith("replay shrunk: "))
+    assert replay.startswith(
+        "replay shrunk: embedlog chaos --seeds 1 --start 19 --scenario bounded "
+        "--unsafe ack-from-replaced-bookie --limit "
+    )
+
+
+def test_two_jobs_give_the_same_counts_and_exit_code_as_one(capsys):
+    outs = []
+    for jobs in ("1", "2"):
+        assert main(["chaos", "--seeds", "3", "--start", "40", "--jobs", jobs]) == 0
+        out = capsys.readouterr().out
+        outs.append(next(x for x in out.splitlines() if x.startswith("exercised: ")))
+    assert outs[0] == outs[1]

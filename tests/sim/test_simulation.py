@@ -14,7 +14,7 @@ from embedlog.testing.sim import run_seed
 SEEDS = {"bounded": 200, "bounded-nojournal": 150}
 # Unsafe switches the simulator catches, and the seed bound within which it must (the
 # first violating seed today is well below it; see docs/simulation.md).
-CAUGHT = {"no-limbo": 100, "recovery-from-minus-one": 100}
+CAUGHT = {"no-limbo": 100, "recovery-from-minus-one": 100, "ack-from-replaced-bookie": 40}
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -48,6 +48,12 @@ def test_every_seed_holds_every_invariant(scenario):
         "path.add_batch",
         "path.recovery_write_back",
         "ensemble_change",
+        "fault.meta_slow",
+        "fault.meta_error",
+        "fault.meta_applied_error",
+        "fault.session_expired",
+        "bookie.boot_failed.metadata",
+        "check.ack_quorum_entries",
     ):
         assert totals.get(what, 0) > 0, what
     if scenario == "bounded-nojournal":

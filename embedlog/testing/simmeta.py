@@ -1,0 +1,273 @@
+"""The simulated metadata store: slow operations, failing ones, expired bookie sessions.
+
+A real ZooKeeper answers late, and sometimes not at all: the connection drops before the
+operation reached the server (nothing happened), or after the server applied it (the
+compare-and-swap happened, the caller only sees the error). Both reach the caller as the
+same ``MetadataError`` (what ``ZooKeeperMetadataStore`` raises for a ConnectionLoss), so
+the caller must treat it as unknown. And a bookie's session can expire while the bookie
+serves: its registration vanishes under it.
+
+``FaultyMetadataStore`` wraps the simulation's in-memory store and draws each
+operation's fate from the seed. It says it does blocking I/O (as ZooKeeper's store
+does), so the clients and bookies hand every asynchronous metadata call to the loop's
+default executor, exactly as they do against ZooKeeper; ``SimMetadataExecutor`` is that
+executor: it runs the call on the loop thread after a seeded delay, and hands its
+outcome back after another (an operation applied at the server but not yet answered).
+Calls the real code makes synchronously (a bookie's registration, its cookie check)
+take no virtual time, but fail as any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import random
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from attrs import frozen
+
+from embedlog.errors import MetadataError
+from embedlog.metadata.store import ANY_VERSION, MetadataStore, SessionView
+
+T = TypeVar("T")
+
+OK, LOST, APPLIED = "ok", "lost", "applied"
+
+
+@frozen
+class MetaProfile:
+    """How unreliable the metadata store is in one history (drawn from the seed)."""
+
+    slow: float = 0.0  # probability that an operation is held up (before or after it applies)
+    slow_delay: tuple[float, float] = (0.05, 2.0)  # seconds, uniform
+    delay: tuple[float, float] = (0.0002, 0.002)  # every operation's ordinary round trip
+    error: float = 0.0  # probability that an operation fails with a ConnectionLoss
+    applied: float = 0.5  # of the failing writes, the share the server applied first
+    expiry_gap: float = 0.0  # mean seconds between expiries of live bookies' sessions (0: none)
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> MetaProfile:
+        # A quarter of the histories keep a reliable store: the other faults alone.
+        if rng.random() < 0.25:
+            return cls()
+        return cls(
+            slow=rng.choice((0.0, rng.uniform(0.0, 0.2))),
+            error=rng.choice((0.0, rng.uniform(0.0, 0.08))),
+            applied=0.5,
+            expiry_gap=rng.choice((0.0, 0.0, rng.uniform(0.5, 5.0))),
+        )
+
+
+CALM_META = MetaProfile()
+
+
+def fate(rng: random.Random, profile: MetaProfile, *, write: bool) -> str:
+    """One operation's fate: it succeeds, is lost before it applied, or (writes only) is
+    applied and then lost on the way back."""
+    if profile.error <= 0 or rng.random() >= profile.error:
+        return OK
+    return APPLIED if write and rng.random() < profile.applied else LOST
+
+
+class MetadataFaults:
+    """The seed's decisions about metadata operations, and their counts."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        profile: MetaProfile,
+        trace: Callable[..., None],
+        counts: Counter[str],
+        budget: int | None = None,
+    ) -> None:
+        self.rng = rng
+        self.profile = profile
+        self._trace = trace
+        self.counts = counts
+        # At most this many injected faults (slow operations, errors, expiries): shrinking.
+        self.budget = budget
+        self._suspended = 0
+
+    def _spend(self) -> bool:
+        if self.budget is None:
+            return True
+        if self.budget <= 0:
+            return False
+        self.budget -= 1
+        return True
+
+    @property
+    def active(self) -> bool:
+        return self._suspended == 0
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """The simulation's own bookkeeping (a crashed process's session ending at the
+        server) is no operation a client made: it cannot fail."""
+        self._suspended += 1
+        try:
+            yield
+        finally:
+            self._suspended -= 1
+
+    def heal(self) -> None:
+        self.profile = CALM_META
+
+    def latency(self) -> tuple[float, float]:
+        """Seconds before the operation reaches the store, and before its answer is back."""
+        rng, p = self.rng, self.profile
+        before, after = rng.uniform(*p.delay), rng.uniform(*p.delay)
+        if p.slow > 0 and rng.random() < p.slow and self._spend():
+            self.counts["fault.meta_slow"] += 1
+            if rng.random() < 0.5:
+                before += rng.uniform(*p.slow_delay)
+            else:
+                after += rng.uniform(*p.slow_delay)  # applied, the caller not told yet
+        return before, after
+
+    def decide(self, op: str, path: str, *, write: bool) -> str:
+        if not self.active:
+            return OK
+        outcome = fate(self.rng, self.profile, write=write)
+        if outcome == OK or not self._spend():
+            return OK
+        self.counts["fault.meta_applied_error" if outcome == APPLIED else "fault.meta_error"] += 1
+        self._trace("meta-fault", op, path, outcome)
+        return outcome
+
+    def connection_loss(self, op: str, path: str, outcome: str) -> MetadataError:
+        when = "after it was applied" if outcome == APPLIED else "before it was applied"
+        return MetadataError(f"ZooKeeper ConnectionLoss on {op} {path} (simulated, {when})")
+
+    # -- expired sessions ------------------------------------------------------------------
+
+    async def expire_sessions(
+        self,
+        live: Callable[[], list[str]],
+        over: Callable[[], bool],
+        expire: Callable[[str], None],
+    ) -> None:
+        """Now and then, a live bookie's session expires (``expire(bookie)``): its
+        registration vanishes while it serves (its process keeps running and keeps its
+        session object, as a kazoo client that reconnects with a new session does).
+        ``live()``: the bookies serving now; ``over()``: the workload has ended."""
+        while True:
+            gap = self.profile.expiry_gap
+            if gap <= 0:
+                return
+            await asyncio.sleep(self.rng.expovariate(1 / gap))
+            if over():
+                return
+            candidates = live()
+            if not candidates:
+                continue
+            bid = self.rng.choice(candidates)
+            if not self._spend():
+                return
+            self.counts["fault.session_expired"] += 1
+            self._trace("session-expired", bid)
+            expire(bid)
+
+
+class FaultyMetadataStore(MetadataStore):
+    """``inner`` (the simulation's store) behind a connection that fails as ZooKeeper's does."""
+
+    # As ZooKeeper's store: asynchronous callers go through the loop's default executor.
+    blocking_io = True
+
+    def __init__(self, inner: MetadataStore, faults: MetadataFaults) -> None:
+        self.inner = inner
+        self.faults = faults
+
+    def _read(self, op: str, path: str, call: Callable[[], T]) -> T:
+        outcome = self.faults.decide(op, path, write=False)
+        if outcome != OK:
+            raise self.faults.connection_loss(op, path, outcome)
+        return call()
+
+    def _write(self, op: str, path: str, call: Callable[[], T]) -> T:
+        outcome = self.faults.decide(op, path, write=True)
+        if outcome == LOST:
+            raise self.faults.connection_loss(op, path, outcome)
+        result = call()
+        if outcome == APPLIED:
+            raise self.faults.connection_loss(op, path, outcome)
+        return result
+
+    def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
+        return self._write(
+            "create", path, lambda: self.inner.create(path, data, ephemeral=ephemeral)
+        )
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        return self._read("get", path, lambda: self.inner.get(path))
+
+    def set(self, path: str, data: bytes, version: int) -> int:
+        return self._write("set", path, lambda: self.inner.set(path, data, version))
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        self._write("delete", path, lambda: self.inner.delete(path, version))
+
+    def children(self, path: str) -> list[str]:
+        return self._read("children", path, lambda: self.inner.children(path))
+
+    def session(self) -> MetadataStore:
+        return FaultySession(self)
+
+
+class FaultySession(SessionView):
+    """A bookie's session on the faulty store: its operations fail like any other, but its
+    end (expiry, a crashed process) is the server's doing and always happens."""
+
+    def __init__(self, store: FaultyMetadataStore) -> None:
+        super().__init__(store)
+        self._faults = store.faults
+
+    def expire(self) -> None:
+        with self._faults.suspended():
+            super().expire()
+
+
+class SimMetadataExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The loop's default executor in a simulation: the metadata calls the real code hands
+    to a thread (``MetadataClient.call``, a bookie's ``_blocking_meta``) run on the loop
+    thread instead, after a seeded delay, and their outcome comes back after another.
+
+    A ThreadPoolExecutor only because asyncio accepts no other default executor; it never
+    starts a thread (every ``submit`` is served here).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, faults: MetadataFaults) -> None:
+        super().__init__(max_workers=1)
+        self._loop = loop
+        self._faults = faults
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise TypeError("SimMetadataExecutor.submit takes positional arguments only")
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        before, after = self._faults.latency()
+        self._loop.call_later(before, self._run, fut, fn, args, after)
+        return fut
+
+    def _run(
+        self,
+        fut: concurrent.futures.Future[Any],
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        after: float,
+    ) -> None:
+        if not fut.set_running_or_notify_cancel():
+            return  # the caller gave up before the operation left: it never happened
+        try:
+            result = fn(*args)
+        except BaseException as exc:
+            self._loop.call_later(after, fut.set_exception, exc)
+        else:
+            self._loop.call_later(after, fut.set_result, result)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass  # no thread to stop
