@@ -58,8 +58,11 @@ def _simpletest(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from embedlog import __version__
+
     parser = argparse.ArgumentParser(prog="embedlog", description=__doc__)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("--version", action="version", version=f"embedlog {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     st = sub.add_parser("simpletest", help="write, read back and verify on an in-process cluster")
@@ -93,8 +96,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         from embedlog.errors import BKError
+        from embedlog.extras import MissingExtraError
 
-        if isinstance(exc, BKError | ValueError | OSError):
-            print(f"embedlog {args.command}: error: {exc}", file=sys.stderr)
+        if isinstance(exc, BKError | ValueError | OSError | MissingExtraError):
+            print(f"{command_name(args)}: error: {exc}", file=sys.stderr)
             return 2
         raise
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """``embedlog ledger list``: the command as typed, for its error messages."""
+    words = ["embedlog", args.command]
+    words += [getattr(args, f"{args.command}_command", None) or ""]
+    return " ".join(w for w in words if w)

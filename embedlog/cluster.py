@@ -575,7 +575,7 @@ class LocalCluster:
         flags = header_fields(resp.body)[3]
         return split_term(flags, resp.body[HEADER.size + digest_len :])[1]
 
-    def check_metadata(self) -> Any:
+    def check_metadata(self) -> Report:
         """BP-34: check the placement and replication of every closed ledger, and of the sealed
         fragments (all but the last) of open ones, against the bookies."""
         from embedlog.auditor.checker import MetadataChecker

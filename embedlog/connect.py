@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,8 +94,33 @@ def connect(
             "metadata_uri=None means the embedded store of one process; give the "
             "cluster's zk:// URI (or data_dir for an embedded store no one else holds)"
         )
-    from embedlog.metadata.client import MetadataClient
     from embedlog.metadata.uri import open_store
+
+    return connect_with(
+        lambda: open_store(metadata_uri, Path(data_dir or tempfile.gettempdir())),
+        name=name,
+        request_timeout=request_timeout,
+        tls_ca=tls_ca,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        **options,
+    )
+
+
+def connect_with(
+    open_metadata: Callable[[], MetadataStore],
+    *,
+    name: str = "client",
+    request_timeout: float = 5.0,
+    tls_ca: str | Path | None = None,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
+    **options: Any,
+) -> Client:
+    """connect() over the metadata store ``open_metadata()`` opens (the command line passes
+    read-only views); the client owns the store and closes it. TLS files are checked first,
+    before anything connects."""
+    from embedlog.metadata.client import MetadataClient
     from embedlog.runtime import Runtime
     from embedlog.transport.tcp import TcpTransport
     from embedlog.transport.tls import client_context
@@ -104,7 +130,7 @@ def connect(
     runtime = Runtime(f"embedlog-{name}")
     store: MetadataStore | None = None
     try:
-        store = open_store(metadata_uri, Path(data_dir or tempfile.gettempdir()))
+        store = open_metadata()
         meta = MetadataClient(store)
         transport = TcpTransport(_metadata_resolver(meta), ssl_context=ssl_context)
         # ConnectedClient takes the store (it owns and closes it); mypy sees Client's init.
@@ -123,7 +149,7 @@ def connect(
         raise
 
 
-def _metadata_resolver(meta: MetadataClient) -> Any:
+def _metadata_resolver(meta: MetadataClient) -> Callable[[str], Awaitable[str | None]]:
     """bookie id -> the address it registered, read when a connection is (re)opened."""
 
     def lookup(bookie_id: str) -> str | None:

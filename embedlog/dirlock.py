@@ -19,6 +19,7 @@ silently unlocked the database for every other process.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 LOCK_FILE = "embedlog.lock"
@@ -139,4 +141,38 @@ def _read_holder(lock_file: Path) -> str:
         return "a process that did not say who it is"
 
 
-__all__ = ["LOCK_FILE", "DirLock", "DirLockedError"]
+@contextlib.contextmanager
+def shared_lock(directory: str | os.PathLike[str]) -> Iterator[None]:
+    """Keep every DirLock holder out of ``directory`` while a reader copies it.
+
+    A shared ``flock`` on an existing ``LOCK_FILE``, opened read-only: it writes nothing,
+    and it conflicts only with DirLock's exclusive lock, so readers do not exclude each
+    other. A directory without the file was never held, and there is nothing to lock.
+    Raises DirLockedError when a DirLock holds the directory (here or in another process).
+    """
+    path = Path(directory)
+    st = os.stat(path)
+    with _registry_lock:
+        holder = _held.get((st.st_dev, st.st_ino))
+    if holder is not None:
+        raise DirLockedError(path, holder, in_this_process=True)
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            raise DirLockedError(
+                path, _read_holder(path / LOCK_FILE), in_this_process=False
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+__all__ = ["LOCK_FILE", "DirLock", "DirLockedError", "shared_lock"]

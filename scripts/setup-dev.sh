@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs: Debian's zookeeper (real ZooKeeper tests) and the
-# package with its test extras. Safe to run again.
+# Installs what the test suite and CI need: Debian's zookeeper (real ZooKeeper tests) and
+# the package with its test, spark and dev extras (dev: ruff and mypy, which CI runs).
+# editable_mode=compat: an editable install that type checkers see (setuptools' default
+# import hook is invisible to mypy). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! dpkg -s zookeeper >/dev/null 2>&1; then
@@ -9,4 +11,5 @@ if ! dpkg -s zookeeper >/dev/null 2>&1; then
   apt-get update -qq
   apt-get install -y -qq zookeeper >/dev/null
 fi
-python -m pip install -q --disable-pip-version-check -e '.[test,spark]'
+python -m pip install -q --disable-pip-version-check -e '.[test,spark,dev]' \
+  --config-settings editable_mode=compat

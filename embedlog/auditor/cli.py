@@ -5,10 +5,10 @@ Two ways to reach a cluster:
 * ``--metadata-uri zk://host:port/path``: a running cluster whose bookies serve
   over TCP (``embedlog sandbox``, or LocalCluster(transport="tcp") with
   ZooKeeper metadata); the auditor connects like any client.
-* ``--data-dir DIR`` alone: a LocalCluster directory with the embedded metadata
-  store, which one process at a time may open. Its bookies are booted in this
-  process for the duration of the command, so the cluster must not be running
-  elsewhere.
+* ``--data-dir DIR`` alone: a stopped LocalCluster's directory with the embedded
+  metadata store. ``check`` boots a private copy of it and leaves DIR as it was
+  (embedlog/snapshot.py); ``replicate`` and ``run`` boot its bookies in this process
+  for the duration of the command.
 
 Exit status: 0 nothing found (check) or everything repaired (replicate), 1
 violations found or left, 2 an error (named on stderr).
@@ -22,7 +22,6 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from embedlog.auditor.checker import DEFAULT_UNDERREPLICATED_THRESHOLD
@@ -73,13 +72,9 @@ def add_auditor_commands(sub: Any) -> None:
 
 
 def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", default=None, help="the cluster's data directory")
-    p.add_argument(
-        "--metadata-uri", default=None, help="zk://host:port/path; default: embedded in --data-dir"
-    )
-    p.add_argument("--tls-ca", default=None, help="CA certificate of TLS bookies")
-    p.add_argument("--tls-cert", default=None, help="client certificate, for mutual TLS")
-    p.add_argument("--tls-key", default=None, help="the private key of --tls-cert")
+    from embedlog.cli_access import add_target_options
+
+    add_target_options(p)
     p.add_argument(
         "--ledger", type=int, action="append", default=None, help="only this ledger (repeatable)"
     )
@@ -108,37 +103,14 @@ def _options(p: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def _cluster(args: argparse.Namespace) -> Iterator[tuple[Any, Any, Any]]:
+def _cluster(args: argparse.Namespace, *, readonly: bool) -> Iterator[tuple[Any, Any, Any]]:
     """(metadata client, transport, runtime) of the cluster the arguments name."""
-    if args.metadata_uri is not None:
-        from embedlog.connect import connect
+    from embedlog.cli_access import cluster
 
-        client = connect(
-            args.metadata_uri,
-            name="auditor",
-            request_timeout=args.request_timeout,
-            tls_ca=args.tls_ca,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            data_dir=args.data_dir,
-        )
-        try:
-            yield client.ctx.metadata, client.ctx.bookies.transport, client.runtime
-        finally:
-            client.close()
-        return
-    if args.data_dir is None:
-        raise ValueError("give --metadata-uri zk://host:port/path, or --data-dir of a LocalCluster")
-    data_dir = Path(args.data_dir)
-    if not data_dir.is_dir():
-        raise ValueError(f"--data-dir {data_dir} is not a directory")
-    from embedlog.cluster import LocalCluster
-
-    # num_bookies=0: boot exactly the bookies the directory holds, add none.
-    with LocalCluster(0, data_dir) as cluster:
-        if not cluster.bookie_ids:
-            raise ValueError(f"--data-dir {data_dir} holds no bookies (bookie-N directories)")
-        yield cluster.metadata, cluster.transport, cluster.runtime
+    with cluster(
+        args, readonly=readonly, name="auditor", request_timeout=args.request_timeout
+    ) as access:
+        yield access.metadata, access.transport, access.runtime
 
 
 def _policy(name: str) -> Any:
@@ -148,22 +120,18 @@ def _policy(name: str) -> Any:
 
 
 class _Progress:
-    """At most one progress line a second on stderr, plus the last one."""
+    """The checker's progress as a bar on stderr (embedlog/console.py), plus messages."""
 
     def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.last = 0.0
+        from embedlog.console import Progress
+
+        self.bar = Progress("ledgers checked", enabled=not quiet)
 
     def ledgers(self, done: int, total: int, ledger_id: int) -> None:
-        now = time.monotonic()
-        if self.quiet or (done != total and now - self.last < 1.0):
-            return
-        self.last = now
-        print(f"checked {done}/{total} ledgers (last: {ledger_id})", file=sys.stderr, flush=True)
+        self.bar.update(done, total, note=f"last: {ledger_id}")
 
     def say(self, message: str) -> None:
-        if not self.quiet:
-            print(message, file=sys.stderr, flush=True)
+        self.bar.say(message)
 
 
 def _checker_options(args: argparse.Namespace, progress: _Progress) -> dict[str, Any]:
@@ -179,7 +147,7 @@ def _check(args: argparse.Namespace) -> int:
     from embedlog.auditor.checker import MetadataChecker
 
     progress = _Progress(args.quiet)
-    with _cluster(args) as (meta, transport, runtime):
+    with _cluster(args, readonly=True) as (meta, transport, runtime):
         checker = MetadataChecker(
             meta, transport, runtime, progress=progress.ledgers, **_checker_options(args, progress)
         )
@@ -198,7 +166,7 @@ def _replicate(args: argparse.Namespace) -> int:
 
     progress = _Progress(args.quiet)
     options = _checker_options(args, progress)
-    with _cluster(args) as (meta, transport, runtime):
+    with _cluster(args, readonly=False) as (meta, transport, runtime):
         replicator = Replicator(
             meta,
             transport,
@@ -235,7 +203,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{stamp} {'check' if args.check_only else 'replicate'}: {outcome.summary()}")
         sys.stdout.flush()
 
-    with _cluster(args) as (meta, transport, runtime):
+    with _cluster(args, readonly=False) as (meta, transport, runtime):
         auditor = PeriodicAuditor(
             meta,
             transport,

@@ -95,7 +95,7 @@ class Boot(RepairServices, Flushing):
             {"address": cfg.advertised_address, "rack": cfg.rack},
             readonly=self.readonly,
         )
-        if index.marker(REPAIR):
+        if index.marker(REPAIR) and cfg.run_repair:
             self._repair_task = asyncio.get_running_loop().create_task(self._run_repair())
 
     def _replay(self, checkpoint: int) -> tuple[int, list[str]]:

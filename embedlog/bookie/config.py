@@ -59,6 +59,10 @@ class BookieConfig:
     )
     # BP-46.
     auto_fix_cookies: bool = False
+    # Phase two (repair from peers) in the background after a boot that needs it. False
+    # leaves it for a later boot: a private copy booted only to be looked at (`embedlog
+    # auditor check --data-dir`) must show the bookie as it is, not as repair makes it.
+    run_repair: bool = True
     repair_retry_interval: float = field(default=1.0, validator=_positive)  # seconds
     # TLS on the TCP transport, from the operator's PEM files (docs/security.md). tls_cert
     # and tls_key turn it on; tls_ca verifies the client certificates presented, and

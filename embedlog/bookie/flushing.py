@@ -21,9 +21,9 @@ import errno
 import logging
 import time
 
-import plyvel
 from attrs import frozen
 
+from embedlog import leveldb as binding  # plyvel or plyvel-next (embedlog/leveldb.py)
 from embedlog.bookie.base import BookieBase, BookieState
 from embedlog.errors import BookieIOError
 
@@ -43,11 +43,11 @@ def disk_is_broken(error: BaseException) -> bool:
         return True  # a record that does not read back as written
     if isinstance(error, OSError):
         return error.errno in BROKEN_DISK_ERRNOS
-    if isinstance(error, plyvel.CorruptionError):
+    if isinstance(error, binding.CorruptionError):
         return True
     # LevelDB's own I/O errors carry no errno; one that lasts keeps every retry failing
     # (and the bookie read-only) anyway.
-    return not isinstance(error, plyvel.IOError)
+    return not isinstance(error, binding.IOError)
 
 
 @frozen

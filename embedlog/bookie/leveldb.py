@@ -1,4 +1,4 @@
-"""The index's key-value store on LevelDB (plyvel): the real one (embedlog/bookie/kv.py).
+"""The index's key-value store on LevelDB (embedlog/leveldb.py): the real one (bookie/kv.py).
 
 Paranoid checks on open, block checksums verified on every read: damage LevelDB can
 see refuses the boot (``damaged_index``: a clear error naming the directory and what
@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import plyvel
-
+from embedlog import leveldb as binding  # plyvel or plyvel-next (embedlog/leveldb.py)
 from embedlog.bookie.kv import Batch
 from embedlog.errors import BookieIOError
 
@@ -27,22 +26,22 @@ class LevelDBStore:
         if not create:
             _check_files(path)
         try:
-            self.db = plyvel.DB(str(path), create_if_missing=create, paranoid_checks=True)
-        except plyvel.CorruptionError as exc:
+            self.db = binding.DB(str(path), create_if_missing=create, paranoid_checks=True)
+        except binding.CorruptionError as exc:
             raise damaged_index(path, _reason(exc)) from exc
-        except (plyvel.IOError, plyvel.Error) as exc:
+        except (binding.IOError, binding.Error) as exc:
             raise BookieIOError(
                 f"cannot open the index at {path}: {exc}. Check that the directory exists, "
                 "is writable and is not used by another bookie process."
             ) from exc
 
-    def _read_error(self, exc: plyvel.Error) -> BookieIOError:
+    def _read_error(self, exc: binding.Error) -> BookieIOError:
         return BookieIOError(f"reading the index at {self.path} failed: {_reason(exc)}")
 
     def get(self, key: bytes) -> bytes | None:
         try:
             value: bytes | None = self.db.get(key, verify_checksums=True)
-        except plyvel.Error as exc:
+        except binding.Error as exc:
             raise self._read_error(exc) from exc
         return value
 
@@ -64,7 +63,7 @@ class LevelDBStore:
                 prefix=prefix, reverse=reverse, include_value=include_value, verify_checksums=True
             ) as it:
                 yield from it
-        except plyvel.Error as exc:
+        except binding.Error as exc:
             raise self._read_error(exc) from exc
 
     def compact_range(self, start: bytes, stop: bytes) -> None:
@@ -103,6 +102,6 @@ def damaged_index(path: Path, what: str) -> BookieIOError:
     )
 
 
-def _reason(exc: plyvel.Error) -> str:
+def _reason(exc: binding.Error) -> str:
     arg = exc.args[0] if exc.args else exc
     return arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)

@@ -47,7 +47,13 @@ class RandomPlacement:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def new_ensemble(self, ensemble_size, write_quorum, available, exclude):  # type: ignore[no-untyped-def]
+    def new_ensemble(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        available: Mapping[str, BookieInfo],
+        exclude: set[str],
+    ) -> list[str]:
         pool = _candidates(available, exclude)
         if len(pool) < ensemble_size:
             raise NotEnoughBookiesError(
@@ -55,7 +61,14 @@ class RandomPlacement:
             )
         return self._rng.sample(pool, ensemble_size)
 
-    def replace_bookie(self, ensemble, index, write_quorum, available, exclude):  # type: ignore[no-untyped-def]
+    def replace_bookie(
+        self,
+        ensemble: Sequence[str],
+        index: int,
+        write_quorum: int,
+        available: Mapping[str, BookieInfo],
+        exclude: set[str],
+    ) -> str:
         pool = _candidates(available, exclude | set(ensemble))
         if not pool:
             raise NotEnoughBookiesError(
@@ -63,7 +76,9 @@ class RandomPlacement:
             )
         return self._rng.choice(pool)
 
-    def violations(self, ensemble, write_quorum, infos):  # type: ignore[no-untyped-def]
+    def violations(
+        self, ensemble: Sequence[str], write_quorum: int, infos: Mapping[str, BookieInfo]
+    ) -> list[str]:
         if len(set(ensemble)) != len(ensemble):
             return [f"ensemble {list(ensemble)} repeats a bookie"]
         return []
@@ -76,7 +91,13 @@ def rack_of(info: BookieInfo | None) -> str:
 class RackAwarePlacement(RandomPlacement):
     """Spread every write set over as many racks as there are (each bookie reports a ``rack``)."""
 
-    def new_ensemble(self, ensemble_size, write_quorum, available, exclude):  # type: ignore[no-untyped-def]
+    def new_ensemble(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        available: Mapping[str, BookieInfo],
+        exclude: set[str],
+    ) -> list[str]:
         pool = _candidates(available, exclude)
         if len(pool) < ensemble_size:
             raise NotEnoughBookiesError(
@@ -97,7 +118,14 @@ class RackAwarePlacement(RandomPlacement):
                     ensemble.append(by_rack[r].pop())
         return ensemble
 
-    def replace_bookie(self, ensemble, index, write_quorum, available, exclude):  # type: ignore[no-untyped-def]
+    def replace_bookie(
+        self,
+        ensemble: Sequence[str],
+        index: int,
+        write_quorum: int,
+        available: Mapping[str, BookieInfo],
+        exclude: set[str],
+    ) -> str:
         pool = _candidates(available, exclude | set(ensemble))
         if not pool:
             raise NotEnoughBookiesError(
@@ -113,7 +141,9 @@ class RackAwarePlacement(RandomPlacement):
         good = [b for b in pool if rack_of(available[b]) not in neighbours]
         return self._rng.choice(good or pool)
 
-    def violations(self, ensemble, write_quorum, infos):  # type: ignore[no-untyped-def]
+    def violations(
+        self, ensemble: Sequence[str], write_quorum: int, infos: Mapping[str, BookieInfo]
+    ) -> list[str]:
         problems = super().violations(ensemble, write_quorum, infos)
         racks = {rack_of(infos.get(b)) for b in infos}
         want = min(write_quorum, len(racks))

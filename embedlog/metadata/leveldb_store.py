@@ -1,7 +1,7 @@
 """LevelDBMetadataStore: the embedded, durable default metadata store of a LocalCluster.
 
 Semantics are MemoryMetadataStore's (versions, compare-and-swap, implied
-parents, subtree delete, sorted children), kept on disk with plyvel so a
+parents, subtree delete, sorted children), kept on disk with LevelDB (embedlog/leveldb.py) so a
 cluster restarted over the same ``data_dir`` finds its ledgers again.
 
 Layout of the LevelDB keyspace:
@@ -32,8 +32,7 @@ import struct
 import threading
 from pathlib import Path
 
-import plyvel
-
+from embedlog import leveldb
 from embedlog.dirlock import DirLock, DirLockedError
 from embedlog.errors import MetadataError
 from embedlog.metadata.memory import normalize
@@ -89,10 +88,10 @@ class LevelDBMetadataStore(MetadataStore):
         except OSError as exc:
             raise MetadataError(f"cannot lock metadata store at {self.path}: {exc}") from exc
         try:
-            self._db = plyvel.DB(str(self.path), create_if_missing=True)
+            self._db = leveldb.DB(str(self.path), create_if_missing=True)
             # No session outlives the previous holder: ephemerals on disk are leftovers.
             self._sweep_ephemerals()
-        except plyvel.Error as exc:
+        except leveldb.Error as exc:
             self._dir_lock.release()
             detail = exc.args[0].decode(errors="replace") if exc.args else str(exc)
             if detail.startswith("IO error: lock "):  # opened without embedlog's lock

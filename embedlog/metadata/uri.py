@@ -43,26 +43,49 @@ def parse_zk_uri(uri: str) -> tuple[str, str]:
     return hosts, chroot
 
 
-def open_store(uri: str | None, data_dir: Path) -> MetadataStore:
-    """Open the metadata store ``uri`` names (see the module docstring for the forms)."""
+def open_store(uri: str | None, data_dir: Path, *, readonly: bool = False) -> MetadataStore:
+    """Open the metadata store ``uri`` names (see the module docstring for the forms).
+
+    ``readonly``: a view that refuses writes and creates nothing: no ZooKeeper chroot is
+    made (a missing one raises NoNodeError), and an embedded store is read from a private
+    copy (embedlog/metadata/readonly.py); a missing one raises MetadataError.
+    """
     # Imports are local so that a process using one store never needs the others'
     # dependencies (kazoo is an optional extra).
     if uri is None:
+        path = Path(data_dir) / "metadata"
+        if readonly:
+            from embedlog.errors import MetadataError
+            from embedlog.metadata.readonly import open_leveldb_copy
+
+            if not path.is_dir():
+                raise MetadataError(f"no embedded metadata store at {path}")
+            return open_leveldb_copy(path)
         from embedlog.metadata.leveldb_store import LevelDBMetadataStore
 
-        return LevelDBMetadataStore(Path(data_dir) / "metadata")
+        return LevelDBMetadataStore(path)
     if not isinstance(uri, str):
         raise TypeError(f"metadata URI must be a str or None, not {type(uri).__name__}")
+    store: MetadataStore
     if uri == "memory://":
         from embedlog.metadata.memory import MemoryMetadataStore
 
-        return MemoryMetadataStore()
-    if uri.startswith("zk://"):
+        store = MemoryMetadataStore()
+    elif uri.startswith("zk://"):
         hosts, chroot = parse_zk_uri(uri)
+        from embedlog.extras import require
+
+        require("zk", f"ZooKeeper metadata ({uri})")
         from embedlog.metadata.zookeeper_store import DEFAULT_CHROOT, ZooKeeperMetadataStore
 
-        return ZooKeeperMetadataStore(hosts, chroot or DEFAULT_CHROOT)
-    raise _bad(uri, "unknown scheme")
+        store = ZooKeeperMetadataStore(hosts, chroot or DEFAULT_CHROOT, create_chroot=not readonly)
+    else:
+        raise _bad(uri, "unknown scheme")
+    if readonly:
+        from embedlog.metadata.readonly import ReadOnlyStore
+
+        return ReadOnlyStore(store)
+    return store
 
 
 __all__ = ["ACCEPTED_FORMS", "open_store", "parse_zk_uri"]

@@ -156,6 +156,10 @@ class ZooKeeperServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
+                # Its own session: a terminal's Ctrl-C (sent to the foreground process
+                # group) must not kill it under the bookies that still use it; whoever
+                # started it stops it, last (embedlog/sandbox.py).
+                start_new_session=True,
             )
             log.close()
             deadline = time.monotonic() + _START_TIMEOUT

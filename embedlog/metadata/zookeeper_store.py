@@ -77,8 +77,13 @@ class ZooKeeperMetadataStore(MetadataStore):
         *,
         timeout: float = 10.0,
         connect_timeout: float = 15.0,
+        create_chroot: bool = True,
     ) -> None:
-        """Connect to ``hosts`` ("host:port[,host:port...]") and keep the tree under ``chroot``."""
+        """Connect to ``hosts`` ("host:port[,host:port...]") and keep the tree under ``chroot``.
+
+        ``create_chroot=False`` (a read-only look) leaves a missing chroot missing and
+        raises NoNodeError: a mistyped path then says so instead of creating a new tree.
+        """
         self.hosts = hosts
         self.chroot = _normalize_chroot(chroot)
         self._timeout = timeout
@@ -87,8 +92,19 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._closed = False
         self._client = self._connect()
         if self.chroot:
-            with _mapped(self.chroot):
-                self._client.ensure_path(self.chroot)
+            try:
+                with _mapped(self.chroot):
+                    if create_chroot:
+                        self._client.ensure_path(self.chroot)
+                    elif not self._client.exists(self.chroot):
+                        raise NoNodeError(
+                            f"no embedlog cluster at zk://{hosts}{self.chroot}: ZooKeeper has "
+                            f"no {self.chroot}; check the URI's path"
+                        )
+            except BaseException:
+                self._client.stop()
+                self._client.close()
+                raise
 
     def _connect(self, client_id: tuple[int, bytes] | None = None) -> KazooClient:
         client = KazooClient(hosts=self.hosts, timeout=self._timeout, client_id=client_id)

@@ -19,7 +19,7 @@ def test_check_then_replicate_then_check(make_cluster, capsys) -> None:
     assert main(["auditor", "check", *args]) == 1
     out = capsys.readouterr()
     assert f"durability\t{lid}\t" in out.out and victim in out.out
-    assert "checked 1/1 ledgers" in out.err  # progress
+    assert "1/1 ledgers checked" in out.err  # progress
 
     assert main(["auditor", "replicate", *args]) == 0
     out = capsys.readouterr().out
@@ -33,6 +33,9 @@ def test_check_then_replicate_then_check(make_cluster, capsys) -> None:
 def test_clear_error_without_a_cluster(tmp_path, capsys) -> None:
     assert main(["auditor", "check"]) == 2
     assert "--metadata-uri" in capsys.readouterr().err
+    assert main(["auditor", "check", "--data-dir", str(tmp_path)]) == 2
+    assert "holds no embedded metadata store" in capsys.readouterr().err
+    (tmp_path / "metadata").mkdir()
     assert main(["auditor", "check", "--data-dir", str(tmp_path)]) == 2
     assert "holds no bookies" in capsys.readouterr().err
 

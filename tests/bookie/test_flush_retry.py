@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import plyvel
 import pytest
 
 import embedlog
+from embedlog import leveldb as plyvel  # whichever binding is installed
 from embedlog.bookie import disk, entrylog, files, journal
 from embedlog.bookie.files import AppendFile
 from embedlog.bookie.flushing import after_failure, disk_is_broken, stays_readonly

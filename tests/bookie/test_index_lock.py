@@ -22,7 +22,7 @@ from embedlog.wire.codes import StatusCode
 
 def another_process_opens_leveldb(index_dir: Path) -> bool:
     code = f"""
-        import plyvel
+        from embedlog import leveldb as plyvel
         try:
             plyvel.DB({str(index_dir)!r}).close()
         except plyvel.IOError:

@@ -163,26 +163,17 @@ def test_bookie_status_cli_reports_repair(make_cluster, zk_uri, capsys):
     cluster.crash_bookie(bid)
     cluster.start_bookie(bid)
     cluster.wait_repaired(bid)
-    assert (
-        main(
-            [
-                "bookie",
-                "status",
-                "--data-dir",
-                str(cluster.data_dir),
-                "--metadata-uri",
-                zk_uri,
-                "--json",
-                bid,
-            ]
-        )
-        == 0
-    )
+    args = ["bookie", "status", "--data-dir", str(cluster.data_dir), "--metadata-uri", zk_uri]
+    assert main([*args, bid]) == 0
     out = capsys.readouterr().out
     assert "unclean shutdown while adds skipped the journal" in out
     assert "repair: done, 1/1 ledgers" in out
-    doc = json.loads(out[out.index("{") :])
-    assert doc["repair"]["ledgers_recovered"] == 1
+    assert main([*args, "--json", bid]) == 0
+    doc = json.loads(capsys.readouterr().out)[bid]  # JSON only, nothing before it
+    assert doc["running"] == "writable"
+    assert "unclean shutdown while adds skipped the journal" in doc["status"]["suspicious_boot"]
+    assert doc["status"]["repair"]["state"] == "done"
+    assert doc["status"]["repair"]["ledgers_recovered"] == 1
     # Recovery writes the entries back to the whole write set; repair copies what is left.
     assert [cluster.read_from_bookie(bid, wh.ledger_id, i) for i in range(5)] == [
         b"x%d" % i for i in range(5)

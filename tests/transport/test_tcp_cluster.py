@@ -18,6 +18,7 @@ pytest.importorskip("embedlog.bookie.bookie")
 
 import embedlog
 from embedlog.errors import BKTimeoutError, BookieUnavailableError, TlsHandshakeError
+from embedlog.metadata.zkserver import four_letter
 from embedlog.transport.base import next_txn
 from embedlog.transport.tcp import TcpCluster, parse_address
 from embedlog.wire.codes import StatusCode
@@ -151,7 +152,9 @@ def test_connect_with_wrong_ca_fails_clearly(
 # -- the sandbox, from another process ------------------------------------------------------
 
 
-def _start_sandbox(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+def _start_sandbox(
+    data_dir: Path, *extra: str, own_group: bool = False
+) -> tuple[subprocess.Popen[str], dict[str, str]]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "embedlog", "sandbox", "--data-dir", str(data_dir), *extra],
@@ -159,6 +162,8 @@ def _start_sandbox(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], 
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        # As in a terminal: the sandbox leads a process group that a Ctrl-C goes to whole.
+        start_new_session=own_group,
     )
     assert proc.stdout is not None
     info: dict[str, str] = {}
@@ -173,6 +178,8 @@ def _start_sandbox(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], 
             info["uri"] = m.group(1)
         if m := re.match(r"TLS CA certificate: (\S+)", line):
             info["ca"] = m.group(1)
+        if m := re.match(r"starting ZooKeeper on (\S+)", line):
+            info["zookeeper"] = m.group(1)
         if m := re.match(r"bookie (\S+): (\S+)", line):
             info[m.group(1)] = m.group(2)
         if "sandbox running" in line:
@@ -212,6 +219,29 @@ def test_sandbox_serves_other_processes_and_restarts(
             assert read_all(client, lid) == PAYLOADS
     finally:
         _stop_sandbox(proc)
+
+
+def test_ctrl_c_stops_the_sandbox_in_order_within_seconds(tmp_path: Path, zk_server: Any) -> None:
+    """A terminal's Ctrl-C signals the whole foreground process group. ZooKeeper, in a
+    session of its own, must not die first: the bookies stop while it still answers, then
+    it stops, and nothing prints a traceback."""
+    proc, info = _start_sandbox(tmp_path, own_group=True)
+    zk_port = int(info["zookeeper"].rpartition(":")[2])
+    with embedlog.connect(info["uri"]) as client:
+        write_ledger(client)
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    took = time.monotonic() - start
+    print(f"sandbox stopped {took:.1f}s after Ctrl-C")
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
+    order = [
+        out.index(s) for s in ("stopping the bookies", "stopping ZooKeeper", "sandbox stopped")
+    ]
+    assert order == sorted(order), out
+    with pytest.raises(OSError):
+        four_letter(zk_port)  # and ZooKeeper is gone too
 
 
 def test_sandbox_with_the_operators_certificates(tmp_path: Path, zk_uri: str) -> None:

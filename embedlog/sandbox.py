@@ -1,0 +1,199 @@
+"""``embedlog sandbox``: ZooKeeper and bookies over TCP on 127.0.0.1, for other processes.
+
+Stopping (Ctrl-C, SIGTERM) goes in the reverse order of starting: the bookies first,
+while ZooKeeper still answers their last metadata calls, then ZooKeeper. ZooKeeper
+runs in a session of its own so that a terminal's Ctrl-C, which goes to the whole
+foreground process group, reaches the sandbox only: a ZooKeeper that died first left
+every bookie retrying its metadata calls for minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+SANDBOX_CHROOT = "/embedlog"
+
+
+def add_sandbox_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "sandbox",
+        help="bookies over TCP plus ZooKeeper metadata, for other processes",
+        description=(
+            "Start a ZooKeeper server and bookies listening on 127.0.0.1, print the metadata "
+            "URI other processes pass to embedlog.connect(), and run until Ctrl-C."
+        ),
+    )
+    p.add_argument("--bookies", type=int, default=3, help="number of bookies (default 3)")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="keep bookies and metadata here, reused on the next run (default: a "
+        "temporary directory, removed on exit)",
+    )
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="bookies speak TLS with a self-signed certificate made for this sandbox",
+    )
+    p.add_argument("--tls-cert", default=None, help="the bookies' certificate (PEM): TLS with it")
+    p.add_argument("--tls-key", default=None, help="the private key of --tls-cert (PEM)")
+    p.add_argument(
+        "--tls-ca", default=None, help="CA certificate(s) client certificates must chain to"
+    )
+    p.add_argument(
+        "--tls-require-client-cert",
+        action="store_true",
+        help="refuse clients without a certificate signed by --tls-ca (mutual TLS)",
+    )
+    p.add_argument(
+        "--metadata-uri",
+        default=None,
+        help="use this ZooKeeper (zk://host:port/path) instead of starting one",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics (needs "
+        "pip install 'embedlog[metrics]')",
+    )
+    p.set_defaults(func=_sandbox)
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM set ``stop`` instead of raising in whatever code runs: the
+    shutdown then runs once, in order, with no KeyboardInterrupt tracebacks from threads."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.stop.is_set():
+            print("already stopping; please wait", file=sys.stderr, flush=True)
+        self.stop.set()
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _sandbox(args: argparse.Namespace) -> int:
+    from embedlog.admin import fail
+    from embedlog.cluster import LocalCluster
+    from embedlog.extras import require
+    from embedlog.metadata import zkserver
+    from embedlog.prometheus import MetricsServer
+    from embedlog.transport.tcp import stable_address
+
+    if args.bookies < 1:
+        return fail("embedlog sandbox: --bookies must be at least 1")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        return fail("embedlog sandbox: --metrics-port must be a port number, 0 to 65535")
+    # Before anything starts: the sandbox's metadata is ZooKeeper's, through kazoo.
+    require("zk", "embedlog sandbox (its metadata lives in ZooKeeper)")
+    own_dir = args.data_dir is None
+    data_dir = Path(tempfile.mkdtemp(prefix="embedlog-sandbox-") if own_dir else args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    zk: zkserver.ZooKeeperServer | None = None
+    cluster: LocalCluster | None = None
+    exporter: MetricsServer | None = None
+    with _StopSignals() as signals:
+        try:
+            uri = args.metadata_uri
+            if uri is None:
+                try:
+                    zkserver.find_classpath()
+                    zkserver.find_java()
+                except zkserver.ZooKeeperNotInstalled as exc:
+                    return fail(
+                        f"embedlog sandbox: {exc}\n(the sandbox shares metadata with other "
+                        "processes through ZooKeeper; or pass --metadata-uri "
+                        "zk://host:port/path to use a running one)"
+                    )
+                # A fixed port under data_dir: the metadata (and the bookies' cookies in
+                # it) is the same on the next run with this --data-dir.
+                zk_dir = data_dir / "zookeeper"
+                port = int(stable_address(zk_dir).rpartition(":")[2])
+                zk = zkserver.ZooKeeperServer(zk_dir, port=port)
+                _say(f"starting ZooKeeper on 127.0.0.1:{port} ...")
+                zk.start()
+                uri = zk.uri(SANDBOX_CHROOT)
+            if signals.stop.is_set():
+                return 0
+            tls_files = {
+                "tls_cert": args.tls_cert,
+                "tls_key": args.tls_key,
+                "tls_ca": args.tls_ca,
+                "tls_require_client_cert": args.tls_require_client_cert,
+            }
+            cluster = LocalCluster(
+                args.bookies,
+                data_dir,
+                transport="tcp",
+                tls=args.tls,
+                metadata_uri=uri,
+                **{k: v for k, v in tls_files.items() if v},
+            ).start()
+            _print_connection(args, cluster, uri, data_dir, own_dir)
+            if args.metrics_port is not None:
+                from embedlog.prometheus import serve_metrics
+
+                try:
+                    exporter = serve_metrics(cluster, args.metrics_port)
+                except (ImportError, OSError) as exc:
+                    return fail(f"embedlog sandbox: cannot serve metrics: {exc}")
+                print(f"Prometheus metrics: {exporter.url}")
+            _say("sandbox running; Ctrl-C to stop")
+            signals.stop.wait()
+        finally:
+            if exporter is not None:
+                exporter.close()
+            if cluster is not None:
+                _say("stopping the bookies ...")
+                cluster.stop()
+            if zk is not None:
+                _say("stopping ZooKeeper ...")
+                zk.stop()
+            if own_dir:
+                shutil.rmtree(data_dir, ignore_errors=True)
+            if zk is not None or cluster is not None:
+                _say("sandbox stopped")
+    return 0
+
+
+def _print_connection(
+    args: argparse.Namespace, cluster: Any, uri: str, data_dir: Path, own_dir: bool
+) -> None:
+    print(f"metadata URI: {uri}")
+    for bid in cluster.bookie_ids:
+        print(f"bookie {bid}: {cluster.bookie_config(bid).address}")
+    ca = getattr(cluster.transport, "tls_ca", None)
+    if ca is not None:
+        print(f"TLS CA certificate: {ca}")
+    print(f"data directory: {data_dir}{' (temporary)' if own_dir else ''}")
+    tls_arg = f", tls_ca={str(ca)!r}" if ca is not None else ""
+    if args.tls_ca is not None:
+        print(f"clients present a certificate signed by: {args.tls_ca}")
+        tls_arg += ", tls_cert=<client certificate>, tls_key=<its key>"
+    print(f"connect with: embedlog.connect({uri!r}{tls_arg})")
+
+
+__all__ = ["SANDBOX_CHROOT", "add_sandbox_command"]
