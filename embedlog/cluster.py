@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import socket
 import ssl
 import tempfile
 import threading
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
 from embedlog.client import Client
-from embedlog.errors import ClientClosedError, error_for_status
+from embedlog.errors import ClientClosedError, CookieError, error_for_status
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
 from embedlog.metadata.uri import open_store
@@ -346,11 +347,36 @@ class LocalCluster:
             return bid
 
     def _new_bookie_id(self) -> str:
+        """The lowest free ``bookie-N``: free here, and in the metadata store, which other
+        clusters (processes, hosts) may share: the id is claimed there before it is used."""
         taken = {int(b.split("-")[1]) for b in self._known}
-        n = 1
-        while n in taken:
+        assert self.data_dir is not None
+        n = 0
+        while True:
             n += 1
-        return f"bookie-{n}"
+            bid = f"bookie-{n}"
+            if n in taken or (self.data_dir / bid).exists():
+                continue
+            owner = self._owner(bid)
+            meta = self.metadata
+            free = meta.bookie_id_taken(bid, owner) is None
+            if free and meta.claim_bookie_id(bid, owner) is None:
+                return bid
+
+    def _owner(self, bookie_id: str) -> str:
+        """Who a claim on ``bookie_id`` names: this host and the bookie's directory."""
+        assert self.data_dir is not None
+        return f"{socket.gethostname()}:{(self.data_dir / bookie_id).resolve()}"
+
+    def _claim(self, bookie_id: str) -> None:
+        """Claim the id of a bookie whose directory is here (it is this cluster's)."""
+        holder = self.metadata.claim_bookie_id(bookie_id, self._owner(bookie_id))
+        if holder is not None:
+            raise CookieError(
+                f"bookie id {bookie_id} of {self.data_dir} is claimed in the metadata store by "
+                f"{holder}: two clusters share one metadata store and their bookies' ids. "
+                "Give each cluster a metadata_uri of its own (another zk:// path)"
+            )
 
     def start_bookie(self, bookie_id: str, **settings: Any) -> None:
         """Boot ``bookie_id``: cookie check, unclean-shutdown check, BP-46 phases.
@@ -363,6 +389,11 @@ class LocalCluster:
             current = self._bookies.get(bookie_id)
             if current is not None and current.state in (BookieState.SERVING, BookieState.BOOTING):
                 raise RuntimeError(f"bookie {bookie_id} is already running")
+            try:
+                self._claim(bookie_id)
+            except CookieError as exc:
+                self._failed[bookie_id] = exc
+                raise
             config = self.bookie_config(bookie_id, **settings)
             assert self._store is not None and self._meta is not None
             session = self._store.session()
