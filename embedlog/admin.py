@@ -177,6 +177,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("bookie_id", nargs="?", default=None)
     p.add_argument("--json", dest="verbose_json", action="store_true", help="full status")
     p.set_defaults(func=_bookie_status)
+    __import__("embedlog.process.command").process.command.add_run_command(bookie)
 
     add_sandbox_command(sub)
     from embedlog.auditor.cli import add_auditor_commands
