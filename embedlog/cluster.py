@@ -57,6 +57,14 @@ def repair_client_name(bookie_id: str) -> str:
 
 
 class LocalCluster:
+    def __new__(cls, *args: Any, processes: bool = False, **kwargs: Any) -> LocalCluster:
+        # processes=True: the same API with each bookie in a process of its own.
+        if processes and cls is LocalCluster:
+            from embedlog.process.cluster import ProcessCluster
+
+            return super().__new__(ProcessCluster)
+        return super().__new__(cls)
+
     def __init__(
         self,
         num_bookies: int = 3,
@@ -66,8 +74,11 @@ class LocalCluster:
         tls: bool = False,
         metadata_uri: str | None = None,
         journal_write_data: bool = True,
+        processes: bool = False,
         **bookie_config: Any,
     ) -> None:
+        # processes=True made this a ProcessCluster (__new__), which passes it on as True.
+        self.processes = processes
         if not isinstance(num_bookies, int) or num_bookies < 0:
             raise ValueError(f"num_bookies must be a whole number >= 0, got {num_bookies!r}")
         if transport not in ("inprocess", "tcp"):
@@ -127,7 +138,7 @@ class LocalCluster:
             self.data_dir.mkdir(parents=True, exist_ok=True)
         self._runtime = Runtime("embedlog-cluster")
         try:
-            self._store = open_store(self.metadata_uri, self.data_dir)
+            self._store = self._open_store()
             self._meta = MetadataClient(self._store, delay=lambda: self.network.metadata_delay)
             self._transport = self._make_transport()
             existing = sorted(
@@ -136,10 +147,9 @@ class LocalCluster:
             )
             self._known = list(existing)
             self._failed.clear()
-            for bid in existing:
-                self._boot_or_report(bid)
             while len(self._known) < self.num_bookies:
-                self._boot_or_report(self._new_bookie_id())
+                self._known.append(self._new_bookie_id())
+            self._boot_all(list(self._known))
             if self._failed and not self.running_bookies():
                 first = next(iter(self._failed.values()))
                 for bid, exc in self._failed.items():
@@ -150,9 +160,15 @@ class LocalCluster:
             raise
         return self
 
+    def _open_store(self) -> MetadataStore:
+        assert self.data_dir is not None
+        return open_store(self.metadata_uri, self.data_dir)
+
+    def _boot_all(self, bookie_ids: list[str]) -> None:
+        for bid in bookie_ids:
+            self._boot_or_report(bid)
+
     def _boot_or_report(self, bookie_id: str) -> None:
-        if bookie_id not in self._known:
-            self._known.append(bookie_id)
         try:
             self.start_bookie(bookie_id)
         except Exception as exc:  # start_bookie recorded it in failed_bookies

@@ -16,6 +16,7 @@ implies become real (empty) nodes, so they exist for ``get`` and cannot be
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -240,6 +241,10 @@ def expire_session(
     """End a session abruptly from outside: another connection attaches to it and closes
     it, and the server removes its ephemerals at once (what it does when a session times
     out; also for a session whose process was killed, see LocalCluster(processes=True))."""
+    # The thief's own session ends in "expired" warnings from kazoo: expected here.
+    kazoo_log = logging.getLogger("kazoo.client")
+    level = kazoo_log.level
+    kazoo_log.setLevel(logging.ERROR)
     try:
         for _ in range(5):
             # The original client may reconnect and win the session back before the
@@ -255,6 +260,8 @@ def expire_session(
                 return
     except (KazooException, KazooTimeoutError):
         pass  # the session is gone (or ZooKeeper is): nothing is left to end
+    finally:
+        kazoo_log.setLevel(level)
 
 
 __all__ = ["DEFAULT_CHROOT", "ZooKeeperMetadataStore", "ZooKeeperSession", "expire_session"]

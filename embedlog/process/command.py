@@ -151,9 +151,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stop_at_eof(stop: threading.Event) -> None:
+    # The raw descriptor, not sys.stdin: a daemon thread blocked in a buffered read holds
+    # its lock, and the interpreter would abort on it at exit.
     try:
-        while sys.stdin.buffer.read(4096):
+        while os.read(0, 4096):
             pass
-    except (OSError, ValueError):
+    except OSError:
         pass
     stop.set()
