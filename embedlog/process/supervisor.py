@@ -181,15 +181,30 @@ class BookieProcess:
         self._reap()
 
     def pause(self) -> None:
-        """SIGSTOP: it answers nothing and loses nothing until ``resume``."""
+        """SIGSTOP: it answers nothing and loses nothing until ``resume``. Returns once the
+        kernel has stopped it (signals are delivered asynchronously)."""
         if self.proc is not None and self.running:
             self.proc.send_signal(signal.SIGSTOP)
             self.paused = True
+            self._wait_state(stopped=True)
 
     def resume(self) -> None:
         if self.proc is not None and self.paused and self.running:
             self.proc.send_signal(signal.SIGCONT)
+            self._wait_state(stopped=False)
         self.paused = False
+
+    def _wait_state(self, *, stopped: bool, timeout: float = 5.0) -> None:
+        stat = Path(f"/proc/{self.pid}/stat")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                state = stat.read_text().rpartition(")")[2].split()[0]
+            except (OSError, IndexError):
+                return  # no /proc (not Linux), or the process is gone
+            if (state in ("T", "t")) == stopped:
+                return
+            time.sleep(0.002)
 
     def _reap(self) -> None:
         proc = self.proc
