@@ -231,6 +231,7 @@ def add_sandbox_command(sub: Any) -> None:
         default=None,
         help="use this ZooKeeper (zk://host:port/path) instead of starting one",
     )
+    p.add_argument("--processes", action="store_true", help="each bookie in a process of its own")
     p.set_defaults(func=_sandbox)
 
 
@@ -286,6 +287,7 @@ def _sandbox(args: argparse.Namespace) -> int:
             transport="tcp",
             tls=args.tls,
             metadata_uri=uri,
+            processes=args.processes,
             **{k: v for k, v in tls_files.items() if v},
         ).start()
         print(f"metadata URI: {uri}")

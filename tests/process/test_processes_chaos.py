@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from procs import Procs
+from procs import Procs, processes_mentioning
 
 from embedlog import LocalCluster
 from embedlog.errors import BKError
@@ -225,3 +225,22 @@ def test_signals_map_to_the_api(cluster: LocalCluster) -> None:
     status = cluster.metadata.bookie_status("bookie-2")
     assert status is not None and status["state"] == "stopped"
     assert "bookie-2" not in cluster.metadata.writable_bookies()
+
+
+def test_a_cluster_of_processes_with_a_zookeeper_of_its_own_restarts_with_its_data(
+    procs: Procs, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "own"
+    with LocalCluster(3, data_dir, processes=True) as cluster:
+        assert cluster.metadata_uri is not None and cluster.metadata_uri.startswith("zk://")
+        uri = cluster.metadata_uri
+        wh = cluster.client("w").create_ledger(3, 3, 2)
+        for i in range(10):
+            wh.add(b"kept %d" % i)
+        wh.close()
+    assert processes_mentioning(str(data_dir)) == []  # bookies and ZooKeeper stopped
+    with LocalCluster(3, data_dir, processes=True) as cluster:
+        assert cluster.metadata_uri == uri  # the same ZooKeeper port, the same metadata
+        assert cluster.failed_bookies == {}
+        rh = cluster.client("r").open_ledger(wh.ledger_id)
+        assert [e.data for e in rh.read(0, 9)] == [b"kept %d" % i for i in range(10)]
