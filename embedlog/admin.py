@@ -232,6 +232,13 @@ def add_sandbox_command(sub: Any) -> None:
         help="use this ZooKeeper (zk://host:port/path) instead of starting one",
     )
     p.add_argument("--processes", action="store_true", help="each bookie in a process of its own")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics (needs "
+        "pip install 'embedlog[metrics]')",
+    )
     p.set_defaults(func=_sandbox)
 
 
@@ -243,15 +250,24 @@ def _sandbox(args: argparse.Namespace) -> int:
 
     from embedlog.cluster import LocalCluster
     from embedlog.metadata import zkserver
+    from embedlog.prometheus import MetricsServer
     from embedlog.transport.tcp import stable_address
 
     if args.bookies < 1:
         return fail("embedlog sandbox: --bookies must be at least 1")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        return fail("embedlog sandbox: --metrics-port must be a port number, 0 to 65535")
+    if args.metrics_port is not None and args.processes:
+        return fail(
+            "embedlog sandbox: --metrics-port with --processes: the bookies' metrics stay in "
+            "their processes and are not exported yet; leave out one of the two"
+        )
     own_dir = args.data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="embedlog-sandbox-") if own_dir else args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     zk: zkserver.ZooKeeperServer | None = None
     cluster: LocalCluster | None = None
+    exporter: MetricsServer | None = None
     # SIGTERM (a supervisor, `kill`) stops as cleanly as Ctrl-C.
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -302,6 +318,14 @@ def _sandbox(args: argparse.Namespace) -> int:
             print(f"clients present a certificate signed by: {args.tls_ca}")
             tls_arg += ", tls_cert=<client certificate>, tls_key=<its key>"
         print(f"connect with: embedlog.connect({uri!r}{tls_arg})")
+        if args.metrics_port is not None:
+            from embedlog.prometheus import serve_metrics
+
+            try:
+                exporter = serve_metrics(cluster, args.metrics_port)
+            except (ImportError, OSError) as exc:
+                return fail(f"embedlog sandbox: cannot serve metrics: {exc}")
+            print(f"Prometheus metrics: {exporter.url}")
         print("sandbox running; Ctrl-C to stop", flush=True)
         while not stop.wait(0.5):
             pass
@@ -309,6 +333,8 @@ def _sandbox(args: argparse.Namespace) -> int:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if exporter is not None:
+            exporter.close()
         if cluster is not None:
             cluster.stop()
         if zk is not None:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator, Mapping
 
 from embedlog import validate
-from embedlog.errors import NotEnoughBookiesError, TlsHandshakeError
+from embedlog.errors import ClientClosedError, NotEnoughBookiesError, TlsHandshakeError
 from embedlog.ledger.admission import (
     DEFAULT_MAX_ADDS_IN_FLIGHT,
     DEFAULT_MAX_BYTES_IN_FLIGHT,
@@ -373,9 +373,14 @@ class Client:
             "make a new client"
         )
 
+        closed = ClientClosedError(
+            f"client {self.name} was closed before this add was acknowledged: its outcome is "
+            "unknown (it may be stored); a new client can read the ledger back"
+        )
+
         async def stop_all() -> None:
             for w in self._writers:
-                w.stop()
+                w.stop(closed)
 
         if not self._runtime.loop.is_closed():
             self._runtime.run(stop_all())

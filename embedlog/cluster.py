@@ -27,6 +27,7 @@ from embedlog.errors import ClientClosedError, CookieError, error_for_status
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
 from embedlog.metadata.uri import open_store
+from embedlog.metrics import BookieMetrics, MetricsSnapshot, flatten, sum_bookies, sum_clients
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport, next_txn
 from embedlog.transport.faults import NetworkFaults
@@ -37,6 +38,7 @@ from embedlog.wire.entry import HEADER, Digester, header_fields, split_term
 from embedlog.wire.messages import OpCode, Request
 
 if TYPE_CHECKING:
+    from embedlog.auditor.checker import Report
     from embedlog.transport.tcp import TcpTransport
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,11 @@ class LocalCluster:
         self._known: list[str] = []
         self._clients: list[Client] = []
         self._failed: dict[str, Exception] = {}
+        # Every bookie object's metrics, also of those stopped or crashed since: the
+        # cluster's counters never go backwards when a bookie restarts.
+        self._bookie_metrics: list[BookieMetrics] = []
+        self._last_check: Report | None = None  # the last check_metadata() run
+        self._checks = 0
         self.network = NetworkFaults()
         self._runtime: Runtime | None = None
         self._store: MetadataStore | None = None
@@ -417,6 +424,7 @@ class LocalCluster:
                 config, self._meta, session, client_factory=self._repair_client_factory(bookie_id)
             )
             self._bookies[bookie_id] = bookie
+            self._bookie_metrics.append(bookie.metrics)
             self._sessions[bookie_id] = session
             try:
                 self.runtime.run(bookie.start())
@@ -619,4 +627,50 @@ class LocalCluster:
         fragments (all but the last) of open ones, against the bookies."""
         from embedlog.auditor.checker import MetadataChecker
 
-        return MetadataChecker(self.metadata, self.transport, self.runtime).run()
+        report = MetadataChecker(self.metadata, self.transport, self.runtime).run()
+        self._last_check = report
+        self._checks += 1
+        return report
+
+    def metrics(self) -> dict[str, float]:
+        """What operators watch, as plain numbers (docs/metrics.md lists each one).
+
+        Counters (``adds``, ``bookie_entries_added``, ...) only grow, over bookie restarts
+        too: a rate is the difference of two calls over the time between them. Histograms
+        come as ``<name>_count``, ``_sum``, ``_p50`` and ``_p99`` (bucket upper bounds:
+        embedlog/metrics.py). Gauges (``disk_bytes``, ``ledgers``, ``limbo_ledgers``,
+        ``connections``, ``bookies_running``, ``bookies_readonly``) are read now. The
+        auditor's figures are those of the last ``check_metadata()``.
+        """
+        snap = self.metrics_snapshot()
+        return {**flatten(snap.bookies, snap.clients), **snap.gauges}
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """The cluster's metrics with their histograms whole (for exporters)."""
+        with self._lock:
+            bookies = [self._bookies[b] for b in self.running_bookies()]
+            statuses = [self.runtime.call(b.status) for b in bookies] if bookies else []
+            gauges: dict[str, float] = {
+                "bookies_running": len(bookies),
+                "bookies_readonly": sum(1 for s in statuses if s["readonly"]),
+                "disk_bytes": sum(
+                    s.get("journal_bytes", 0) + s.get("entry_log_bytes", 0) for s in statuses
+                ),
+                "ledgers": sum(s.get("ledgers", 0) for s in statuses),
+                "limbo_ledgers": sum(s.get("limbo_ledgers", 0) for s in statuses),
+                "connections": self._connections(),
+                "auditor_checks": self._checks,
+            }
+            if self._last_check is not None:
+                for category, n in self._last_check.counts().items():
+                    gauges[f"auditor_{category}"] = n
+            return MetricsSnapshot(
+                sum_bookies(self._bookie_metrics),
+                sum_clients(c.ctx.metrics for c in self._clients),
+                gauges,
+            )
+
+    def _connections(self) -> int:
+        """Client connections the bookies' TCP servers hold (0 in-process)."""
+        servers = getattr(self._transport, "servers", None)
+        return sum(s.connections for s in servers.values()) if servers else 0

@@ -219,10 +219,14 @@ class Adds(Refusals):
                 on_durable if state_waits and not self.config.journal_write_data else None,
             )
         plan.old_lac = info.known_lac
+        metrics = self.metrics
+        metrics.add_requests += 1
         if plan.batch:
             storage.put_many(lid, entries, lac=plan.lac)
+            metrics.entries_added += len(entries)
         else:
             storage.put(lid, req.entry_id, req.body, lac=plan.lac)
+            metrics.entries_added += 1
         if not self.config.journal_write_data:
             if not state_waits:
                 on_durable(None)  # acknowledged from the write cache (BP-46)

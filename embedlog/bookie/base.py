@@ -28,11 +28,13 @@ from typing import Any
 
 from embedlog.bookie import records
 from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.disk import Disk
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.journal import Journal
 from embedlog.bookie.storage import LedgerStorage
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
+from embedlog.metrics import BookieMetrics
 
 
 class BookieState(enum.Enum):
@@ -47,11 +49,13 @@ class BookieBase:
     config: BookieConfig
     metadata: MetadataClient
     session: MetadataStore  # the bookie's registration lives as long as this session
+    disk: Disk  # every file the bookie touches, through this (embedlog/bookie/disk.py)
     _state: BookieState
     readonly: bool  # refuses adds with EREADONLY (configured, or a disk that failed)
     storage: LedgerStorage | None  # both set by the boot
     journal: Journal | None
     _lac_changed: dict[int, asyncio.Event]  # READ_LAC long polls waiting, per ledger
+    metrics: BookieMetrics  # counters and histograms operators watch (embedlog/metrics.py)
 
     @property
     def state(self) -> BookieState:

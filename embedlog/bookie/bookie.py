@@ -19,6 +19,7 @@ from embedlog.bookie.adds import parse_batch
 from embedlog.bookie.base import BookieState
 from embedlog.bookie.boot import Boot
 from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.disk import REAL_DISK, Disk
 from embedlog.bookie.flushing import FlushHealth
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.repair import Repairer
@@ -26,6 +27,7 @@ from embedlog.bookie.requests import Requests
 from embedlog.errors import BookieIOError
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
+from embedlog.metrics import BookieMetrics
 from embedlog.transport.pause import PauseGate
 
 if TYPE_CHECKING:
@@ -49,12 +51,16 @@ class Bookie(Requests, Boot):
         *,
         client_factory: Callable[[], Client] | None = None,
         disk_executor: Callable[[str], Executor] | None = None,
+        disk: Disk = REAL_DISK,
     ) -> None:
         """``client_factory`` gives BP-46 repair a client to recover ledgers and reach peers.
 
         ``disk_executor(name)`` makes the executor for the journal's and for the flush's
-        disk work (default: a thread each); the simulator's runs them on its one thread."""
+        disk work (default: a thread each); the simulator's runs them on its one thread.
+        ``disk``: the bookie's files (embedlog/bookie/disk.py; the simulator's are in
+        memory)."""
         self.config = config
+        self.disk = disk
         self.metadata = metadata
         self.session = session
         self._state = BookieState.NEW
@@ -67,14 +73,15 @@ class Bookie(Requests, Boot):
         self.readonly = config.readonly
         self.storage = None
         self.journal = None
-        disk = disk_executor or _disk_thread
-        self._journal_exec = disk(f"{config.bookie_id}-journal")
-        self._flush_exec = disk(f"{config.bookie_id}-flush")
+        executor = disk_executor or _disk_thread
+        self._journal_exec = executor(f"{config.bookie_id}-journal")
+        self._flush_exec = executor(f"{config.bookie_id}-flush")
         self._flusher = None
         self._background_flush = None
         self.flush_health = FlushHealth(config.flush_interval, config.flush_retry_max_interval)
         self._lac_changed = {}
         self.boot_seconds = 0.0
+        self.metrics = BookieMetrics()  # embedlog/metrics.py: what operators watch
         self.pause_gate = PauseGate()  # LocalCluster.pause_bookie: requests held, not served
 
     async def start(self) -> None:

@@ -34,15 +34,15 @@ class Boot(RepairServices, Flushing):
     _flush_exec: Executor  # the flushes' disk work
 
     async def _boot(self) -> None:
-        cfg = self.config
+        cfg, disk = self.config, self.disk
         try:
-            cfg.data_dir.mkdir(parents=True, exist_ok=True)
+            disk.mkdir(cfg.data_dir)
         except OSError as exc:
             raise BookieIOError(
                 f"cannot create the bookie directory {cfg.data_dir}: {exc}; check the path and "
                 "its permissions"
             ) from exc
-        check = cookies.check_cookies(cfg, self.metadata)
+        check = cookies.check_cookies(cfg, self.metadata, disk)
         if check.foreign:
             raise cookies.cookie_error(cfg, list(check.foreign + check.problems), fixable=False)
         if check.problems:
@@ -52,15 +52,15 @@ class Boot(RepairServices, Flushing):
         first_boot = check.first_boot
         # A new or wiped index disk (no cookie yet) gets a new LevelDB; any other must
         # already have one, or it was damaged (see LedgerIndex).
-        new_index = not (cfg.index_dir / cookies.COOKIE_FILE).exists()
+        new_index = not disk.exists(cfg.index_dir / cookies.COOKIE_FILE)
         for d in cookies.cookie_dirs(cfg):
             try:
-                d.mkdir(parents=True, exist_ok=True)
+                disk.mkdir(d)
             except OSError as exc:
                 raise BookieIOError(f"cannot create {d}: {exc}") from exc
         if first_boot:
-            cookies.write_cookies(cfg, self.metadata)
-        self.storage = LedgerStorage(cfg, self._flush_exec, new_index=new_index)
+            cookies.write_cookies(cfg, self.metadata, disk)
+        self.storage = LedgerStorage(cfg, self._flush_exec, new_index=new_index, disk=disk)
         index = self.storage.index
         self.unclean_shutdown_detected = index.unclean_bit() and not first_boot
         self.suspicion = suspicion_reasons(
@@ -82,7 +82,7 @@ class Boot(RepairServices, Flushing):
             # not find a journal that looks whole.
             index.set_marker(PROTECT, True)
             self.suspicion += damage
-        self.journal = Journal(cfg, self._journal_exec, end)
+        self.journal = Journal(cfg, self._journal_exec, end, disk, self.metrics)
         self.journal.start()
         await self.storage.flush(self.journal.lsn)
         self.journal.remove_before(self.journal.lsn)
@@ -103,7 +103,7 @@ class Boot(RepairServices, Flushing):
         found in it (records lost to anything but a torn tail)."""
         assert self.storage is not None
         count = 0
-        journal = Replay(self.config.journal_dir, checkpoint)
+        journal = Replay(self.config.journal_dir, checkpoint, self.disk)
         for _lsn, payload in journal:
             records.replay(self.storage, payload)
             count += 1
@@ -140,7 +140,7 @@ class Boot(RepairServices, Flushing):
         await self.journal.sync()
         self.protected_ledgers = len(ledgers)
         if self.cookie_problem is not None:
-            cookies.write_cookies(cfg, self.metadata)
+            cookies.write_cookies(cfg, self.metadata, self.disk)
             log.warning("bookie %s: cookies rewritten (auto_fix_cookies)", self.bookie_id)
         index = self.storage.index
         index.set_marker(REPAIR, True)

@@ -9,12 +9,12 @@ have lost entries it acknowledged, so it must not boot as if nothing happened
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from attrs import frozen
 
 from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.disk import REAL_DISK, Disk
 from embedlog.errors import CookieError
 from embedlog.metadata.client import MetadataClient
 
@@ -52,29 +52,35 @@ def cookie_dirs(config: BookieConfig) -> list[Path]:
     return [config.journal_dir, config.ledger_dir, config.index_dir]
 
 
-def expected_cookie(config: BookieConfig, metadata: MetadataClient) -> Cookie:
+def expected_cookie(
+    config: BookieConfig, metadata: MetadataClient, disk: Disk = REAL_DISK
+) -> Cookie:
     return Cookie(
         config.bookie_id,
         config.advertised_address,
-        tuple(str(d.resolve()) for d in cookie_dirs(config)),
+        tuple(str(disk.resolve(d)) for d in cookie_dirs(config)),
         metadata.instance_id(),
     )
 
 
-def _read_dir_cookie(directory: Path) -> Cookie | str | None:
-    path = directory / COOKIE_FILE
-    if not directory.exists():
+def _read_dir_cookie(directory: Path, disk: Disk) -> Cookie | str | None:
+    if not disk.exists(directory):
         return "missing"
-    if not path.exists():
+    try:
+        data = disk.read(directory / COOKIE_FILE)
+    except FileNotFoundError:
         return None
     try:
-        return Cookie.from_bytes(path.read_bytes())
+        return Cookie.from_bytes(data)
     except CookieError:
         return "corrupt"
 
 
-def _is_empty(directory: Path) -> bool:
-    return not directory.exists() or not any(directory.iterdir())
+def _is_empty(directory: Path, disk: Disk) -> bool:
+    try:
+        return not disk.listdir(directory)
+    except FileNotFoundError:
+        return True
 
 
 @frozen
@@ -90,14 +96,16 @@ class CookieCheck:
         return not self.problems and not self.foreign
 
 
-def check_cookies(config: BookieConfig, metadata: MetadataClient) -> CookieCheck:
+def check_cookies(
+    config: BookieConfig, metadata: MetadataClient, disk: Disk = REAL_DISK
+) -> CookieCheck:
     """First boot: no cookie anywhere and every directory empty."""
-    expected = expected_cookie(config, metadata)
+    expected = expected_cookie(config, metadata, disk)
     stored = metadata.read_cookie(config.bookie_id)
     dirs = cookie_dirs(config)
-    found = {d: _read_dir_cookie(d) for d in dirs}
+    found = {d: _read_dir_cookie(d, disk) for d in dirs}
     no_cookie_anywhere = stored is None and all(c in (None, "missing") for c in found.values())
-    if no_cookie_anywhere and all(_is_empty(d) for d in dirs):
+    if no_cookie_anywhere and all(_is_empty(d, disk) for d in dirs):
         return CookieCheck(first_boot=True)
     problems: list[str] = []
     foreign: list[str] = []
@@ -133,18 +141,13 @@ def check_cookies(config: BookieConfig, metadata: MetadataClient) -> CookieCheck
     return CookieCheck(first_boot=False, problems=tuple(problems), foreign=tuple(foreign))
 
 
-def write_cookies(config: BookieConfig, metadata: MetadataClient) -> Cookie:
+def write_cookies(config: BookieConfig, metadata: MetadataClient, disk: Disk = REAL_DISK) -> Cookie:
     """Write this bookie's cookie to every directory and to the metadata store."""
-    cookie = expected_cookie(config, metadata)
+    cookie = expected_cookie(config, metadata, disk)
     data = cookie.to_bytes()
     for d in cookie_dirs(config):
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / (COOKIE_FILE + ".tmp")
-        with tmp.open("wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(d / COOKIE_FILE)
+        disk.mkdir(d)
+        disk.write_atomic(d / COOKIE_FILE, data)
     stored = metadata.read_cookie(config.bookie_id)
     metadata.write_cookie(config.bookie_id, data, None if stored is None else stored[1])
     return cookie

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import crc32c
 
-from embedlog.bookie.files import AppendFile
+from embedlog.bookie.disk import REAL_DISK, AppendOnlyFile, Disk
 from embedlog.errors import BookieIOError
 
 RECORD = struct.Struct(">IIqq")
@@ -46,16 +46,20 @@ def entry_readable(location: tuple[int, int, int], damaged: Mapping[int, int]) -
 
 
 class EntryLogs:
-    def __init__(self, directory: Path, max_size: int, *, next_id: int = 0) -> None:
+    def __init__(
+        self, directory: Path, max_size: int, *, next_id: int = 0, disk: Disk = REAL_DISK
+    ) -> None:
         """``next_id``: no new log gets a lower id (the index may point into logs with
         lower ids that are missing: a new file must never pass for one of them)."""
         self.dir = directory
         self.max_size = max_size
-        ids = sorted(int(p.stem) for p in directory.glob(f"*{SUFFIX}") if p.stem.isdigit())
-        self._files: dict[int, AppendFile] = {i: AppendFile(self._path(i)) for i in ids}
+        self._disk = disk
+        stems = [n[: -len(SUFFIX)] for n in disk.listdir(directory) if n.endswith(SUFFIX)]
+        ids = sorted(int(s) for s in stems if s.isdigit())
+        self._files: dict[int, AppendOnlyFile] = {i: disk.open_append(self._path(i)) for i in ids}
         self.current_id = max(ids[-1] + 1 if ids else 0, next_id)
         # Always start a new log at boot: nothing is ever appended after a possibly torn tail.
-        self._files[self.current_id] = AppendFile(self._path(self.current_id))
+        self._files[self.current_id] = disk.open_append(self._path(self.current_id))
 
     def _path(self, log_id: int) -> Path:
         return self.dir / f"{log_id:08d}{SUFFIX}"
@@ -108,7 +112,7 @@ class EntryLogs:
                 current.sync()
                 # Opened before current_id moves: a failed open (EMFILE) leaves the logs
                 # as they were for the flush that retries.
-                nxt = AppendFile(self._path(self.current_id + 1))
+                nxt = self._disk.open_append(self._path(self.current_id + 1))
                 self.current_id += 1
                 self._files[self.current_id] = nxt
         return locations
@@ -153,7 +157,7 @@ class EntryLogs:
             f = self._files.pop(log_id)
             freed += f.size
             f.close()
-            self._path(log_id).unlink(missing_ok=True)
+            self._disk.unlink(self._path(log_id))
         return freed
 
     def size_on_disk(self) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import time
 
 import plyvel
 from attrs import frozen
@@ -145,7 +146,9 @@ class Flushing(BookieBase):
     async def flush(self) -> None:
         assert self.journal is not None and self.storage is not None
         checkpoint = self.journal.lsn
+        started = time.perf_counter()
         await self.storage.flush(checkpoint)
+        self.metrics.flush_seconds.observe(time.perf_counter() - started)
         self.journal.remove_before(checkpoint)
 
     def _maybe_flush_early(self) -> None:

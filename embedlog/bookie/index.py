@@ -1,4 +1,4 @@
-"""The bookie's LevelDB index (plyvel): entry locations, per-ledger state, boot markers.
+"""The bookie's index: entry locations, per-ledger state, boot markers.
 
 Keys:
     b"E" ledger i64 entry i64  -> log id u32 | offset u64 | length u32
@@ -16,8 +16,11 @@ Keys:
     b"Mlogends"                -> the ``G`` keys are kept (an index from before them gets
                                   them from one scan of its entries)
 
-Only synced writes are ever made: LevelDB would otherwise keep writes that our
-crash model says are lost, and the BP-46 tests would stop meaning anything.
+The keys live in a ``KeyValueStore`` (embedlog/bookie/kv.py) the bookie's ``Disk``
+opens: LevelDB on real disks (embedlog/bookie/leveldb.py), a sorted map in memory
+in the simulator. Only synced writes are ever made: LevelDB would otherwise keep
+writes that our crash model says are lost, and the BP-46 tests would stop meaning
+anything.
 
 LevelDB runs with paranoid checks, and reads verify block checksums: damage it
 can see refuses the boot (a clear error naming the directory and what to do) or
@@ -34,11 +37,13 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any
 
-import plyvel
 from attrs import define
 
+from embedlog.bookie.disk import REAL_DISK, Disk
 from embedlog.bookie.entrylog import LOCATION, RECORD, entry_readable
-from embedlog.errors import BookieIOError
+from embedlog.bookie.leveldb import damaged_index
+
+__all__ = ["LedgerIndex", "LedgerInfo", "damaged_index"]
 
 ENTRY = struct.Struct(">qq")
 _ENTRY_KEY = struct.Struct(">cqq")
@@ -100,47 +105,15 @@ def ledger_key(ledger_id: int) -> bytes:
 
 
 class LedgerIndex:
-    def __init__(self, path: Path, *, create: bool = False) -> None:
-        """Open the index at ``path``; ``create`` makes a new one when there is none (a new
-        or wiped disk). Without it the LevelDB files must be there: an index directory
-        that lost them (CURRENT, the MANIFEST it names) is damaged, not new."""
+    def __init__(self, path: Path, *, create: bool = False, disk: Disk = REAL_DISK) -> None:
+        """Open the index at ``path`` on ``disk``; ``create`` makes a new one when there is
+        none (a new or wiped disk). Without it the store must be there: an index
+        directory that lost it is damaged, not new (BookieIOError)."""
         self.path = path
-        if not create:
-            self._check_files()
-        try:
-            self.db = plyvel.DB(str(path), create_if_missing=create, paranoid_checks=True)
-        except plyvel.CorruptionError as exc:
-            raise damaged_index(path, _reason(exc)) from exc
-        except (plyvel.IOError, plyvel.Error) as exc:
-            raise BookieIOError(
-                f"cannot open the index at {path}: {exc}. Check that the directory exists, "
-                "is writable and is not used by another bookie process."
-            ) from exc
-
-    def _check_files(self) -> None:
-        current = self.path / "CURRENT"
-        try:
-            manifest = current.read_text().strip()
-        except FileNotFoundError:
-            raise damaged_index(self.path, "its LevelDB file CURRENT is missing") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise damaged_index(
-                self.path, f"its LevelDB file CURRENT is unreadable: {exc}"
-            ) from exc
-        if not manifest or "/" in manifest or not (self.path / manifest).exists():
-            raise damaged_index(
-                self.path, f"the LevelDB manifest CURRENT names ({manifest!r}) is missing"
-            )
+        self.db = disk.open_index(path, create=create)
 
     def _get(self, key: bytes) -> bytes | None:
-        try:
-            value: bytes | None = self.db.get(key, verify_checksums=True)
-        except plyvel.Error as exc:
-            raise self._read_error(exc) from exc
-        return value
-
-    def _read_error(self, exc: plyvel.Error) -> BookieIOError:
-        return BookieIOError(f"reading the index at {self.path} failed: {_reason(exc)}")
+        return self.db.get(key)
 
     def close(self) -> None:
         self.db.close()
@@ -152,9 +125,9 @@ class LedgerIndex:
 
     def set_marker(self, name: bytes, value: bool) -> None:
         if value:
-            self.db.put(name, b"1", sync=True)
+            self.db.put(name, b"1")
         else:
-            self.db.delete(name, sync=True)
+            self.db.delete(name)
 
     def unclean_bit(self) -> bool:
         return self.marker(UNCLEAN)
@@ -208,12 +181,7 @@ class LedgerIndex:
         return lost, pointed
 
     def _scan(self, prefix: bytes, *, include_value: bool = True) -> Iterator[Any]:
-        try:
-            yield from self.db.iterator(
-                prefix=prefix, include_value=include_value, verify_checksums=True
-            )
-        except plyvel.Error as exc:
-            raise self._read_error(exc) from exc
+        return self.db.scan(prefix, include_value=include_value)
 
     def compact_ledger(self, ledger_id: int) -> None:
         """Compact a ledger's entry keys (after a cut): frees the space deletions left behind."""
@@ -233,7 +201,7 @@ class LedgerIndex:
             for _, value in self._scan(b"E"):
                 log_id, offset, length = LOCATION.unpack(value)
                 ends[log_id] = max(ends.get(log_id, 0), offset + RECORD.size + length)
-            with self.db.write_batch(sync=True) as batch:
+            with self.db.batch() as batch:
                 for log_id, end in ends.items():
                     batch.put(_LOG_KEY.pack(b"G", log_id), _LOG_END.pack(end))
                 batch.put(LOGENDS, b"1")
@@ -245,7 +213,7 @@ class LedgerIndex:
     def set_log_ends(self, ends: dict[int, int], forget: Iterable[int] = ()) -> None:
         """Durably set how far into each log of ``ends`` entries may point; drop the logs of
         ``forget`` (no entry points into them any more)."""
-        with self.db.write_batch(sync=True) as batch:
+        with self.db.batch() as batch:
             for log_id in forget:
                 batch.delete(_LOG_KEY.pack(b"G", log_id))
             for log_id, end in ends.items():
@@ -259,15 +227,8 @@ class LedgerIndex:
             self.set_log_ends({}, stale)
 
     def last_entry(self, ledger_id: int) -> int:
-        prefix = b"E" + LEDGER.pack(ledger_id)
-        try:
-            with self.db.iterator(
-                prefix=prefix, reverse=True, include_value=False, verify_checksums=True
-            ) as it:
-                for key in it:
-                    return ENTRY.unpack(key[1:])[1]
-        except plyvel.Error as exc:
-            raise self._read_error(exc) from exc
+        for key in self.db.scan(b"E" + LEDGER.pack(ledger_id), reverse=True, include_value=False):
+            return ENTRY.unpack(key[1:])[1]
         return -1
 
     def commit(
@@ -281,7 +242,7 @@ class LedgerIndex:
         """One synced batch: entry locations (per ledger: entry ids and their packed
         locations), ledger states (None deletes), entry deletions, and how far into the
         entry logs they were written the locations now reach (``log_ends``)."""
-        with self.db.write_batch(sync=True) as batch:
+        with self.db.batch() as batch:
             for log_id, end in (log_ends or {}).items():
                 batch.put(_LOG_KEY.pack(b"G", log_id), _LOG_END.pack(end))
             for lid, eid in deletes:
@@ -300,20 +261,3 @@ class LedgerIndex:
                     batch.put(ledger_key(lid), info.to_json())
             if checkpoint is not None:
                 batch.put(CHECKPOINT, struct.pack(">Q", checkpoint))
-
-
-def damaged_index(path: Path, what: str) -> BookieIOError:
-    """The refusal to boot on an index LevelDB says is damaged, with the way out."""
-    return BookieIOError(
-        f"the index at {path} is damaged ({what}): the bookie cannot tell which entries it "
-        "holds or which ledgers it fenced, so it does not boot. Move the directory away "
-        "(keep it to investigate), then start the bookie with auto_fix_cookies=True or run "
-        "`embedlog bookie fixcookie` first (LocalCluster: wipe_bookie(bookie_id, 'index'), "
-        "then start_bookie(bookie_id, auto_fix_cookies=True)); it then boots on a new index, "
-        "fences its ledgers and copies their entries back from its peers (BP-46)."
-    )
-
-
-def _reason(exc: plyvel.Error) -> str:
-    arg = exc.args[0] if exc.args else exc
-    return arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)

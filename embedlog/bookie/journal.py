@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import struct
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from pathlib import Path
@@ -32,7 +33,8 @@ import crc32c
 from attrs import frozen
 
 from embedlog.bookie.config import BookieConfig
-from embedlog.bookie.files import AppendFile
+from embedlog.bookie.disk import REAL_DISK, AppendOnlyFile, Disk
+from embedlog.metrics import BookieMetrics
 from embedlog.runtime import settle
 
 log = logging.getLogger(__name__)
@@ -45,13 +47,15 @@ SUFFIX = ".jnl"
 Durable = Callable[[BaseException | None], None]
 
 
-def journal_files(directory: Path) -> list[tuple[int, Path]]:
+def journal_files(directory: Path, disk: Disk = REAL_DISK) -> list[tuple[int, Path]]:
+    """The journal's files in ``directory``, by the LSN they start at."""
     files = []
-    for p in directory.glob(f"*{SUFFIX}"):
-        try:
-            files.append((int(p.stem), p))
-        except ValueError:
-            continue
+    for name in disk.listdir(directory):
+        if name.endswith(SUFFIX):
+            try:
+                files.append((int(name[: -len(SUFFIX)]), directory / name))
+            except ValueError:
+                continue
     return sorted(files)
 
 
@@ -181,14 +185,15 @@ class Replay:
     record at or after it. Torn tails are cut; afterwards ``damage`` lists the records lost
     to anything else and ``end`` is the LSN just past the journal's last byte."""
 
-    def __init__(self, directory: Path, from_lsn: int) -> None:
+    def __init__(self, directory: Path, from_lsn: int, disk: Disk = REAL_DISK) -> None:
         self.directory = directory
+        self.disk = disk
         self.from_lsn = from_lsn
         self.end = from_lsn
         self.damage: list[JournalDamage] = []
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
-        files = journal_files(self.directory)
+        files = journal_files(self.directory, self.disk)
         covered = self.from_lsn  # every LSN below this is in ledger storage or replayed
         for i, (start, path) in enumerate(files):
             next_start = files[i + 1][0] if i + 1 < len(files) else None
@@ -204,7 +209,7 @@ class Replay:
                         "the journal (it lost writes)",
                     )
                 )
-            data = path.read_bytes()
+            data = self.disk.read(path)
             pos = 0
             while pos < len(data):
                 if pos + FRAME.size <= len(data):  # intact_end, inlined: the boot's hot loop
@@ -222,7 +227,9 @@ class Replay:
                     log.warning(
                         "journal %s: torn tail at byte %d of %d, cut there", path, pos, len(data)
                     )
-                    _cut(path, pos)
+                    # Durably: a journal file started after this one must find this one
+                    # whole (``judge_bad_record`` counts on it).
+                    self.disk.truncate(path, pos)
                     data = data[:pos]
                     break
                 lost_to = start + (bad.resume if bad.resume is not None else len(data))
@@ -243,24 +250,29 @@ class Replay:
             self.end = max(self.end, start + len(data))
 
 
-def _cut(path: Path, size: int) -> None:
-    """Truncate a torn tail durably: a journal file started after this one must find this
-    one whole (``judge_bad_record`` counts on it)."""
-    with path.open("r+b") as f:
-        f.truncate(size)
-        os.fsync(f.fileno())
-
-
 class Journal:
-    def __init__(self, config: BookieConfig, executor: Executor, start_lsn: int) -> None:
+    def __init__(
+        self,
+        config: BookieConfig,
+        executor: Executor,
+        start_lsn: int,
+        disk: Disk = REAL_DISK,
+        metrics: BookieMetrics | None = None,
+    ) -> None:
+        self.metrics = metrics or BookieMetrics()
         self.dir = config.journal_dir
+        self._disk = disk
         self.max_group_wait = config.journal_max_group_wait
         self.group_bytes = config.journal_group_bytes
         self.max_file_size = config.journal_max_file_size
         self._executor = executor
         self.lsn = start_lsn  # logical end, including buffered records
-        self._file = AppendFile(self.dir / f"{start_lsn:020d}{SUFFIX}")
-        self._file_start = start_lsn
+        # The journal's files (start LSN, path), listed once: a flush's ``remove_before``
+        # must not list the directory each time. The lock: files are added by the
+        # journal's thread, removed from the loop.
+        self._files_lock = threading.Lock()
+        self._files = journal_files(self.dir, disk)
+        self._file = self._open(start_lsn)
         self._buf: list[bytes] = []
         self._buf_bytes = 0
         self._buf_records = 0
@@ -348,31 +360,51 @@ class Journal:
             if failure is None:
                 self.batches += 1
                 self.records += records
+                self.metrics.journal_group_records.observe(records)
             _notify(waiters, failure)
+
+    def _open(self, start_lsn: int) -> AppendOnlyFile:
+        path = self.dir / f"{start_lsn:020d}{SUFFIX}"
+        f = self._disk.open_append(path)
+        with self._files_lock:
+            self._files = sorted({*self._files, (start_lsn, path)})
+        return f
 
     def _write(self, parts: list[bytes], size: int, batch_lsn: int) -> None:
         if size and self._file.size + size > self.max_file_size and self._file.size:
             old = self._file
             old.sync()
-            self._file = AppendFile(self.dir / f"{batch_lsn:020d}{SUFFIX}")
-            self._file_start = batch_lsn
+            self._file = self._open(batch_lsn)
             old.close()
+        started = time.perf_counter()
         if size:
             self._file.append_parts(parts)
         self._file.sync()
+        # On the journal's thread, the only one that observes this histogram.
+        self.metrics.journal_fsync_seconds.observe(time.perf_counter() - started)
 
     def remove_before(self, checkpoint_lsn: int) -> int:
         """Delete journal files wholly covered by the checkpoint; returns how many."""
-        files = journal_files(self.dir)
-        removed = 0
-        for i, (_start, path) in enumerate(files[:-1]):
-            if files[i + 1][0] <= checkpoint_lsn and path != self._file.path:
-                path.unlink(missing_ok=True)
-                removed += 1
-        return removed
+        with self._files_lock:
+            files = self._files
+        doomed = [
+            path
+            for i, (_start, path) in enumerate(files[:-1])
+            if files[i + 1][0] <= checkpoint_lsn and path != self._file.path
+        ]
+        if not doomed:
+            return 0
+        for path in doomed:
+            self._disk.unlink(path)
+        gone = set(doomed)
+        with self._files_lock:
+            self._files = [f for f in self._files if f[1] not in gone]
+        return len(doomed)
 
     def size_on_disk(self) -> int:
-        return sum(p.stat().st_size for _, p in journal_files(self.dir))
+        with self._files_lock:
+            files = list(self._files)
+        return sum(self._disk.size(p) for _, p in files if self._disk.exists(p))
 
     async def close(self) -> None:
         """Sync, then release the file; released even when the sync fails (it raises)."""

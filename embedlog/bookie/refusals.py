@@ -39,6 +39,7 @@ class Refusals(Flushing):
     ) -> Response:
         """``req`` refused with ``status``. An ADD_BATCH's refusal carries a verdict per
         entry: ``status``, or the one ``statuses`` already holds for entries refused alone."""
+        self.metrics.rejected_requests += 1
         if req.op != OpCode.ADD_BATCH:
             return Response.to(req, status, entry_id=req.entry_id, term=term)
         if statuses is None:

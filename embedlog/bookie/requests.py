@@ -44,6 +44,7 @@ class Requests(Adds):
                 self._add_batch(req, settle(answer))
                 return await answer
             if req.op == OpCode.READ:
+                self.metrics.read_requests += 1
                 return await self._read(req)
             if req.op == OpCode.READ_LAC:
                 return await self._read_lac(req)

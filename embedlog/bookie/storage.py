@@ -22,9 +22,10 @@ from concurrent.futures import Executor
 from typing import Literal
 
 from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.disk import REAL_DISK, Disk
 from embedlog.bookie.entrylog import EntryLogs, damaged_logs
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
-from embedlog.dirlock import DirLock, DirLockedError
+from embedlog.dirlock import DirLockedError
 from embedlog.errors import BookieIOError
 from embedlog.wire.entry import parse_header
 
@@ -35,30 +36,38 @@ Cut = Literal["all", "below", "above"]
 
 class LedgerStorage:
     def __init__(
-        self, config: BookieConfig, executor: Executor, *, new_index: bool = False
+        self,
+        config: BookieConfig,
+        executor: Executor,
+        *,
+        new_index: bool = False,
+        disk: Disk = REAL_DISK,
     ) -> None:
         """``new_index``: the index disk is new or wiped (``LedgerIndex``'s ``create``)."""
         self.config = config
         self._executor = executor
-        config.index_dir.mkdir(parents=True, exist_ok=True)
+        disk.mkdir(config.index_dir)
         try:
             # Before LevelDB is touched: LevelDB refusing a second open in this process
             # would drop its lock for the first one (see embedlog/dirlock.py).
-            self._dir_lock = DirLock(config.index_dir)
+            self._dir_lock = disk.lock(config.index_dir)
         except DirLockedError as exc:
             raise BookieIOError(
                 f"bookie {config.bookie_id}: its index {exc}; one bookie at a time may use "
                 "a bookie's disks: stop the other one first"
             ) from None
         try:
-            self.index = LedgerIndex(config.index_dir, create=new_index)
+            self.index = LedgerIndex(config.index_dir, create=new_index, disk=disk)
         except BaseException:
             self._dir_lock.release()
             raise
         try:
             ends = self.index.log_ends()
             self.logs = EntryLogs(
-                config.ledger_dir, config.entry_log_max_size, next_id=max(ends, default=-1) + 1
+                config.ledger_dir,
+                config.entry_log_max_size,
+                next_id=max(ends, default=-1) + 1,
+                disk=disk,
             )
             # Entry log id -> bytes left in it, for the logs that lost entries the index has.
             self.damaged: dict[int, int] = {}
@@ -79,6 +88,7 @@ class LedgerStorage:
         self._dirty: set[int] = set()
         self._deleted: set[int] = set()  # ledgers deleted since the last flush
         self._flush_lock = asyncio.Lock()
+        self._checkpoint = self.index.checkpoint()  # the journal LSN the index last recorded
         self.flushes = 0
 
     def _check_logs(self, ends: dict[int, int]) -> None:
@@ -231,6 +241,17 @@ class LedgerStorage:
     async def _flush_locked(
         self, checkpoint: int | None, cut: tuple[int, Cut, int] | None = None
     ) -> None:
+        if (
+            cut is None
+            and not self.cache
+            and not self._dirty
+            and not self._deleted
+            and checkpoint == self._checkpoint
+        ):
+            # Nothing cached, no state changed, the journal where the index has it: the
+            # batch would rewrite what the index holds (an idle bookie flushes often).
+            self.flushes += 1
+            return
         # The cache is handed to the flush whole and adds start a new one: nothing is copied
         # or removed entry by entry (the flush was a third of a bookie's work per add).
         # Entries being flushed stay readable until the index has them.
@@ -264,6 +285,8 @@ class LedgerStorage:
         finally:
             self._flushing = {}
         self._deleted -= deleted
+        if checkpoint is not None:
+            self._checkpoint = checkpoint
         self.flushes += 1
 
     def _flush_sync(

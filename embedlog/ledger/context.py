@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from attrs import define
+from attrs import define, field
 
 from embedlog.ledger.admission import DEFAULT_MAX_ADDS_IN_FLIGHT, DEFAULT_MAX_BYTES_IN_FLIGHT
 from embedlog.ledger.bookie_client import BookieClient
 from embedlog.ledger.placement import PlacementPolicy
 from embedlog.metadata.client import MetadataClient
+from embedlog.metrics import ClientMetrics
 from embedlog.wire.limits import DEFAULT_MAX_ENTRY_SIZE
 
 T = TypeVar("T")
@@ -46,6 +47,7 @@ class ClientContext:
     unsafe_takeover_without_noop: bool = False
     # Why the client that owns this context takes no more calls (None: it does).
     closed_reason: str | None = None
+    metrics: ClientMetrics = field(factory=ClientMetrics)  # embedlog/metrics.py
 
     @property
     def name(self) -> str:

@@ -326,6 +326,7 @@ async def recover_ledger(ctx: ClientContext, ledger_id: int, password: bytes) ->
                 continue
         closed = await _recover_once(ctx, md, password)
         if closed is not None:
+            ctx.metrics.recoveries += 1
             return closed
     raise LedgerRecoveryError(
         f"ledger {ledger_id}: metadata kept changing under recovery; try again"

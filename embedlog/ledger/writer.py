@@ -540,10 +540,13 @@ class LedgerWriter:
         hook = not self._plain_acks
         done: list[PendingAdd] = []
         freed = freed_bytes = 0
+        now = time.monotonic()
+        observe = self.ctx.metrics.add_latency_seconds.observe
         while pending and pending[0].acked >= need:
             p = pending.popleft()
             self._in_flight -= 1
             self.lac = p.entry_id
+            observe(now - p.created)
             if hook:
                 self._acknowledged(p)
             p.settled = True
@@ -564,8 +567,9 @@ class LedgerWriter:
         if not pending:
             self._drained.set()
         if completed:
+            self.ctx.metrics.adds += len(done)
             self._progressed()
-            self._last_completion = time.monotonic()
+            self._last_completion = now
             self._schedule_explicit_lac()
             if self._waiting:
                 self._send_queued()
@@ -583,6 +587,7 @@ class LedgerWriter:
         costs = [p.cost for p in self.pending if p.cost >= 0]
         if costs:
             self.budget.release(len(costs), sum(costs))  # before any callback runs
+        self.ctx.metrics.adds_failed += len(self.pending)
         while self.pending:
             p = self.pending.popleft()
             p.settled = True
@@ -680,6 +685,7 @@ class LedgerWriter:
                 ensemble,
             )
             self.md = new_md
+            self.ctx.metrics.ensemble_changes += 1
             # The replaced bookies' acks of entries from ``first`` on count no more (their
             # slots now belong to the replacements), also those that arrived during the
             # compare-and-swap: nothing completed meanwhile (see _complete).
@@ -875,8 +881,12 @@ class LedgerWriter:
         if self.error is None:
             self.error = LedgerClosedError(f"ledger {self.md.ledger_id} is closed")
 
-    def stop(self) -> None:
-        """Forget outstanding work (the client is closing)."""
+    def stop(self, error: BKError | None = None) -> None:
+        """Forget outstanding work. With ``error`` (the client is closing), every add not
+        acknowledged yet fails with it, rather than wait for answers nobody will act on:
+        its outcome is unknown (it may be stored), as after any error."""
+        if error is not None and self.pending:
+            self.fail(error)
         self.budget.shut(
             LedgerClosedError(
                 f"ledger {self.md.ledger_id}: the client was closed; this add was not queued"

@@ -241,6 +241,13 @@ class ProcessCluster(LocalCluster):
             "bookie object here; use read_from_bookie, metadata.bookie_status or bookie_pid"
         )
 
+    def metrics_snapshot(self) -> Any:
+        raise RuntimeError(
+            "metrics with processes=True: each bookie counts in its own process, and those "
+            "counts are not collected here yet; use LocalCluster(..., processes=False) for "
+            "metrics() (the clients' own metrics are client.ctx.metrics)"
+        )
+
     def wait_repaired(self, bookie_id: str, timeout: float = 60.0) -> dict[str, Any]:
         """Until the bookie's BP-46 repair is done, as its published status says."""
         deadline = time.monotonic() + timeout

@@ -170,3 +170,20 @@ class Oracle:
                     "AllAckedEntriesAreReadable",
                     f"{by} read {got!r} at acknowledged entry {lid}:{eid}, which was {payload!r}",
                 )
+
+    # -- wiped disks ---------------------------------------------------------------------------
+
+    def wiped(self, bookie_id: str, protected: Callable[[int], bool]) -> list[int]:
+        """``bookie_id`` lost its disks and booted after the BP-46 cookie fix: its boot
+        protected (fenced, put in limbo) the ledgers ``protected`` names. For those,
+        NoNegativeForAckedEntry still holds: limbo answers "unknown" until repair copies
+        the entries back. Acknowledgements it gave before the wipe for any other ledger
+        (one the metadata did not list it for when it booted: an ensemble change whose
+        CAS had not landed) went with the disk, and nothing on it can know of them: they
+        no longer forbid a negative. Returns those ledgers."""
+        gone = sorted(
+            lid for (b, lid) in self._bookie_acked if b == bookie_id and not protected(lid)
+        )
+        for lid in gone:
+            del self._bookie_acked[(bookie_id, lid)]
+        return gone

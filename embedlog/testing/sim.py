@@ -1,12 +1,14 @@
 """The deterministic simulator: one seed, one history, on one thread in virtual time.
 
 ``run_seed(seed, scenario)`` boots real bookies (``embedlog.bookie.Bookie``) with
-their real journals, write caches, entry logs and LevelDB indexes in a scratch
-directory, and drives real clients (``LedgerWriter``, ``recover_ledger`` through
-``Client.open_ledger_aio``, the reader) against them through ``SimNetwork``, all on
-one ``VirtualClockLoop``. Everything that varies comes from the seed: the cluster's
-settings, the workload, every message's delay and loss, every disk operation's
-latency, when bookies crash or stop and when they come back. The trace (every
+their real journals, write caches, entry logs and indexes on simulated disks in memory
+(``MemoryDisk``: crashes tear unsynced tails; disks fill up, fsyncs fail and disks are
+wiped, all drawn from the seed), and drives real clients (``LedgerWriter``,
+``recover_ledger`` through ``Client.open_ledger_aio``, the reader) against them
+through ``SimNetwork``, all on one ``VirtualClockLoop``. Everything that varies comes
+from the seed: the cluster's settings, the workload, every message's delay and loss,
+every disk operation's latency and fault, when bookies crash or stop and when they
+come back. The trace (every
 message, answer, fault and client outcome, stamped with virtual time) is hashed:
 the same seed gives the same hash.
 
@@ -19,10 +21,7 @@ import asyncio
 import functools
 import hashlib
 import logging
-import os
 import random
-import shutil
-import tempfile
 import threading
 import traceback
 from collections import Counter
@@ -35,8 +34,9 @@ from attrs import define, field
 
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.fixcookie import fix_cookies
 from embedlog.client import Client
-from embedlog.errors import BKError, NoSuchLedgerInMetadataError
+from embedlog.errors import BKError, BookieIOError, NoSuchLedgerInMetadataError
 from embedlog.ledger.placement import RandomPlacement
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
@@ -47,6 +47,8 @@ from embedlog.metadata.store import MetadataStore
 from embedlog.runtime import Runtime
 from embedlog.testing.oracle import Oracle, Violation
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
+from embedlog.testing.simdisk import MemoryDisk
+from embedlog.testing.simfaults import DiskNemesis
 from embedlog.testing.simloop import SimDisk, VirtualClockLoop, seeded, virtual_clock
 from embedlog.testing.simnet import NetProfile, SimNetwork
 from embedlog.wire.entry import Digester, DigestType
@@ -113,11 +115,8 @@ class SeedResult:
         return not self.violations
 
 
-def scratch_root() -> Path:
-    """Where simulated disks live: memory when the machine has /dev/shm (a simulated
-    fsync is a real one: on tmpfs it costs nothing)."""
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+# Where the bookies' directories are on their simulated disks (no real file is touched).
+SIM_ROOT = Path("/embedlog-sim")
 
 
 @contextmanager
@@ -147,7 +146,7 @@ def run_seed(
     if unsafe is not None and unsafe not in UNSAFE:
         raise ValueError(f"unknown unsafe switch {unsafe!r}; switches: {', '.join(UNSAFE)}")
     loop = VirtualClockLoop()
-    root = Path(tempfile.mkdtemp(prefix=f"embedlog-sim-{seed}-", dir=scratch_root()))
+    root = SIM_ROOT
     saved_random = random.getstate()
     # Protocol code that draws from the module's generator (unbounded ensemble choices).
     random.seed(f"{seed}:global")
@@ -163,7 +162,6 @@ def run_seed(
     finally:
         loop.close()
         random.setstate(saved_random)
-        shutil.rmtree(root, ignore_errors=True)
     return SeedResult(
         seed=seed,
         scenario=scenario,
@@ -225,6 +223,9 @@ class Simulation:
         self.bookies: dict[str, Bookie] = {}
         self._sessions: dict[str, MetadataStore] = {}
         self._disks: dict[str, list[SimDisk]] = {}
+        # Each bookie's disks, for the whole history: they outlive its incarnations.
+        self.disks: dict[str, MemoryDisk] = {}
+        self.disk_faults = DiskNemesis(self, seeded(seed, "disk-faults"))
         self.ledgers: list[int] = []
         self._writers: list[LedgerWriter] = []
         self._clients = 0
@@ -276,8 +277,24 @@ class Simulation:
         rng = self._disk_rng
         return rng.uniform(0.0001, 0.002) if rng.random() < 0.9 else rng.uniform(0.005, 0.05)
 
+    def _disk_fault(self, bid: str, what: str, detail: str) -> None:
+        self.counts[f"fault.{what}"] += 1
+        self.trace("disk-fault", bid, what, detail)
+
     async def boot(self, bid: str) -> bool:
         cfg = BookieConfig.from_settings(bid, self.root / bid, **self.bookie_settings)
+        mdisk = self.disks.get(bid)
+        if mdisk is None:
+            mdisk = self.disks[bid] = MemoryDisk(
+                seeded(self.seed, "disk", bid),
+                self.loop.time,
+                functools.partial(self._disk_fault, bid),
+            )
+        if self.disk_faults.needs_cookie_fix(bid):
+            # The operator's BP-46 cookie fix for a wiped bookie (embedlog bookie fixcookie).
+            fixed = fix_cookies(cfg, self.meta, mdisk)
+            self.disk_faults.cookie_fixed(bid)
+            self.trace("fixcookie", bid, len(fixed))
         session = self.store.session()
         disks: list[SimDisk] = []
 
@@ -292,16 +309,22 @@ class Simulation:
             session,
             client_factory=lambda: self.client(f"{bid}-repair"),
             disk_executor=disk,
+            disk=mdisk,
         )
         self.bookies[bid], self._sessions[bid], self._disks[bid] = bookie, session, disks
+        bitten = mdisk.bitten
         try:
             await bookie.start()
         except Exception as exc:
             session.close()
             self.trace("boot-failed", bid, type(exc).__name__, exc)
+            if mdisk.bitten != bitten:  # a full or failing disk: it stays down for now
+                self.counts["boot.failed_on_disk_fault"] += 1
+                return False
             self.oracle.violate("BookieBoots", f"{bid} could not boot: {exc!r}")
             return False
         self.counts["bookie.boot"] += 1
+        self.disk_faults.booted(bid)
         if bookie.suspicion:
             self.counts["bp46.phase_one"] += 1
         self.trace("booted", bid, bookie.suspicion or "clean", bookie.protected_ledgers)
@@ -321,6 +344,7 @@ class Simulation:
         self._retire(bid)
         lost = sum(d.lose_pending() for d in self._disks[bid])
         self.bookies[bid].crash()
+        self.disks[bid].power_cut()
         if not self.bookie_settings["journal_write_data"]:
             self._lossy.add(bid)
         self._sessions.pop(bid).expire()  # type: ignore[attr-defined]
@@ -333,6 +357,9 @@ class Simulation:
         self.trace("stop", bid)
         try:
             await self.bookies[bid].stop()
+        except BookieIOError as exc:  # its final flush failed (a full or failing disk)
+            self.counts["stop.unclean"] += 1
+            self.trace("stop-unclean", bid, exc)
         finally:
             self._sessions.pop(bid).close()
 
@@ -355,14 +382,15 @@ class Simulation:
             for j in range(rng.randint(*self.scenario.recoveries))
         ]
         nemesis = asyncio.ensure_future(self.nemesis()) if self.scenario.crashes else None
+        disk_nemesis = asyncio.ensure_future(self.disk_faults.run())
         _done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
         for t in pending:
             t.cancel()
         # The nemesis ends after its current step, never inside one: a stop or a boot cut
         # short by a cancellation would be a fault of the simulator's own making.
         self._workload_done = True
-        await asyncio.wait([*work, *(x for x in [nemesis] if x is not None)])
-        for t in [*work, *(x for x in [nemesis] if x is not None)]:
+        await asyncio.wait([*work, disk_nemesis, *(x for x in [nemesis] if x is not None)])
+        for t in [*work, disk_nemesis, *(x for x in [nemesis] if x is not None)]:
             self._outcome(t)
         await self.heal_and_check()
         self.counts.update(self.net.counts)
@@ -519,8 +547,11 @@ class Simulation:
                     self.crash(bid)
                 else:
                     await self.stop(bid)
+                self.disk_faults.after_down(bid)
             elif up:
-                await self.stop(rng.choice(up))
+                bid = rng.choice(up)
+                await self.stop(bid)
+                self.disk_faults.after_down(bid)
 
     def _may_lose(self, bid: str) -> bool:
         if self.bookie_settings["journal_write_data"] or bid in self._lossy:
@@ -533,6 +564,7 @@ class Simulation:
         self.trace("heal")
         self._healed = True
         self.net.heal()
+        await self.disk_faults.heal()
         for bid in self.down():
             await self.boot(bid)
         deadline = self.loop.time() + SETTLE_LIMIT

@@ -18,7 +18,7 @@ import plyvel
 import pytest
 
 import embedlog
-from embedlog.bookie import entrylog, files, journal
+from embedlog.bookie import disk, entrylog, files, journal
 from embedlog.bookie.files import AppendFile
 from embedlog.bookie.flushing import after_failure, disk_is_broken, stays_readonly
 from embedlog.bookie.storage import LedgerStorage
@@ -179,7 +179,7 @@ def test_no_new_entry_log_file_then_a_retry(harness: Any, monkeypatch) -> None:
     h.boot()
     for eid in range(6):
         assert h.add(4, eid, b"e%d" % eid * 30).status == StatusCode.EOK
-    monkeypatch.setattr(entrylog, "AppendFile", failing(1, emfile, AppendFile))
+    monkeypatch.setattr(disk, "AppendFile", failing(1, emfile, AppendFile))
     with pytest.raises(OSError, match="Too many open files"):
         h.run(h.bookie.flush())
     h.run(h.bookie.flush())

@@ -247,3 +247,30 @@ def test_an_add_queued_as_the_loop_closes_fails_instead_of_waiting_forever():
         assert future.done()
         with pytest.raises(ClientClosedError, match="event loop is closed"):
             future.result()
+
+
+@pytest.mark.parametrize("kind", ["bounded", "unbounded"])
+def test_closing_a_client_fails_its_unacknowledged_adds_instead_of_leaving_them_hanging(
+    make_cluster, kind
+):
+    cluster = make_cluster(3)
+    client = cluster.client("app", request_timeout=600.0)
+    if kind == "bounded":
+        handle = client.create_ledger(3, 3, 3)  # every add needs every bookie
+        add = handle.add_async
+    else:
+        handle = client.create_unbounded(3, 3, 3)
+        add = handle.append_async
+    assert add(b"acked").result(timeout=60) == 0
+    cluster.pause_bookie(cluster.bookie_ids[0])  # the next adds wait for it
+    waiting = [add(b"waiting %d" % i) for i in range(5)]
+    client.close()
+    for f in waiting:
+        with pytest.raises(ClientClosedError, match="outcome is unknown"):
+            f.result(timeout=60)
+    cluster.resume_bookie(cluster.bookie_ids[0])
+    # What was acknowledged is there; what was not may or may not be (unknown, not absent).
+    if kind == "bounded":
+        rh = cluster.client("reader").open_ledger(handle.ledger_id)
+        assert rh.read(0, 0)[0].data == b"acked"
+        assert rh.last_add_confirmed in range(0, 6)

@@ -1,0 +1,113 @@
+"""The simulation's disk faults: full disks, failing fsyncs and wiped disks, drawn from
+the seed (the disks themselves are embedlog/testing/simdisk.py).
+
+* Full disks and failing fsyncs come at their own pace, on any bookie's disk: a disk
+  stays full for a while (appends and fsyncs fail with ENOSPC), or its next fsync
+  fails with EIO. The bookies meet them as real ones would: a journal write that fails
+  makes the bookie read-only until it restarts; a failed flush keeps the write cache,
+  makes the bookie read-only and retries (flushing.py).
+* A wipe replaces the disks of a bookie that just went down (crash or stop) with empty
+  ones; it comes back after the operator's BP-46 cookie fix (``fix_cookies``), so its
+  boot is suspicious: every ledger the metadata gives it is fenced and put in limbo
+  before it serves, then repaired from its peers (the oracle's rule for what it
+  acknowledged before: ``Oracle.wiped``). A wiped bookie lost entries it
+  acknowledged, like a bookie that crashed without the journal: both count against the
+  same budget (``Scenario.lossy_bookies``, AQ - 1), so that every acknowledged entry
+  keeps a copy somewhere and liveness is still checked. Without the journal, a full
+  or failing disk can cost acknowledged entries too (a clean stop whose final flush
+  fails loses the write cache): there, only a bookie within that budget gets them.
+
+Once the history heals, every fault ends: full disks have room again, armed fsync
+failures are disarmed, and a bookie left read-only by its disk is restarted (the
+operator's fix). A boot that a fault made fail is no violation: the bookie stays down
+until the next restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from embedlog.testing.sim import Simulation
+
+
+class DiskNemesis:
+    def __init__(self, sim: Simulation, rng: random.Random) -> None:
+        self.sim = sim
+        self.rng = rng
+        # Per seed: how often the disks fail (None: never), and how likely a bookie that
+        # goes down gets wiped disks.
+        self.mean_gap: float | None = rng.choice((None, 0.3, 1.0, 3.0))
+        self.wipe_probability = rng.choice((0.0, 0.1, 0.3))
+        self._wiped: set[str] = set()  # wiped, and not booted with a cookie fix yet
+        self._unsettled: set[str] = set()  # wiped, and not booted since
+
+    def needs_cookie_fix(self, bid: str) -> bool:
+        return bid in self._wiped
+
+    def cookie_fixed(self, bid: str) -> None:
+        self._wiped.discard(bid)
+
+    def after_down(self, bid: str) -> None:
+        """``bid`` just crashed or stopped: maybe its disks are replaced."""
+        sim = self.sim
+        if self.rng.random() >= self.wipe_probability:
+            return
+        if bid not in sim._lossy and len(sim._lossy) >= sim.scenario.lossy_bookies:
+            return
+        sim._lossy.add(bid)
+        sim.disks[bid].wipe()
+        self._wiped.add(bid)
+        self._unsettled.add(bid)
+        sim.counts["fault.wipe"] += 1
+        sim.trace("wipe", bid)
+
+    def booted(self, bid: str) -> None:
+        """``bid`` booted; after a wipe, what it acknowledged before is judged anew."""
+        if bid not in self._unsettled:
+            return
+        self._unsettled.discard(bid)
+        bookie = self.sim.bookies[bid]
+        gone = self.sim.oracle.wiped(bid, lambda lid: bookie.ledger_info(lid) is not None)
+        if gone:
+            self.sim.trace("wiped-acks-forgotten", bid, gone)
+
+    async def run(self) -> None:
+        sim, rng = self.sim, self.rng
+        if self.mean_gap is None:
+            return
+        sim.trace("disk-nemesis", "mean-gap", self.mean_gap, "wipe", self.wipe_probability)
+        while True:
+            await asyncio.sleep(rng.expovariate(1 / self.mean_gap))
+            if sim._workload_done:
+                return
+            # Without the journal a disk fault can cost acknowledged entries (a failed final
+            # flush at a stop loses the write cache): such a bookie is lossy, in the budget.
+            candidates = [b for b in sorted(sim.disks) if sim._may_lose(b)]
+            if not candidates:
+                continue
+            bid = rng.choice(candidates)
+            if not sim.bookie_settings["journal_write_data"]:
+                sim._lossy.add(bid)
+            disk = sim.disks[bid]
+            if rng.random() < 0.5:
+                until = sim.loop.time() + rng.uniform(0.01, 1.5)
+                disk.fill(until)
+                sim.trace("disk-fill", bid, f"{until:.6f}")
+            else:
+                disk.fail_syncs(1)
+                sim.trace("disk-fail-sync", bid)
+
+    async def heal(self) -> None:
+        """The end of the faults: room on every disk, no fsync failing, and every bookie
+        its disk left read-only restarted."""
+        sim = self.sim
+        for disk in sim.disks.values():
+            disk.clear_faults()
+        for bid in sim.up():
+            if sim.bookies[bid].readonly:
+                sim.trace("restart-readonly", bid)
+                await sim.stop(bid)
+                await sim.boot(bid)
