@@ -192,6 +192,8 @@ def test_faults_that_need_in_process_bookies_say_so(cluster: LocalCluster) -> No
         cluster.network.block("bookie-1-repair", "bookie-2")
     with pytest.raises(RuntimeError, match="runs in a process of its own"):
         cluster.bookie("bookie-1")
+    with pytest.raises(RuntimeError, match="metrics with processes=True"):
+        cluster.metrics()
     # A fault between this process's client and a bookie works as over TCP.
     client = cluster.client("c", request_timeout=0.5)
     wh = client.create_ledger(1, 1, 1)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from procs import Procs, processes_mentioning
+from procs import Procs, env, processes_mentioning
 
 import embedlog
 
@@ -46,3 +48,16 @@ def test_sandbox_with_bookie_processes_serves_other_processes(
     assert processes_mentioning(str(data_dir)) == []
     for bid in ("bookie-1", "bookie-2", "bookie-3"):
         assert f"bookie {bid} stopped cleanly" in (data_dir / bid / "bookie.log").read_text()
+
+
+def test_sandbox_processes_with_metrics_is_one_line(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "embedlog", "sandbox", "--processes", "--metrics-port", "0",
+         "--data-dir", str(tmp_path / "d")],
+        env=env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "embedlog sandbox: --metrics-port with --processes: the bookies' metrics stay in "
+        "their processes and are not exported yet; leave out one of the two"
+    ]
