@@ -151,6 +151,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("bookie_id", nargs="?", default=None)
     p.add_argument("--json", action="store_true", help="full statuses as one JSON object")
     p.set_defaults(func=_bookie_status)
+    __import__("embedlog.process.command").process.command.add_run_command(bookie)
 
     add_sandbox_command(sub)
     add_auditor_commands(sub)

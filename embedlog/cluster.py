@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import socket
 import ssl
 import tempfile
 import threading
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
 from embedlog.client import Client
-from embedlog.errors import ClientClosedError, error_for_status
+from embedlog.errors import ClientClosedError, CookieError, error_for_status
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
 from embedlog.metadata.uri import open_store
@@ -58,6 +59,14 @@ def repair_client_name(bookie_id: str) -> str:
 
 
 class LocalCluster:
+    def __new__(cls, *args: Any, processes: bool = False, **kwargs: Any) -> LocalCluster:
+        # processes=True: the same API with each bookie in a process of its own.
+        if processes and cls is LocalCluster:
+            from embedlog.process.cluster import ProcessCluster
+
+            return super().__new__(ProcessCluster)
+        return super().__new__(cls)
+
     def __init__(
         self,
         num_bookies: int = 3,
@@ -67,8 +76,11 @@ class LocalCluster:
         tls: bool = False,
         metadata_uri: str | None = None,
         journal_write_data: bool = True,
+        processes: bool = False,
         **bookie_config: Any,
     ) -> None:
+        # processes=True made this a ProcessCluster (__new__), which passes it on as True.
+        self.processes = processes
         if not isinstance(num_bookies, int) or num_bookies < 0:
             raise ValueError(f"num_bookies must be a whole number >= 0, got {num_bookies!r}")
         if transport not in ("inprocess", "tcp"):
@@ -133,7 +145,7 @@ class LocalCluster:
             self.data_dir.mkdir(parents=True, exist_ok=True)
         self._runtime = Runtime("embedlog-cluster")
         try:
-            self._store = open_store(self.metadata_uri, self.data_dir)
+            self._store = self._open_store()
             self._meta = MetadataClient(self._store, delay=lambda: self.network.metadata_delay)
             self._transport = self._make_transport()
             existing = sorted(
@@ -142,10 +154,9 @@ class LocalCluster:
             )
             self._known = list(existing)
             self._failed.clear()
-            for bid in existing:
-                self._boot_or_report(bid)
             while len(self._known) < self.num_bookies:
-                self._boot_or_report(self._new_bookie_id())
+                self._known.append(self._new_bookie_id())
+            self._boot_all(list(self._known))
             if self._failed and not self.running_bookies():
                 first = next(iter(self._failed.values()))
                 for bid, exc in self._failed.items():
@@ -156,9 +167,15 @@ class LocalCluster:
             raise
         return self
 
+    def _open_store(self) -> MetadataStore:
+        assert self.data_dir is not None
+        return open_store(self.metadata_uri, self.data_dir)
+
+    def _boot_all(self, bookie_ids: list[str]) -> None:
+        for bid in bookie_ids:
+            self._boot_or_report(bid)
+
     def _boot_or_report(self, bookie_id: str) -> None:
-        if bookie_id not in self._known:
-            self._known.append(bookie_id)
         try:
             self.start_bookie(bookie_id)
         except Exception as exc:  # start_bookie recorded it in failed_bookies
@@ -353,11 +370,36 @@ class LocalCluster:
             return bid
 
     def _new_bookie_id(self) -> str:
+        """The lowest free ``bookie-N``: free here, and in the metadata store, which other
+        clusters (processes, hosts) may share: the id is claimed there before it is used."""
         taken = {int(b.split("-")[1]) for b in self._known}
-        n = 1
-        while n in taken:
+        assert self.data_dir is not None
+        n = 0
+        while True:
             n += 1
-        return f"bookie-{n}"
+            bid = f"bookie-{n}"
+            if n in taken or (self.data_dir / bid).exists():
+                continue
+            owner = self._owner(bid)
+            meta = self.metadata
+            free = meta.bookie_id_taken(bid, owner) is None
+            if free and meta.claim_bookie_id(bid, owner) is None:
+                return bid
+
+    def _owner(self, bookie_id: str) -> str:
+        """Who a claim on ``bookie_id`` names: this host and the bookie's directory."""
+        assert self.data_dir is not None
+        return f"{socket.gethostname()}:{(self.data_dir / bookie_id).resolve()}"
+
+    def _claim(self, bookie_id: str) -> None:
+        """Claim the id of a bookie whose directory is here (it is this cluster's)."""
+        holder = self.metadata.claim_bookie_id(bookie_id, self._owner(bookie_id))
+        if holder is not None:
+            raise CookieError(
+                f"bookie id {bookie_id} of {self.data_dir} is claimed in the metadata store by "
+                f"{holder}: two clusters share one metadata store and their bookies' ids. "
+                "Give each cluster a metadata_uri of its own (another zk:// path)"
+            )
 
     def start_bookie(self, bookie_id: str, **settings: Any) -> None:
         """Boot ``bookie_id``: cookie check, unclean-shutdown check, BP-46 phases.
@@ -370,6 +412,11 @@ class LocalCluster:
             current = self._bookies.get(bookie_id)
             if current is not None and current.state in (BookieState.SERVING, BookieState.BOOTING):
                 raise RuntimeError(f"bookie {bookie_id} is already running")
+            try:
+                self._claim(bookie_id)
+            except CookieError as exc:
+                self._failed[bookie_id] = exc
+                raise
             config = self.bookie_config(bookie_id, **settings)
             assert self._store is not None and self._meta is not None
             session = self._store.session()

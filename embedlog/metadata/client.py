@@ -7,6 +7,8 @@ Layout of the tree::
     /bookies/available/<id>       ephemeral: bookie info (JSON: address, rack)
     /bookies/readonly/<id>        ephemeral: same, for read-only bookies
     /cookies/<id>                 the bookie's cookie (bytes of embedlog.bookie.cookie)
+    /bookies/claims/<id>          who chose this bookie id (host and directory), so that
+                                  clusters sharing one store never pick the same one
     /underreplicated/<ledger id>  JSON: {"since": unix time, "bookies": [...]}
     /instance                     the cluster's instance id
 """
@@ -36,6 +38,7 @@ READONLY = "/bookies/readonly"
 COOKIES = "/cookies"
 UNDERREPLICATED = "/underreplicated"
 STATUS = "/bookies/status"
+CLAIMS = "/bookies/claims"
 
 T = TypeVar("T")
 
@@ -207,6 +210,33 @@ class MetadataClient:
             return dict(json.loads(self.store.get(f"{STATUS}/{bookie_id}")[0]))
         except NoNodeError:
             return None
+
+    def claim_bookie_id(self, bookie_id: str, owner: str) -> str | None:
+        """Make ``bookie_id`` ``owner``'s (atomically: one of two racing claims wins).
+
+        None when it is ``owner``'s now or was before; else the owner that holds it.
+        """
+        path = f"{CLAIMS}/{bookie_id}"
+        try:
+            self.store.create(path, owner.encode())
+            return None
+        except NodeExistsError:
+            pass
+        try:
+            holder = self.store.get(path)[0].decode()
+        except NoNodeError:  # released meanwhile: try again
+            return self.claim_bookie_id(bookie_id, owner)
+        return None if holder == owner else holder
+
+    def bookie_id_taken(self, bookie_id: str, owner: str) -> str | None:
+        """Who holds ``bookie_id`` if not ``owner`` (a claim, or a cookie without one)."""
+        try:
+            holder = self.store.get(f"{CLAIMS}/{bookie_id}")[0].decode()
+        except NoNodeError:
+            if self.read_cookie(bookie_id) is not None:
+                return f"the bookie whose cookie is stored under {COOKIES}/{bookie_id}"
+            return None
+        return None if holder == owner else holder
 
     def known_bookies(self) -> list[str]:
         """Every bookie that ever wrote a cookie, running or not."""

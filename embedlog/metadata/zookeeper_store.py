@@ -16,6 +16,7 @@ implies become real (empty) nodes, so they exist for ``get`` and cannot be
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -236,26 +237,47 @@ class ZooKeeperSession(ZooKeeperMetadataStore):
         original = self._client
         try:
             session = original.client_id
-            for _ in range(5):
-                if session is None:
-                    break
-                # The original client may reconnect and win the session back before
-                # the thief closes it; retry until attaching finds the session gone.
-                thief = KazooClient(hosts=self.hosts, timeout=self._timeout, client_id=session)
-                try:
-                    thief.start(timeout=self._connect_timeout)
-                    stolen = thief.client_id is not None and thief.client_id[0] == session[0]
-                finally:
-                    thief.stop()  # closes the stolen session: its ephemerals vanish
-                    thief.close()
-                if not stolen:
-                    break
-        except (KazooException, KazooTimeoutError):
-            pass  # the fallback below still ends the session
+            if session is not None:
+                expire_session(self.hosts, session, self._timeout, self._connect_timeout)
         finally:
             # If stealing failed, this clean close still removes the ephemerals.
             original.stop()
             original.close()
 
+    @property
+    def session_id(self) -> tuple[int, bytes] | None:
+        """ZooKeeper's (session id, password) of this session, for ``expire_session``."""
+        client_id = self._client.client_id
+        return None if client_id is None else (int(client_id[0]), bytes(client_id[1]))
 
-__all__ = ["DEFAULT_CHROOT", "ZooKeeperMetadataStore", "ZooKeeperSession"]
+
+def expire_session(
+    hosts: str, session: tuple[int, bytes], timeout: float = 10.0, connect_timeout: float = 15.0
+) -> None:
+    """End a session abruptly from outside: another connection attaches to it and closes
+    it, and the server removes its ephemerals at once (what it does when a session times
+    out; also for a session whose process was killed, see LocalCluster(processes=True))."""
+    # The thief's own session ends in "expired" warnings from kazoo: expected here.
+    kazoo_log = logging.getLogger("kazoo.client")
+    level = kazoo_log.level
+    kazoo_log.setLevel(logging.ERROR)
+    try:
+        for _ in range(5):
+            # The original client may reconnect and win the session back before the
+            # thief closes it; retry until attaching finds the session gone.
+            thief = KazooClient(hosts=hosts, timeout=timeout, client_id=session)
+            try:
+                thief.start(timeout=connect_timeout)
+                stolen = thief.client_id is not None and thief.client_id[0] == session[0]
+            finally:
+                thief.stop()  # closes the stolen session: its ephemerals vanish
+                thief.close()
+            if not stolen:
+                return
+    except (KazooException, KazooTimeoutError):
+        pass  # the session is gone (or ZooKeeper is): nothing is left to end
+    finally:
+        kazoo_log.setLevel(level)
+
+
+__all__ = ["DEFAULT_CHROOT", "ZooKeeperMetadataStore", "ZooKeeperSession", "expire_session"]

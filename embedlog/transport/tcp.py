@@ -440,6 +440,10 @@ class TcpCluster(Transport):
         self.servers[bookie_id] = server
         self._addresses[bookie_id] = address
 
+    def serving_elsewhere(self, bookie_id: str, address: str) -> None:
+        """``bookie_id`` is served by another process at ``address`` (processes=True)."""
+        self._addresses[bookie_id] = address
+
     def bookie_stopped(self, bookie_id: str) -> None:
         server = self.servers.pop(bookie_id, None)
         if server is not None:
