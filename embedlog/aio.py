@@ -27,7 +27,7 @@ Do not call these from the runtime's own loop (``client.runtime.loop``): use the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,9 +36,8 @@ if TYPE_CHECKING:
     from embedlog.ledger.handles import ReadHandle, WriteHandle
     from embedlog.metadata.ledger_metadata import LedgerMetadata
     from embedlog.unbounded.ledger import UnboundedLedger
+    from embedlog.unbounded.tailing import AsyncTail
     from embedlog.wire.entry import DigestType
-
-_DONE = object()
 
 
 class AsyncClient:
@@ -216,20 +215,13 @@ class AsyncUnboundedLedger:
     async def read_last_add_confirmed(self) -> int:
         return await asyncio.to_thread(self.ledger.read_last_add_confirmed)
 
-    async def tail(self, start: int = 0, *, timeout: float | None = None) -> AsyncIterator[Entry]:
-        """``UnboundedLedger.tail`` as an async iterator (the waiting happens in a thread)."""
-        entries = self.ledger.tail(start, timeout=timeout)
-        try:
-            while True:
-                entry = await asyncio.to_thread(next, entries, _DONE)
-                if entry is _DONE:
-                    return
-                yield entry  # type: ignore[misc]
-        finally:
-            try:
-                await asyncio.to_thread(entries.close)
-            except ValueError:
-                pass  # cancelled while a thread still waits in it: it ends with that wait
+    def tail(self, start: int = 0, *, timeout: float | None = None) -> AsyncTail:
+        """``UnboundedLedger.tail`` as an async iterator: ``async for entry in ul.tail():``.
+
+        The waiting happens on the embedlog runtime, not in a thread: cancelling the task
+        that iterates ends it at once, and so do ``await tail.close()`` and ``ul.close()``.
+        ``skipped`` and ``position`` are the blocking tail's."""
+        return self.ledger.tail_async_iterator(start, timeout=timeout)
 
     async def trim(self, before_entry_id: int) -> None:
         await asyncio.to_thread(self.ledger.trim, before_entry_id)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Generator
 
 from embedlog import validate
 from embedlog.errors import InvalidTermError, LedgerClosedError, ReadPastLastConfirmedError
@@ -23,12 +22,11 @@ from embedlog.ledger.handles import check_range
 from embedlog.ledger.inbox import AddInbox
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime
-from embedlog.unbounded import follow, layout
+from embedlog.unbounded import follow
 from embedlog.unbounded import trim as trimming
+from embedlog.unbounded.tailing import AsyncTail, Tail, TailCursor
 from embedlog.unbounded.writer import TermWriter
 from embedlog.wire.entry import Digester, master_key
-
-TAIL_BATCH = 256  # entries one tail step reads at most
 
 
 class UnboundedLedger:
@@ -53,6 +51,7 @@ class UnboundedLedger:
         self._writer = writer
         self._lac = lac
         self._closed = False
+        self._closing: asyncio.Event | None = None  # set on close (made on the loop)
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -176,42 +175,63 @@ class UnboundedLedger:
         self._md, self._lac = md, max(self._lac, lac)
         return self._md, self._lac
 
-    def tail(self, start: int = 0, *, timeout: float | None = None) -> Generator[Entry, None, None]:
+    def tail(self, start: int = 0, *, timeout: float | None = None) -> Tail:
         """Follow the stream from ``start``: every entry (no-ops skipped) once confirmed.
 
         Waits with long-poll LAC reads; stops after ``timeout`` seconds without a new
-        entry (None: never). Entries below the trim point are skipped.
+        entry (None: never), or when the tail or this handle is closed. Entries below the
+        trim point are skipped (the tail's ``skipped`` counts them).
         """
         # Checked here, not at the first next(): a bad argument fails the call that made it.
         validate.check_open(self._runtime, self._ctx)
         start = validate.whole_number(start, "start")
         timeout = validate.optional_seconds(timeout, "timeout")
-        return self._tail(start, timeout)
+        return Tail(TailCursor(self, start, timeout))
 
-    def _tail(self, start: int, timeout: float | None) -> Generator[Entry, None, None]:
-        next_id = start
-        idle_since = time.monotonic()
-        while True:
-            md, lac = self._runtime.run(self._view())
-            next_id = max(next_id, layout.first_entry(md))
-            if next_id <= lac:
-                last = min(lac, next_id + TAIL_BATCH - 1)
-                entries = self._runtime.run(
-                    follow.read_visible(self._ctx, md, self._digester, next_id, last)
-                )
-                next_id = last + 1
-                idle_since = time.monotonic()
-                yield from entries
-                continue
-            wait = follow.POLL_SLICE
-            if timeout is not None:
-                left = timeout - (time.monotonic() - idle_since)
-                if left <= 0:
-                    return
-                wait = min(wait, left)
-            self._runtime.run(self._wait(next_id - 1, wait))
+    def tail_async_iterator(self, start: int = 0, *, timeout: float | None = None) -> AsyncTail:
+        """``tail`` for a coroutine on any event loop (``embedlog.aio`` uses it)."""
+        validate.check_open(self._runtime, self._ctx)
+        start = validate.whole_number(start, "start")
+        timeout = validate.optional_seconds(timeout, "timeout")
+        return AsyncTail(TailCursor(self, start, timeout))
 
-    async def _wait(self, previous: int, wait: float) -> None:
+    # -- what a tail needs (on the runtime loop) ---------------------------------------------
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    @property
+    def ctx(self) -> ClientContext:
+        return self._ctx
+
+    @property
+    def digester(self) -> Digester:
+        return self._digester
+
+    def check_open(self) -> None:
+        validate.check_open(self._runtime, self._ctx)
+
+    async def view(self) -> tuple[LedgerMetadata, int]:
+        return await self._view()
+
+    async def reread_metadata(self) -> LedgerMetadata:
+        """The metadata as the store has it now (a follower keeps it)."""
+        md = await self._ctx.meta(self._ctx.metadata.read_ledger, self.ledger_id)
+        if self._writer is None and md.version >= self._md.version:
+            self._md = md
+        return md
+
+    def closing(self) -> asyncio.Future[bool]:
+        """Completes once this handle is closed (on the loop)."""
+        if self._closing is None:
+            self._closing = asyncio.Event()
+            if self._closed:
+                self._closing.set()
+        return asyncio.ensure_future(self._closing.wait())
+
+    async def wait_past(self, previous: int, wait: float) -> None:
+        """Wait up to ``wait`` seconds for the LAC to pass ``previous``."""
         writer = self._writer
         if writer is not None:
             # The writer knows its own LAC: wait for it to move (no request needed).
@@ -256,6 +276,9 @@ class UnboundedLedger:
         if self._closed:
             return
         self._closed = True
+        closing = self._closing
+        if closing is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(closing.set)  # active tails end now
         # A closed client (or stopped cluster) already stopped its writers: nothing to wait for.
         closed = self._runtime.closed_reason or self._ctx.closed_reason
         if self._writer is not None and closed is None:

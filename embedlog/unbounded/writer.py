@@ -87,6 +87,12 @@ class TermWriter(LedgerWriter):
         self._progress = asyncio.Event()
         self.rollovers = 0
         self._suspects: dict[str, float] = {}  # bookie -> when it last failed this writer
+        # Prompt LAC (see _prompt_lac): the LAC the last queued entry carries, and whether a
+        # round of explicit LAC writes is on the wire.
+        self._lac_queued = -1
+        self._prompt_due = False
+        self._lac_busy: set[str] = set()  # bookies with an explicit LAC write on the wire
+        self._lac_told: dict[str, int] = {}  # the LAC last written to each bookie that way
 
     def add_to(
         self,
@@ -102,6 +108,7 @@ class TermWriter(LedgerWriter):
         if self.term != NO_TERM:
             payload = TERM.pack(self.term) + payload
             entry_flags |= FLAG_TERM
+        self._lac_queued = self.lac
         super().add_to(future, payload, entry_flags=entry_flags, add_flags=add_flags, cost=cost)
 
     # -- completion --------------------------------------------------------------------------
@@ -122,6 +129,46 @@ class TermWriter(LedgerWriter):
     def _progressed(self) -> None:
         self._advance_lafr()
         self._progress.set()
+        if not self._prompt_due and not self.recovery and self.ctx.explicit_lac_interval > 0:
+            # At the end of this loop iteration: an append queued meanwhile carries the LAC.
+            self._prompt_due = True
+            asyncio.get_running_loop().call_soon(self._prompt_lac)
+
+    # -- prompt LAC --------------------------------------------------------------------------
+
+    def _prompt_lac(self) -> None:
+        """Tell the last fragment's bookies a LAC that no entry on the wire carries.
+
+        An entry carries the LAC of when it was queued, so the last acknowledged entry
+        becomes visible to followers only with the next entry. Unless an entry sent since
+        carries it, the new LAC goes out at once as an explicit LAC write (as DistributedLog's
+        writer flushes a control record when its queue empties); the bookies answer the
+        followers' long polls with it. At most one such write per bookie is on the wire: a
+        LAC that moves meanwhile goes with the next, so under load this costs one request
+        per bookie per round trip, and a bookie that does not answer holds up only itself.
+        """
+        self._prompt_due = False
+        lac = self.lac
+        if self.error is not None or (self._lac_queued >= lac and not self._waiting):
+            return  # failed, or an entry on the wire carries the LAC
+        loop = asyncio.get_running_loop()
+        for bookie in self.md.last_fragment[1]:
+            if bookie in self._lac_busy or self._lac_told.get(bookie, -1) >= lac:
+                continue
+            self._lac_busy.add(bookie)
+            self._lac_told[bookie] = lac
+            task = loop.create_task(self._prompt_one(bookie, lac))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._explicit_lac_sent = max(self._explicit_lac_sent, lac)  # the idle timer's too
+
+    async def _prompt_one(self, bookie: str, lac: int) -> None:
+        try:
+            await self._send_lac(bookie, lac)
+        finally:
+            self._lac_busy.discard(bookie)
+        if self.lac > lac and not self._prompt_due:
+            self._prompt_lac()
 
     def _advance_lafr(self) -> None:
         if self._replacing:
