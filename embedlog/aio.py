@@ -81,6 +81,7 @@ class AsyncClient:
         *,
         password: bytes = b"",
         fragment_max_entries: int | None = None,
+        name: str | None = None,
     ) -> AsyncUnboundedLedger:
         ul = await asyncio.to_thread(
             self.client.create_unbounded,
@@ -89,11 +90,15 @@ class AsyncClient:
             ack_quorum,
             password=password,
             fragment_max_entries=fragment_max_entries,
+            name=name,
         )
         return AsyncUnboundedLedger(ul)
 
+    async def list_streams(self) -> dict[str, int]:
+        return await asyncio.to_thread(self.client.list_streams)
+
     async def open_unbounded(
-        self, ledger_id: int, *, password: bytes = b"", takeover: bool = True
+        self, ledger_id: int | str, *, password: bytes = b"", takeover: bool = True
     ) -> AsyncUnboundedLedger:
         ul = await asyncio.to_thread(
             self.client.open_unbounded, ledger_id, password=password, takeover=takeover
@@ -215,13 +220,24 @@ class AsyncUnboundedLedger:
     async def read_last_add_confirmed(self) -> int:
         return await asyncio.to_thread(self.ledger.read_last_add_confirmed)
 
-    def tail(self, start: int = 0, *, timeout: float | None = None) -> AsyncTail:
+    def tail(
+        self, start: int = 0, *, timeout: float | None = None, cursor: str | None = None
+    ) -> AsyncTail:
         """``UnboundedLedger.tail`` as an async iterator: ``async for entry in ul.tail():``.
 
         The waiting happens on the embedlog runtime, not in a thread: cancelling the task
         that iterates ends it at once, and so do ``await tail.close()`` and ``ul.close()``.
         ``skipped`` and ``position`` are the blocking tail's."""
-        return self.ledger.tail_async_iterator(start, timeout=timeout)
+        return self.ledger.tail_async_iterator(start, timeout=timeout, cursor=cursor)
+
+    async def commit(self, cursor: str, entry_id: int, *, force: bool = False) -> None:
+        await asyncio.to_thread(self.ledger.commit, cursor, entry_id, force=force)
+
+    async def cursors(self) -> dict[str, int]:
+        return await asyncio.to_thread(self.ledger.cursors)
+
+    async def delete_cursor(self, cursor: str) -> None:
+        await asyncio.to_thread(self.ledger.delete_cursor, cursor)
 
     async def trim(self, before_entry_id: int) -> None:
         await asyncio.to_thread(self.ledger.trim, before_entry_id)

@@ -44,3 +44,16 @@ def with_settings(md: LedgerMetadata, *, fragment_max_entries: int | None) -> Le
 def first_entry(md: LedgerMetadata) -> int:
     """The lowest entry id still stored (entries below were trimmed)."""
     return md.fragments[0][0]
+
+
+def name(md: LedgerMetadata) -> str | None:
+    """The stream's name (client.create_unbounded(name=...)), if it has one."""
+    value = settings(md).get("name")
+    return value if isinstance(value, str) else None
+
+
+def with_stream_settings(md: LedgerMetadata, **values: Any) -> LedgerMetadata:
+    """``md`` with these settings added to (or replacing) the ones it has."""
+    extra = dict(md.extra)
+    extra[KEY] = {**settings(md), **values}
+    return md.evolve(extra=extra)

@@ -20,9 +20,10 @@ from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
 from embedlog.ledger.handles import check_range
 from embedlog.ledger.inbox import AddInbox
+from embedlog.metadata import streams
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime
-from embedlog.unbounded import follow
+from embedlog.unbounded import follow, layout
 from embedlog.unbounded import trim as trimming
 from embedlog.unbounded.tailing import AsyncTail, Tail, TailCursor
 from embedlog.unbounded.writer import TermWriter
@@ -175,25 +176,84 @@ class UnboundedLedger:
         self._md, self._lac = md, max(self._lac, lac)
         return self._md, self._lac
 
-    def tail(self, start: int = 0, *, timeout: float | None = None) -> Tail:
+    def tail(
+        self, start: int = 0, *, timeout: float | None = None, cursor: str | None = None
+    ) -> Tail:
         """Follow the stream from ``start``: every entry (no-ops skipped) once confirmed.
 
         Waits with long-poll LAC reads; stops after ``timeout`` seconds without a new
         entry (None: never), or when the tail or this handle is closed. Entries below the
-        trim point are skipped (the tail's ``skipped`` counts them).
+        trim point are skipped (the tail's ``skipped`` counts them). ``cursor``: start
+        after that cursor's committed position instead (at the trim point if it has none).
         """
+        return Tail(self._tail_cursor(start, timeout, cursor))
+
+    def tail_async_iterator(
+        self, start: int = 0, *, timeout: float | None = None, cursor: str | None = None
+    ) -> AsyncTail:
+        """``tail`` for a coroutine on any event loop (``embedlog.aio`` uses it)."""
+        return AsyncTail(self._tail_cursor(start, timeout, cursor))
+
+    def _tail_cursor(self, start: int, timeout: float | None, cursor: str | None) -> TailCursor:
         # Checked here, not at the first next(): a bad argument fails the call that made it.
         validate.check_open(self._runtime, self._ctx)
         start = validate.whole_number(start, "start")
         timeout = validate.optional_seconds(timeout, "timeout")
-        return Tail(TailCursor(self, start, timeout))
+        if cursor is not None:
+            cursor = streams.check_name(cursor, "cursor")
+            if start != 0:
+                raise ValueError("pass start or cursor to tail(), not both")
+        return TailCursor(self, start, timeout, cursor)
 
-    def tail_async_iterator(self, start: int = 0, *, timeout: float | None = None) -> AsyncTail:
-        """``tail`` for a coroutine on any event loop (``embedlog.aio`` uses it)."""
+    async def cursor_start(self, cursor: str) -> int:
+        """Where a tail of ``cursor`` starts: after its committed position, or at the trim
+        point if it has none (what lies below is then no skip)."""
+        store = self._ctx.metadata.store
+        committed = (await self._ctx.meta(streams.cursors, store, self.ledger_id)).get(cursor)
+        if committed is not None:
+            return committed + 1
+        md, _ = await self._view()
+        return layout.first_entry(md)
+
+    # -- cursors: consumer positions kept in the metadata store ------------------------------
+
+    def commit(self, cursor: str, entry_id: int, *, force: bool = False) -> None:
+        """Store ``entry_id`` as the position of consumer ``cursor`` (the last entry it is
+        done with), durably in the metadata store; ``tail(cursor=...)`` resumes after it.
+
+        A position below the committed one raises CursorRewindError unless ``force``.
+        An entry id above the last add confirmed raises ValueError (nothing there was read).
+        """
         validate.check_open(self._runtime, self._ctx)
-        start = validate.whole_number(start, "start")
-        timeout = validate.optional_seconds(timeout, "timeout")
-        return AsyncTail(TailCursor(self, start, timeout))
+        cursor = streams.check_name(cursor, "cursor")
+        entry_id = validate.whole_number(entry_id, "entry_id", minimum=-1)
+        force = validate.flag(force, "force")
+        self._runtime.run(self.commit_aio(cursor, entry_id, force=force))
+
+    async def commit_aio(self, cursor: str, entry_id: int, *, force: bool = False) -> None:
+        _, lac = await self._view()
+        if entry_id > lac:
+            _, lac = await self._refresh()
+        if entry_id > lac:
+            raise ValueError(
+                f"ledger {self.ledger_id}: cannot commit cursor {cursor!r} at {entry_id}, "
+                f"past the last add confirmed {lac}"
+            )
+        store = self._ctx.metadata.store
+        await self._ctx.meta(streams.commit, store, self.ledger_id, cursor, entry_id, force)
+
+    def cursors(self) -> dict[str, int]:
+        """Every cursor of this stream: name -> committed entry id."""
+        validate.check_open(self._runtime, self._ctx)
+        store = self._ctx.metadata.store
+        return self._runtime.run(self._ctx.meta(streams.cursors, store, self.ledger_id))
+
+    def delete_cursor(self, cursor: str) -> None:
+        """Forget cursor ``cursor`` (nothing happens if it has no position)."""
+        validate.check_open(self._runtime, self._ctx)
+        cursor = streams.check_name(cursor, "cursor")
+        store = self._ctx.metadata.store
+        self._runtime.run(self._ctx.meta(streams.delete_cursor, store, self.ledger_id, cursor))
 
     # -- what a tail needs (on the runtime loop) ---------------------------------------------
 

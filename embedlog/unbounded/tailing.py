@@ -41,9 +41,16 @@ def skip_to(position: int, trim_point: int) -> int:
 class TailCursor:
     """A follower's position in the stream and the steps that move it (on the loop)."""
 
-    def __init__(self, ledger: UnboundedLedger, start: int, timeout: float | None) -> None:
+    def __init__(
+        self,
+        ledger: UnboundedLedger,
+        start: int,
+        timeout: float | None,
+        cursor: str | None = None,
+    ) -> None:
         self.ledger = ledger
         self.position = start
+        self._cursor_name = cursor  # start after its committed position (first step)
         self.timeout = timeout
         self.skipped = 0
         self.last_skip: tuple[int, int] | None = None
@@ -89,6 +96,10 @@ class TailCursor:
 
     async def _next_batch(self) -> list[Entry] | None:
         ul = self.ledger
+        if self._cursor_name is not None:
+            ul.check_open()
+            self.position = await ul.cursor_start(self._cursor_name)
+            self._cursor_name = None
         while True:
             ul.check_open()
             md, lac = await ul.view()
