@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from embedlog.ledger.handles import ReadHandle, WriteHandle
     from embedlog.metadata.ledger_metadata import LedgerMetadata
     from embedlog.unbounded.ledger import UnboundedLedger
+    from embedlog.unbounded.retention import Retention
     from embedlog.unbounded.tailing import AsyncTail
     from embedlog.wire.entry import DigestType
 
@@ -82,6 +83,8 @@ class AsyncClient:
         password: bytes = b"",
         fragment_max_entries: int | None = None,
         name: str | None = None,
+        retention: Retention | None = None,
+        retention_overrides_cursors: bool = False,
     ) -> AsyncUnboundedLedger:
         ul = await asyncio.to_thread(
             self.client.create_unbounded,
@@ -91,6 +94,8 @@ class AsyncClient:
             password=password,
             fragment_max_entries=fragment_max_entries,
             name=name,
+            retention=retention,
+            retention_overrides_cursors=retention_overrides_cursors,
         )
         return AsyncUnboundedLedger(ul)
 

@@ -31,6 +31,7 @@ from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport
 from embedlog.unbounded.ledger import UnboundedLedger
+from embedlog.unbounded.retention import Retention
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import DigestType, master_key
 from embedlog.wire.limits import DEFAULT_MAX_ENTRY_SIZE
@@ -229,11 +230,15 @@ class Client:
         fragment_max_entries: int | None = None,
         digest: DigestType = DigestType.CRC32C,
         name: str | None = None,
+        retention: Retention | None = None,
+        retention_overrides_cursors: bool = False,
     ) -> UnboundedLedger:
         """A new unbounded ledger at term 1, with this client as its writer.
 
         ``name``: a name unique in the cluster, for ``open_unbounded(name)`` and
         ``list_streams()``; StreamNameTakenError if another stream has it.
+        ``retention``: the writers trim whole fragments beyond it, never above a cursor
+        unless ``retention_overrides_cursors`` (docs/unbounded.md, "Retention").
         """
         self._check_open()
         return self._runtime.run(
@@ -245,6 +250,8 @@ class Client:
                 fragment_max_entries=fragment_max_entries,
                 digest=digest,
                 name=name,
+                retention=retention,
+                retention_overrides_cursors=retention_overrides_cursors,
             )
         )
 
@@ -258,6 +265,8 @@ class Client:
         fragment_max_entries: int | None = None,
         digest: DigestType = DigestType.CRC32C,
         name: str | None = None,
+        retention: Retention | None = None,
+        retention_overrides_cursors: bool = False,
     ) -> UnboundedLedger:
         from embedlog.unbounded import layout
         from embedlog.unbounded.writer import TermWriter
@@ -267,6 +276,11 @@ class Client:
         fragment_max_entries = validate.optional_count(fragment_max_entries, "fragment_max_entries")
         if name is not None:
             name = streams.check_name(name, "name")
+        if retention is not None and not isinstance(retention, Retention):
+            raise TypeError(
+                f"retention must be a Retention or None, not {type(retention).__name__}"
+            )
+        overrides = validate.flag(retention_overrides_cursors, "retention_overrides_cursors")
         md = await self.new_ledger_metadata(
             ensemble_size,
             write_quorum,
@@ -279,6 +293,10 @@ class Client:
         settled = layout.with_settings(md, fragment_max_entries=fragment_max_entries)
         if name is not None:
             settled = layout.with_stream_settings(settled, name=name)
+        if retention is not None:
+            settled = layout.with_stream_settings(
+                settled, retention=retention.to_json(), retention_overrides_cursors=overrides
+            )
         md = await self.ctx.meta(self.ctx.metadata.write_ledger, settled)
         if name is not None:
             await self._register_name(name, md.ledger_id)
