@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
+from collections.abc import Iterator
 
 from embedlog import validate
 from embedlog.errors import InvalidTermError, LedgerClosedError, ReadPastLastConfirmedError
 from embedlog.ledger.admission import entry_bytes
+from embedlog.ledger.batches import batched
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
@@ -156,6 +158,18 @@ class UnboundedLedger:
                 f"ledger {self.ledger_id}: entry {last} is past the last add confirmed {lac}"
             )
         return await follow.read_visible(self._ctx, md, self._digester, first, last)
+
+    def entries(self, first: int = 0, last: int | None = None) -> Iterator[Entry]:
+        """Entries first..last (None: up to the LAC as known now), no-ops left out, read
+        lazily in batches. Below the trim point raises NoSuchEntryError, as ``read`` does."""
+        validate.check_open(self._runtime, self._ctx)
+        if last is None:
+            last = self.read_last_add_confirmed()
+        first = validate.whole_number(first, "first")
+        if last < first:
+            return iter(())
+        self._runtime.run(self.read_aio(last, last))  # past the LAC: raises now, not later
+        return batched(self._runtime, self.read_aio, first, last)
 
     def read_last_add_confirmed(self) -> int:
         validate.check_open(self._runtime, self._ctx)
