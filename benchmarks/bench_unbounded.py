@@ -3,8 +3,9 @@
 * append throughput: pipelined ``append_async`` vs pipelined ``add_async``;
 * tail latency: time from an append's acknowledgement to a follower's ``tail()``
   yielding it, for a writer appending every few milliseconds (the LAC travels with
-  the next entry) and for a writer that goes quiet after each entry (the explicit LAC
-  after ``explicit_lac_interval`` brings it); compared with a bounded add's own latency.
+  the next entry, or the writer's prompt explicit LAC) and for a writer that goes quiet
+  after each entry (the prompt explicit LAC brings it); compared with a bounded add's own
+  latency. bench_tail.py measures tail latency beside the disk's fsync latency.
 
 Run: python -m pytest benchmarks/bench_unbounded.py -s, or python benchmarks/bench_unbounded.py.
 """
@@ -109,7 +110,7 @@ def report(r: dict[str, float]) -> str:
         f"tail latency (ack -> follower) p50 {r['tail_latency_ms_p50']:.2f} ms, p99 "
         f"{r['tail_latency_ms_p99']:.2f} ms with a writer appending every "
         f"{STEADY_GAP * 1000:.0f} ms; quiet writer p50 "
-        f"{r['tail_latency_quiet_writer_ms_p50']:.1f} ms (explicit LAC); bounded add latency "
+        f"{r['tail_latency_quiet_writer_ms_p50']:.1f} ms (prompt LAC); bounded add latency "
         f"p50 {r['bounded_add_latency_ms_p50']:.2f} ms (tail/add ratio "
         f"{r['tail_latency_vs_add_latency']:.2f})"
     )

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from embedlog.cluster import LocalCluster
     from embedlog.ledger.handles import ReadHandle, WriteHandle
     from embedlog.unbounded.ledger import UnboundedLedger
+    from embedlog.unbounded.retention import Retention
 
 # The heavier pieces load on first use, so `import embedlog.wire` (or a bookie
 # process) does not pull in the whole client and cluster.
@@ -45,6 +46,7 @@ __getattr__ = lazy_exports(
         "ReadHandle": "embedlog.ledger.handles",
         "WriteHandle": "embedlog.ledger.handles",
         "UnboundedLedger": "embedlog.unbounded.ledger",
+        "Retention": "embedlog.unbounded.retention",
     },
 )
 
@@ -70,6 +72,7 @@ __all__ = [
     "NoSuchLedgerError",
     "NotEnoughBookiesError",
     "ReadHandle",
+    "Retention",
     "TlsHandshakeError",
     "UnauthorizedAccessError",
     "UnboundedLedger",

@@ -27,7 +27,7 @@ Do not call these from the runtime's own loop (``client.runtime.loop``): use the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     from embedlog.ledger.handles import ReadHandle, WriteHandle
     from embedlog.metadata.ledger_metadata import LedgerMetadata
     from embedlog.unbounded.ledger import UnboundedLedger
+    from embedlog.unbounded.retention import Retention
+    from embedlog.unbounded.tailing import AsyncTail
     from embedlog.wire.entry import DigestType
-
-_DONE = object()
 
 
 class AsyncClient:
@@ -82,6 +82,9 @@ class AsyncClient:
         *,
         password: bytes = b"",
         fragment_max_entries: int | None = None,
+        name: str | None = None,
+        retention: Retention | None = None,
+        retention_overrides_cursors: bool = False,
     ) -> AsyncUnboundedLedger:
         ul = await asyncio.to_thread(
             self.client.create_unbounded,
@@ -90,11 +93,17 @@ class AsyncClient:
             ack_quorum,
             password=password,
             fragment_max_entries=fragment_max_entries,
+            name=name,
+            retention=retention,
+            retention_overrides_cursors=retention_overrides_cursors,
         )
         return AsyncUnboundedLedger(ul)
 
+    async def list_streams(self) -> dict[str, int]:
+        return await asyncio.to_thread(self.client.list_streams)
+
     async def open_unbounded(
-        self, ledger_id: int, *, password: bytes = b"", takeover: bool = True
+        self, ledger_id: int | str, *, password: bytes = b"", takeover: bool = True
     ) -> AsyncUnboundedLedger:
         ul = await asyncio.to_thread(
             self.client.open_unbounded, ledger_id, password=password, takeover=takeover
@@ -216,20 +225,24 @@ class AsyncUnboundedLedger:
     async def read_last_add_confirmed(self) -> int:
         return await asyncio.to_thread(self.ledger.read_last_add_confirmed)
 
-    async def tail(self, start: int = 0, *, timeout: float | None = None) -> AsyncIterator[Entry]:
-        """``UnboundedLedger.tail`` as an async iterator (the waiting happens in a thread)."""
-        entries = self.ledger.tail(start, timeout=timeout)
-        try:
-            while True:
-                entry = await asyncio.to_thread(next, entries, _DONE)
-                if entry is _DONE:
-                    return
-                yield entry  # type: ignore[misc]
-        finally:
-            try:
-                await asyncio.to_thread(entries.close)
-            except ValueError:
-                pass  # cancelled while a thread still waits in it: it ends with that wait
+    def tail(
+        self, start: int = 0, *, timeout: float | None = None, cursor: str | None = None
+    ) -> AsyncTail:
+        """``UnboundedLedger.tail`` as an async iterator: ``async for entry in ul.tail():``.
+
+        The waiting happens on the embedlog runtime, not in a thread: cancelling the task
+        that iterates ends it at once, and so do ``await tail.close()`` and ``ul.close()``.
+        ``skipped`` and ``position`` are the blocking tail's."""
+        return self.ledger.tail_async_iterator(start, timeout=timeout, cursor=cursor)
+
+    async def commit(self, cursor: str, entry_id: int, *, force: bool = False) -> None:
+        await asyncio.to_thread(self.ledger.commit, cursor, entry_id, force=force)
+
+    async def cursors(self) -> dict[str, int]:
+        return await asyncio.to_thread(self.ledger.cursors)
+
+    async def delete_cursor(self, cursor: str) -> None:
+        await asyncio.to_thread(self.ledger.delete_cursor, cursor)
 
     async def trim(self, before_entry_id: int) -> None:
         await asyncio.to_thread(self.ledger.trim, before_entry_id)

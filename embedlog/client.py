@@ -8,7 +8,12 @@ import time
 from collections.abc import Iterator, Mapping
 
 from embedlog import validate
-from embedlog.errors import ClientClosedError, NotEnoughBookiesError, TlsHandshakeError
+from embedlog.errors import (
+    ClientClosedError,
+    NoSuchLedgerInMetadataError,
+    NotEnoughBookiesError,
+    TlsHandshakeError,
+)
 from embedlog.ledger.admission import (
     DEFAULT_MAX_ADDS_IN_FLIGHT,
     DEFAULT_MAX_BYTES_IN_FLIGHT,
@@ -21,11 +26,13 @@ from embedlog.ledger.placement import PlacementPolicy, RandomPlacement
 from embedlog.ledger.reader import read_lac
 from embedlog.ledger.recovery import check_password, recover_ledger
 from embedlog.ledger.writer import LedgerWriter
+from embedlog.metadata import streams
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport
 from embedlog.unbounded.ledger import UnboundedLedger
+from embedlog.unbounded.retention import Retention
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import DigestType, master_key
 from embedlog.wire.limits import DEFAULT_MAX_ENTRY_SIZE
@@ -223,8 +230,17 @@ class Client:
         password: bytes = b"",
         fragment_max_entries: int | None = None,
         digest: DigestType = DigestType.CRC32C,
+        name: str | None = None,
+        retention: Retention | None = None,
+        retention_overrides_cursors: bool = False,
     ) -> UnboundedLedger:
-        """A new unbounded ledger at term 1, with this client as its writer."""
+        """A new unbounded ledger at term 1, with this client as its writer.
+
+        ``name``: a name unique in the cluster, for ``open_unbounded(name)`` and
+        ``list_streams()``; StreamNameTakenError if another stream has it.
+        ``retention``: the writers trim whole fragments beyond it, never above a cursor
+        unless ``retention_overrides_cursors`` (docs/unbounded.md, "Retention").
+        """
         self._check_open()
         return self._runtime.run(
             self.create_unbounded_aio(
@@ -234,6 +250,9 @@ class Client:
                 password=password,
                 fragment_max_entries=fragment_max_entries,
                 digest=digest,
+                name=name,
+                retention=retention,
+                retention_overrides_cursors=retention_overrides_cursors,
             )
         )
 
@@ -246,6 +265,9 @@ class Client:
         password: bytes = b"",
         fragment_max_entries: int | None = None,
         digest: DigestType = DigestType.CRC32C,
+        name: str | None = None,
+        retention: Retention | None = None,
+        retention_overrides_cursors: bool = False,
     ) -> UnboundedLedger:
         from embedlog.unbounded import layout
         from embedlog.unbounded.writer import TermWriter
@@ -253,6 +275,13 @@ class Client:
         self._check_open()
         password = validate.password(password)
         fragment_max_entries = validate.optional_count(fragment_max_entries, "fragment_max_entries")
+        if name is not None:
+            name = streams.check_name(name, "name")
+        if retention is not None and not isinstance(retention, Retention):
+            raise TypeError(
+                f"retention must be a Retention or None, not {type(retention).__name__}"
+            )
+        overrides = validate.flag(retention_overrides_cursors, "retention_overrides_cursors")
         md = await self.new_ledger_metadata(
             ensemble_size,
             write_quorum,
@@ -262,10 +291,16 @@ class Client:
             custom_metadata=None,
             unbounded=True,
         )
-        md = await self.ctx.meta(
-            self.ctx.metadata.write_ledger,
-            layout.with_settings(md, fragment_max_entries=fragment_max_entries),
-        )
+        settled = layout.with_settings(md, fragment_max_entries=fragment_max_entries)
+        if name is not None:
+            settled = layout.with_stream_settings(settled, name=name)
+        if retention is not None:
+            settled = layout.with_stream_settings(
+                settled, retention=retention.to_json(), retention_overrides_cursors=overrides
+            )
+        md = await self.ctx.meta(self.ctx.metadata.write_ledger, settled)
+        if name is not None:
+            await self._register_name(name, md.ledger_id)
         writer = TermWriter(
             self.ctx,
             md,
@@ -277,12 +312,22 @@ class Client:
         self._writers.append(writer)
         return UnboundedLedger(self._runtime, self.ctx, md, password, writer=writer)
 
+    async def _register_name(self, name: str, ledger_id: int) -> None:
+        store = self.ctx.metadata.store
+        try:
+            await self.ctx.meta(streams.register, store, name, ledger_id)
+        except BaseException:
+            # The name is the stream's identity: without it, the new ledger is dropped.
+            await self.ctx.meta(self.ctx.metadata.delete_ledger, ledger_id)
+            raise
+
     def open_unbounded(
-        self, ledger_id: int, *, password: bytes = b"", takeover: bool = True
+        self, ledger_id: int | str, *, password: bytes = b"", takeover: bool = True
     ) -> UnboundedLedger:
         """takeover=True: become the writer in a new term (recovers, writes the no-op).
 
         takeover=False: a follower that reads and tails and never disturbs the writer.
+        ``ledger_id`` may be the stream's name.
         """
         self._check_open()
         return self._runtime.run(
@@ -290,14 +335,14 @@ class Client:
         )
 
     async def open_unbounded_aio(
-        self, ledger_id: int, *, password: bytes = b"", takeover: bool = True
+        self, ledger_id: int | str, *, password: bytes = b"", takeover: bool = True
     ) -> UnboundedLedger:
         from embedlog.unbounded import layout
         from embedlog.unbounded.takeover import take_over
         from embedlog.unbounded.writer import TermWriter
 
         self._check_open()
-        ledger_id = validate.ledger_id(ledger_id)
+        ledger_id = await self.stream_id_aio(ledger_id)
         password = validate.password(password)
         if validate.flag(takeover, "takeover"):
             start = await take_over(self.ctx, ledger_id, password)
@@ -323,6 +368,21 @@ class Client:
         md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
         return UnboundedLedger(self._runtime, self.ctx, md, password, lac=lac)
 
+    async def stream_id_aio(self, ledger_id_or_name: int | str) -> int:
+        """The ledger id of a stream given by id or by name."""
+        if not isinstance(ledger_id_or_name, str):
+            return validate.ledger_id(ledger_id_or_name)
+        name = streams.check_name(ledger_id_or_name, "name")
+        found = await self.ctx.meta(streams.lookup, self.ctx.metadata.store, name)
+        if found is None:
+            raise NoSuchLedgerInMetadataError(f"there is no stream named {name!r}")
+        return found
+
+    def list_streams(self) -> dict[str, int]:
+        """Every named stream: name -> ledger id."""
+        self._check_open()
+        return self._runtime.run(self.ctx.meta(streams.names, self.ctx.metadata.store))
+
     def delete_ledger(self, ledger_id: int) -> None:
         self._check_open()
         self._runtime.run(self.delete_ledger_aio(ledger_id))
@@ -332,6 +392,8 @@ class Client:
         ledger_id = validate.ledger_id(ledger_id)
         md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
         await self.ctx.meta(self.ctx.metadata.delete_ledger, ledger_id)
+        if md.unbounded:
+            await self._forget_stream(md)
         key = md.master_key
 
         async def drop(b: str) -> None:
@@ -350,6 +412,16 @@ class Client:
                 )
 
         await asyncio.gather(*(drop(b) for b in md.bookies()))
+
+    async def _forget_stream(self, md: LedgerMetadata) -> None:
+        """After its ledger was deleted: free the stream's name, drop its cursors."""
+        from embedlog.unbounded import layout
+
+        store = self.ctx.metadata.store
+        name = layout.name(md)
+        if name is not None:
+            await self.ctx.meta(streams.free, store, name, md.ledger_id)
+        await self.ctx.meta(streams.delete_all_cursors, store, md.ledger_id)
 
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         self._check_open()

@@ -157,6 +157,18 @@ class NoSuchLedgerInMetadataError(NoSuchLedgerError):
     code = -25
 
 
+class StreamNameTakenError(BKError, ValueError):
+    """Another stream already has this name (names are unique in the cluster)."""
+
+    code = -26
+
+
+class CursorRewindError(BKError, ValueError):
+    """A commit below the cursor's committed position (force=True moves it back)."""
+
+    code = -27
+
+
 _BY_STATUS: dict[int, type[BKError]] = {
     StatusCode.ENOLEDGER: NoSuchLedgerError,
     StatusCode.ENOENTRY: NoSuchEntryError,

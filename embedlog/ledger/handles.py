@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Iterator
 
 from embedlog import validate
 from embedlog.errors import BKError, ReadPastLastConfirmedError
 from embedlog.ledger.admission import entry_bytes
+from embedlog.ledger.batches import batched
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
 from embedlog.ledger.inbox import AddInbox
@@ -177,6 +179,19 @@ class ReadHandle:
                 f"ledger {self.ledger_id}: entry {last} is past the {what} {self._lac}"
             )
         return await read_entries(self._ctx, self._md, self._digester, first, last)
+
+    def entries(self, first: int = 0, last: int | None = None) -> Iterator[Entry]:
+        """Entries first..last (None: up to the LAC as known now), read lazily in batches."""
+        validate.check_open(self._runtime, self._ctx)
+        if last is None:
+            if not self._md.is_closed:
+                self.read_last_add_confirmed()
+            last = self._lac
+        first = validate.whole_number(first, "first")
+        if last < first:
+            return iter(())
+        self._runtime.run(self.read_aio(last, last))  # past the LAC: raises now, not later
+        return batched(self._runtime, self.read_aio, first, last)
 
     def close(self) -> None:
         """Nothing to release; kept for symmetry with WriteHandle."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.unbounded.retention import Mark, Retention
 
 KEY = "unbounded_settings"
 
@@ -44,3 +45,30 @@ def with_settings(md: LedgerMetadata, *, fragment_max_entries: int | None) -> Le
 def first_entry(md: LedgerMetadata) -> int:
     """The lowest entry id still stored (entries below were trimmed)."""
     return md.fragments[0][0]
+
+
+def name(md: LedgerMetadata) -> str | None:
+    """The stream's name (client.create_unbounded(name=...)), if it has one."""
+    value = settings(md).get("name")
+    return value if isinstance(value, str) else None
+
+
+def with_stream_settings(md: LedgerMetadata, **values: Any) -> LedgerMetadata:
+    """``md`` with these settings added to (or replacing) the ones it has."""
+    extra = dict(md.extra)
+    extra[KEY] = {**settings(md), **values}
+    return md.evolve(extra=extra)
+
+
+def retention(md: LedgerMetadata) -> Retention | None:
+    value = settings(md).get("retention")
+    return Retention.from_json(value) if isinstance(value, dict) else None
+
+
+def retention_overrides_cursors(md: LedgerMetadata) -> bool:
+    return bool(settings(md).get("retention_overrides_cursors"))
+
+
+def marks(md: LedgerMetadata) -> list[Mark]:
+    """Retention's record of sealed stretches (retention.py): [end, bytes, sealed_at]."""
+    return [(int(e), int(b), float(t)) for e, b, t in settings(md).get("marks", [])]

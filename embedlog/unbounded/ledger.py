@@ -11,24 +11,25 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Generator
+from collections.abc import Iterator
 
 from embedlog import validate
 from embedlog.errors import InvalidTermError, LedgerClosedError, ReadPastLastConfirmedError
 from embedlog.ledger.admission import entry_bytes
+from embedlog.ledger.batches import batched
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
 from embedlog.ledger.handles import check_range
 from embedlog.ledger.inbox import AddInbox
+from embedlog.metadata import streams
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime
 from embedlog.unbounded import follow, layout
 from embedlog.unbounded import trim as trimming
+from embedlog.unbounded.tailing import AsyncTail, Tail, TailCursor
 from embedlog.unbounded.writer import TermWriter
 from embedlog.wire.entry import Digester, master_key
-
-TAIL_BATCH = 256  # entries one tail step reads at most
 
 
 class UnboundedLedger:
@@ -53,6 +54,7 @@ class UnboundedLedger:
         self._writer = writer
         self._lac = lac
         self._closed = False
+        self._closing: asyncio.Event | None = None  # set on close (made on the loop)
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -157,6 +159,18 @@ class UnboundedLedger:
             )
         return await follow.read_visible(self._ctx, md, self._digester, first, last)
 
+    def entries(self, first: int = 0, last: int | None = None) -> Iterator[Entry]:
+        """Entries first..last (None: up to the LAC as known now), no-ops left out, read
+        lazily in batches. Below the trim point raises NoSuchEntryError, as ``read`` does."""
+        validate.check_open(self._runtime, self._ctx)
+        if last is None:
+            last = self.read_last_add_confirmed()
+        first = validate.whole_number(first, "first")
+        if last < first:
+            return iter(())
+        self._runtime.run(self.read_aio(last, last))  # past the LAC: raises now, not later
+        return batched(self._runtime, self.read_aio, first, last)
+
     def read_last_add_confirmed(self) -> int:
         validate.check_open(self._runtime, self._ctx)
         return self._runtime.run(self._refresh())[1]
@@ -176,42 +190,122 @@ class UnboundedLedger:
         self._md, self._lac = md, max(self._lac, lac)
         return self._md, self._lac
 
-    def tail(self, start: int = 0, *, timeout: float | None = None) -> Generator[Entry, None, None]:
+    def tail(
+        self, start: int = 0, *, timeout: float | None = None, cursor: str | None = None
+    ) -> Tail:
         """Follow the stream from ``start``: every entry (no-ops skipped) once confirmed.
 
         Waits with long-poll LAC reads; stops after ``timeout`` seconds without a new
-        entry (None: never). Entries below the trim point are skipped.
+        entry (None: never), or when the tail or this handle is closed. Entries below the
+        trim point are skipped (the tail's ``skipped`` counts them). ``cursor``: start
+        after that cursor's committed position instead (at the trim point if it has none).
         """
+        return Tail(self._tail_cursor(start, timeout, cursor))
+
+    def tail_async_iterator(
+        self, start: int = 0, *, timeout: float | None = None, cursor: str | None = None
+    ) -> AsyncTail:
+        """``tail`` for a coroutine on any event loop (``embedlog.aio`` uses it)."""
+        return AsyncTail(self._tail_cursor(start, timeout, cursor))
+
+    def _tail_cursor(self, start: int, timeout: float | None, cursor: str | None) -> TailCursor:
         # Checked here, not at the first next(): a bad argument fails the call that made it.
         validate.check_open(self._runtime, self._ctx)
         start = validate.whole_number(start, "start")
         timeout = validate.optional_seconds(timeout, "timeout")
-        return self._tail(start, timeout)
+        if cursor is not None:
+            cursor = streams.check_name(cursor, "cursor")
+            if start != 0:
+                raise ValueError("pass start or cursor to tail(), not both")
+        return TailCursor(self, start, timeout, cursor)
 
-    def _tail(self, start: int, timeout: float | None) -> Generator[Entry, None, None]:
-        next_id = start
-        idle_since = time.monotonic()
-        while True:
-            md, lac = self._runtime.run(self._view())
-            next_id = max(next_id, layout.first_entry(md))
-            if next_id <= lac:
-                last = min(lac, next_id + TAIL_BATCH - 1)
-                entries = self._runtime.run(
-                    follow.read_visible(self._ctx, md, self._digester, next_id, last)
-                )
-                next_id = last + 1
-                idle_since = time.monotonic()
-                yield from entries
-                continue
-            wait = follow.POLL_SLICE
-            if timeout is not None:
-                left = timeout - (time.monotonic() - idle_since)
-                if left <= 0:
-                    return
-                wait = min(wait, left)
-            self._runtime.run(self._wait(next_id - 1, wait))
+    async def cursor_start(self, cursor: str) -> int:
+        """Where a tail of ``cursor`` starts: after its committed position, or at the trim
+        point if it has none (what lies below is then no skip)."""
+        store = self._ctx.metadata.store
+        committed = (await self._ctx.meta(streams.cursors, store, self.ledger_id)).get(cursor)
+        if committed is not None:
+            return committed + 1
+        md, _ = await self._view()
+        return layout.first_entry(md)
 
-    async def _wait(self, previous: int, wait: float) -> None:
+    # -- cursors: consumer positions kept in the metadata store ------------------------------
+
+    def commit(self, cursor: str, entry_id: int, *, force: bool = False) -> None:
+        """Store ``entry_id`` as the position of consumer ``cursor`` (the last entry it is
+        done with), durably in the metadata store; ``tail(cursor=...)`` resumes after it.
+
+        A position below the committed one raises CursorRewindError unless ``force``.
+        An entry id above the last add confirmed raises ValueError (nothing there was read).
+        """
+        validate.check_open(self._runtime, self._ctx)
+        cursor = streams.check_name(cursor, "cursor")
+        entry_id = validate.whole_number(entry_id, "entry_id", minimum=-1)
+        force = validate.flag(force, "force")
+        self._runtime.run(self.commit_aio(cursor, entry_id, force=force))
+
+    async def commit_aio(self, cursor: str, entry_id: int, *, force: bool = False) -> None:
+        _, lac = await self._view()
+        if entry_id > lac:
+            _, lac = await self._refresh()
+        if entry_id > lac:
+            raise ValueError(
+                f"ledger {self.ledger_id}: cannot commit cursor {cursor!r} at {entry_id}, "
+                f"past the last add confirmed {lac}"
+            )
+        store = self._ctx.metadata.store
+        await self._ctx.meta(streams.commit, store, self.ledger_id, cursor, entry_id, force)
+
+    def cursors(self) -> dict[str, int]:
+        """Every cursor of this stream: name -> committed entry id."""
+        validate.check_open(self._runtime, self._ctx)
+        store = self._ctx.metadata.store
+        return self._runtime.run(self._ctx.meta(streams.cursors, store, self.ledger_id))
+
+    def delete_cursor(self, cursor: str) -> None:
+        """Forget cursor ``cursor`` (nothing happens if it has no position)."""
+        validate.check_open(self._runtime, self._ctx)
+        cursor = streams.check_name(cursor, "cursor")
+        store = self._ctx.metadata.store
+        self._runtime.run(self._ctx.meta(streams.delete_cursor, store, self.ledger_id, cursor))
+
+    # -- what a tail needs (on the runtime loop) ---------------------------------------------
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    @property
+    def ctx(self) -> ClientContext:
+        return self._ctx
+
+    @property
+    def digester(self) -> Digester:
+        return self._digester
+
+    def check_open(self) -> None:
+        validate.check_open(self._runtime, self._ctx)
+
+    async def view(self) -> tuple[LedgerMetadata, int]:
+        return await self._view()
+
+    async def reread_metadata(self) -> LedgerMetadata:
+        """The metadata as the store has it now (a follower keeps it)."""
+        md = await self._ctx.meta(self._ctx.metadata.read_ledger, self.ledger_id)
+        if self._writer is None and md.version >= self._md.version:
+            self._md = md
+        return md
+
+    def closing(self) -> asyncio.Future[bool]:
+        """Completes once this handle is closed (on the loop)."""
+        if self._closing is None:
+            self._closing = asyncio.Event()
+            if self._closed:
+                self._closing.set()
+        return asyncio.ensure_future(self._closing.wait())
+
+    async def wait_past(self, previous: int, wait: float) -> None:
+        """Wait up to ``wait`` seconds for the LAC to pass ``previous``."""
         writer = self._writer
         if writer is not None:
             # The writer knows its own LAC: wait for it to move (no request needed).
@@ -256,6 +350,9 @@ class UnboundedLedger:
         if self._closed:
             return
         self._closed = True
+        closing = self._closing
+        if closing is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(closing.set)  # active tails end now
         # A closed client (or stopped cluster) already stopped its writers: nothing to wait for.
         closed = self._runtime.closed_reason or self._ctx.closed_reason
         if self._writer is not None and closed is None:

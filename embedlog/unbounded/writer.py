@@ -40,8 +40,11 @@ from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import Completion, LedgerWriter, PendingAdd
+from embedlog.metadata import streams
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
-from embedlog.unbounded import rules
+from embedlog.unbounded import layout, rules
+from embedlog.unbounded import retention as retention_rules
+from embedlog.unbounded import trim as trimming
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import FLAG_TERM, TERM
 from embedlog.wire.messages import NO_TERM, OpCode, TrimFlags
@@ -88,6 +91,21 @@ class TermWriter(LedgerWriter):
         self._progress = asyncio.Event()
         self.rollovers = 0
         self._suspects: dict[str, float] = {}  # bookie -> when it last failed this writer
+        # Prompt LAC (see _prompt_lac): the LAC the last queued entry carries, and whether a
+        # round of explicit LAC writes is on the wire.
+        self._lac_queued = -1
+        self._prompt_due = False
+        self._lac_busy: set[str] = set()  # bookies with an explicit LAC write on the wire
+        self._lac_told: dict[str, int] = {}  # the LAC last written to each bookie that way
+        # Retention (retention.py): limits from the metadata, counted since the last mark.
+        self.retention = layout.retention(md)
+        rollover = retention_rules.rollover_for(self.retention, fragment_max_entries)
+        self.fragment_max_entries = rollover.entries
+        self._segment = retention_rules.SegmentCounter(rollover)
+        if rollover.age is not None and not recovery:
+            task = asyncio.get_running_loop().create_task(self._age_ticks(rollover.age))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def add_to(
         self,
@@ -103,6 +121,7 @@ class TermWriter(LedgerWriter):
         if self.term != NO_TERM:
             payload = TERM.pack(self.term) + payload
             entry_flags |= FLAG_TERM
+        self._lac_queued = self.lac
         super().add_to(future, payload, entry_flags=entry_flags, add_flags=add_flags, cost=cost)
 
     # -- completion --------------------------------------------------------------------------
@@ -123,6 +142,46 @@ class TermWriter(LedgerWriter):
     def _progressed(self) -> None:
         self._advance_lafr()
         self._progress.set()
+        if not self._prompt_due and not self.recovery and self.ctx.explicit_lac_interval > 0:
+            # At the end of this loop iteration: an append queued meanwhile carries the LAC.
+            self._prompt_due = True
+            asyncio.get_running_loop().call_soon(self._prompt_lac)
+
+    # -- prompt LAC --------------------------------------------------------------------------
+
+    def _prompt_lac(self) -> None:
+        """Tell the last fragment's bookies a LAC that no entry on the wire carries.
+
+        An entry carries the LAC of when it was queued, so the last acknowledged entry
+        becomes visible to followers only with the next entry. Unless an entry sent since
+        carries it, the new LAC goes out at once as an explicit LAC write (as DistributedLog's
+        writer flushes a control record when its queue empties); the bookies answer the
+        followers' long polls with it. At most one such write per bookie is on the wire: a
+        LAC that moves meanwhile goes with the next, so under load this costs one request
+        per bookie per round trip, and a bookie that does not answer holds up only itself.
+        """
+        self._prompt_due = False
+        lac = self.lac
+        if self.error is not None or (self._lac_queued >= lac and not self._waiting):
+            return  # failed, or an entry on the wire carries the LAC
+        loop = asyncio.get_running_loop()
+        for bookie in self.md.last_fragment[1]:
+            if bookie in self._lac_busy or self._lac_told.get(bookie, -1) >= lac:
+                continue
+            self._lac_busy.add(bookie)
+            self._lac_told[bookie] = lac
+            task = loop.create_task(self._prompt_one(bookie, lac))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._explicit_lac_sent = max(self._explicit_lac_sent, lac)  # the idle timer's too
+
+    async def _prompt_one(self, bookie: str, lac: int) -> None:
+        try:
+            await self._send_lac(bookie, lac)
+        finally:
+            self._lac_busy.discard(bookie)
+        if self.lac > lac and not self._prompt_due:
+            self._prompt_lac()
 
     def _advance_lafr(self) -> None:
         if self._replacing and not self.ctx.unsafe_ack_during_replacement:
@@ -298,13 +357,49 @@ class TermWriter(LedgerWriter):
         if self._roll_at is not None and p.entry_id >= self._roll_at:
             return False  # waits for the new fragment
         first = self.md.last_fragment[0]
-        if rules.rollover_due(p.entry_id, first, self.fragment_max_entries):
-            self._roll_at = p.entry_id
-            task = asyncio.get_running_loop().create_task(self._rollover(p.entry_id))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        if rules.rollover_due(p.entry_id, first, self.fragment_max_entries) or (
+            p.entry_id > first and self._segment.due()
+        ):
+            self._start_rollover(p.entry_id)
             return False
+        self._segment.bytes += len(p.framed)
         return True
+
+    def _start_rollover(self, at: int) -> None:
+        self._roll_at = at
+        task = asyncio.get_running_loop().create_task(self._rollover(at))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _age_ticks(self, age: float) -> None:
+        """A quiet stream rolls over by age too (so its entries can age out), and its
+        retention is applied as time passes."""
+        while self.error is None:
+            await asyncio.sleep(min(max(age / 4, 0.05), 5.0))
+            idle = self._roll_at is None and self._changing is None and not self._waiting
+            if idle and self._segment.due() and self.next_entry_id > self.md.last_fragment[0]:
+                self._start_rollover(self.next_entry_id)
+            elif idle and self.retention is not None:
+                await self.apply_retention()
+
+    async def apply_retention(self) -> None:
+        """Trim the whole fragments beyond the stream's retention limits (retention.py)."""
+        kept = self.retention
+        if kept is None or self.error is not None:
+            return
+        md = self.md
+        floor = None
+        if not layout.retention_overrides_cursors(md):
+            positions = await self.ctx.meta(streams.cursors, self.ctx.metadata.store, md.ledger_id)
+            floor = min(positions.values()) + 1 if positions else None
+        before = retention_rules.trim_point(
+            kept, layout.marks(md), self.lac, self._segment.bytes, time.time(), floor
+        )
+        if before <= layout.first_entry(md):
+            return
+        old, new = await trimming.trim(self.ctx, md.ledger_id, before, self.key)
+        if self.md.version == old.version and new is not old:
+            self.md = new  # else the next CAS of this writer fails and re-reads it
 
     async def _rollover(self, at: int) -> None:
         try:
@@ -344,16 +439,25 @@ class TermWriter(LedgerWriter):
             if len(healthy) >= md.ensemble_size:
                 available = healthy
             ensemble = fresh_ensemble(self.ctx, md, available)
+            nxt = md.with_ensemble(at, tuple(ensemble))
+            if self.retention is not None:
+                # The stretch this rollover seals, recorded in the same CAS.
+                sealed = (at, self._segment.bytes, time.time())
+                kept = retention_rules.prune(layout.marks(md), layout.first_entry(md))
+                nxt = layout.with_stream_settings(nxt, marks=[*kept, sealed])
             try:
-                self.md = await self.ctx.meta(
-                    self.ctx.metadata.write_ledger, md.with_ensemble(at, tuple(ensemble))
-                )
+                self.md = await self.ctx.meta(self.ctx.metadata.write_ledger, nxt)
             except MetadataVersionError:
                 md = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
                 check_still_ours(md, self.term)
                 self.md = md
                 continue
             self.rollovers += 1
+            self._segment.seal(at)
+            if self.retention is not None:
+                task = asyncio.get_running_loop().create_task(self.apply_retention())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
             log.debug("ledger %s: new fragment at %s on %s", md.ledger_id, at, ensemble)
             ready = await self.prepare_bookies(set(ensemble), at)
             # Not ready: replaced by an ensemble change before the fragment's first entry.

@@ -77,7 +77,9 @@ BAD_CLIENT_CALLS: list[tuple[str, Call, type[Exception], str]] = [
         ValueError,
         "fragment_max_entries must be >= 1",
     ),
-    ("open unbounded str id", lambda c: c.open_unbounded("0"), TypeError, "ledger_id must be"),
+    # A str is a stream name (docs/unbounded.md, "Names").
+    ("open unbounded float id", lambda c: c.open_unbounded(0.5), TypeError, "ledger_id must be"),
+    ("open unbounded bad name", lambda c: c.open_unbounded("a/b"), ValueError, "name 'a/b'"),
     (
         "open unbounded str password",
         lambda c: c.open_unbounded(0, password="pw"),

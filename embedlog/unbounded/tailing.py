@@ -1,0 +1,272 @@
+"""Following a stream: ``UnboundedLedger.tail()`` from a thread or from asyncio.
+
+One ``TailCursor`` holds a follower's position and does the work on the runtime loop in
+steps: a step returns the next batch of entries, waiting (long-poll LAC reads) until
+there is one, or None when the tail ended (its idle timeout passed, or the tail or its
+ledger handle was closed). ``Tail`` iterates it from a thread, ``AsyncTail`` from any
+event loop; both let a close (or the cancellation of the task iterating) end the step
+at once instead of at the end of a long poll.
+
+Entries below the trim point are skipped, never read: ``skipped`` counts their ids. A
+read that finds an entry missing is a skip only when the metadata, read after the
+missing answer, places the entry below the trim point (a trim changes the metadata
+before it deletes anything on the bookies); an entry above it that no bookie has is an
+acknowledged entry lost, and the tail raises NoSuchEntryError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from embedlog.errors import ClientClosedError, NoSuchEntryError
+from embedlog.ledger.entries import Entry
+from embedlog.unbounded import follow, layout
+
+if TYPE_CHECKING:
+    from embedlog.unbounded.ledger import UnboundedLedger
+
+TAIL_BATCH = 256  # entries one step reads at most
+
+
+def skip_to(position: int, trim_point: int) -> int:
+    """How many entry ids a follower at ``position`` skips to reach ``trim_point``."""
+    return max(0, trim_point - position)
+
+
+class TailCursor:
+    """A follower's position in the stream and the steps that move it (on the loop)."""
+
+    def __init__(
+        self,
+        ledger: UnboundedLedger,
+        start: int,
+        timeout: float | None,
+        cursor: str | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.position = start
+        self._cursor_name = cursor  # start after its committed position (first step)
+        self.timeout = timeout
+        self.skipped = 0
+        self.last_skip: tuple[int, int] | None = None
+        self.ended = False
+        self._stop: asyncio.Event | None = None  # made on the loop by the first step
+        self._trim_point = 0  # the highest trim point seen (a writer's metadata may lag)
+        self._idle_since = time.monotonic()
+
+    def stop(self) -> None:
+        """End the tail: a step waiting now returns None at once (any thread)."""
+        self.ended = True
+        loop = self.ledger.runtime.loop
+        if self._stop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._stop.set)
+
+    async def step(self) -> list[Entry] | None:
+        """The next entries (at least one), or None once the tail ended."""
+        if self._stop is None:
+            self._stop = asyncio.Event()
+        if self.ended:
+            return None
+        work = asyncio.ensure_future(self._next_batch())
+        stops: list[asyncio.Future[bool]] = [
+            asyncio.ensure_future(self._stop.wait()),
+            self.ledger.closing(),
+        ]
+        try:
+            waiters: list[asyncio.Future[Any]] = [work, *stops]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in stops:
+                if not f.done():
+                    f.cancel()
+            if not work.done():
+                work.cancel()
+        if not work.done() or work.cancelled():
+            self.ended = True
+            return None
+        batch = work.result()
+        if batch is None:
+            self.ended = True
+        return batch
+
+    async def _next_batch(self) -> list[Entry] | None:
+        ul = self.ledger
+        if self._cursor_name is not None:
+            ul.check_open()
+            self.position = await ul.cursor_start(self._cursor_name)
+            self._cursor_name = None
+        while True:
+            ul.check_open()
+            md, lac = await ul.view()
+            self._trim_point = max(self._trim_point, layout.first_entry(md))
+            self._skip(self._trim_point)
+            if self.position <= lac:
+                first = self.position
+                last = min(lac, first + TAIL_BATCH - 1)
+                try:
+                    entries = await follow.read_visible(ul.ctx, md, ul.digester, first, last)
+                except NoSuchEntryError:
+                    fresh = await ul.reread_metadata()
+                    if layout.first_entry(fresh) <= first:
+                        raise  # not trimmed: an acknowledged entry is missing
+                    self._trim_point = layout.first_entry(fresh)
+                    continue  # trimmed while we read: skip to the new trim point
+                self.position = last + 1
+                self._idle_since = time.monotonic()
+                if entries:
+                    return entries
+                continue  # only no-ops
+            wait = follow.POLL_SLICE
+            if self.timeout is not None:
+                left = self.timeout - (time.monotonic() - self._idle_since)
+                if left <= 0:
+                    return None
+                wait = min(wait, left)
+            await ul.wait_past(self.position - 1, wait)
+
+    def _skip(self, trim_point: int) -> None:
+        n = skip_to(self.position, trim_point)
+        if n:
+            self.skipped += n
+            self.last_skip = (self.position, trim_point - 1)
+            self.position = trim_point
+
+
+def _closed_error(ul: UnboundedLedger) -> ClientClosedError:
+    why = ul.runtime.closed_reason or ul.ctx.closed_reason
+    return ClientClosedError(
+        why or f"ledger {ul.ledger_id}: the tail's work was cancelled by the embedlog runtime"
+    )
+
+
+class Tail(Iterator[Entry]):
+    """What ``UnboundedLedger.tail()`` returns: an iterator of entries for a thread.
+
+    ``skipped``: entry ids passed over because they were trimmed before this tail read
+    them (``last_skip``: the last such range, first and last id). ``position``: the id the
+    tail reads next (the one after the last entry it handed out, or the trim point).
+    ``close()`` (from any thread) ends it, as does closing the ledger handle; a stopped
+    cluster or closed client ends it with ClientClosedError.
+    """
+
+    def __init__(self, cursor: TailCursor) -> None:
+        self._cursor = cursor
+        self._buffer: deque[Entry] = deque()
+        self._handed = cursor.position  # position after the entries handed out
+
+    @property
+    def skipped(self) -> int:
+        return self._cursor.skipped
+
+    @property
+    def last_skip(self) -> tuple[int, int] | None:
+        return self._cursor.last_skip
+
+    @property
+    def position(self) -> int:
+        return self._handed if self._buffer else self._cursor.position
+
+    def __iter__(self) -> Tail:
+        return self
+
+    def __next__(self) -> Entry:
+        if not self._buffer:
+            batch = _run(self._cursor)
+            if batch is None:
+                raise StopIteration
+            self._buffer.extend(batch)
+        entry = self._buffer.popleft()
+        self._handed = entry.entry_id + 1
+        return entry
+
+    def close(self) -> None:
+        self._cursor.stop()
+        self._buffer.clear()
+
+    def __enter__(self) -> Tail:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _run(cursor: TailCursor) -> list[Entry] | None:
+    ul = cursor.ledger
+    if cursor.ended:
+        return None
+    try:
+        return ul.runtime.run(cursor.step())
+    except concurrent.futures.CancelledError:
+        # The runtime cancels every task when its cluster stops: say so, in our terms.
+        raise _closed_error(ul) from None
+
+
+class AsyncTail(AsyncIterator[Entry]):
+    """``Tail`` for coroutines on any event loop (``embedlog.aio``).
+
+    The step runs on the embedlog runtime's loop; cancelling the task that awaits it
+    cancels the step there too (no thread is left waiting).
+    """
+
+    def __init__(self, cursor: TailCursor) -> None:
+        self._cursor = cursor
+        self._buffer: deque[Entry] = deque()
+        self._handed = cursor.position
+
+    @property
+    def skipped(self) -> int:
+        return self._cursor.skipped
+
+    @property
+    def last_skip(self) -> tuple[int, int] | None:
+        return self._cursor.last_skip
+
+    @property
+    def position(self) -> int:
+        return self._handed if self._buffer else self._cursor.position
+
+    def __aiter__(self) -> AsyncTail:
+        return self
+
+    async def __anext__(self) -> Entry:
+        if not self._buffer:
+            batch = await self._step()
+            if batch is None:
+                raise StopAsyncIteration
+            self._buffer.extend(batch)
+        entry = self._buffer.popleft()
+        self._handed = entry.entry_id + 1
+        return entry
+
+    async def _step(self) -> list[Entry] | None:
+        cursor = self._cursor
+        if cursor.ended:
+            return None
+        ul = cursor.ledger
+        future = ul.runtime.submit(cursor.step())
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if future.cancelled() and not _we_were_cancelled():
+                raise _closed_error(ul) from None
+            raise
+
+    async def aclose(self) -> None:
+        self._cursor.stop()
+        self._buffer.clear()
+
+    async def close(self) -> None:
+        await self.aclose()
+
+
+def _we_were_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+__all__ = ["AsyncTail", "Tail", "TailCursor", "skip_to"]
