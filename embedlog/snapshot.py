@@ -63,13 +63,23 @@ def relocate_cookie(data: bytes, old_root: str, new_root: str) -> bytes:
 
 
 def _relocate_cookies(copy: Path, old_root: str) -> None:
-    from embedlog.metadata.client import MetadataClient
+    from embedlog.metadata.client import CLAIMS, MetadataClient
     from embedlog.metadata.leveldb_store import LevelDBMetadataStore
+    from embedlog.metadata.store import NoNodeError
 
     new_root = str(copy.resolve())
     with LevelDBMetadataStore(copy / "metadata") as store:
         meta = MetadataClient(store)
         for bookie in bookie_dirs(copy):
+            # The copy's bookies claim their ids from the copy's directories (the claim
+            # names the directory that chose the id: cluster.py _owner).
+            try:
+                holder, version = store.get(f"{CLAIMS}/{bookie.name}")
+            except NoNodeError:
+                pass
+            else:
+                moved = holder.decode().replace(old_root, new_root, 1).encode()
+                store.set(f"{CLAIMS}/{bookie.name}", moved, version)
             stored = meta.read_cookie(bookie.name)
             if stored is not None:
                 data, version = stored
