@@ -33,7 +33,7 @@ from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.fixcookie import fix_cookies
 from embedlog.client import Client
-from embedlog.errors import BookieIOError, MetadataError
+from embedlog.errors import BookieIOError, CookieError, MetadataError
 from embedlog.ledger.placement import RandomPlacement
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata
@@ -320,8 +320,8 @@ class Simulation:
             # The operator's BP-46 cookie fix for a wiped bookie (embedlog bookie fixcookie).
             try:
                 fixed = fix_cookies(cfg, self.meta, mdisk)
-            except MetadataError as exc:  # the operator runs it again later
-                self.counts["fixcookie_failed.metadata"] += 1
+            except (MetadataError, CookieError) as exc:  # the operator runs it again later
+                self.counts[f"fixcookie_failed.{type(exc).__name__}"] += 1
                 self.trace("fixcookie-failed", bid, exc)
                 return False
             self.disk_faults.cookie_fixed(bid)
