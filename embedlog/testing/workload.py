@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import traceback
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from embedlog.errors import BKError
 from embedlog.wire.entry import DigestType
 
 if TYPE_CHECKING:
     from embedlog.testing.oracle import Oracle
+    from embedlog.testing.sim import Simulation
+
+T = TypeVar("T")
 
 PASSWORD = b"sim"
 DIGEST = DigestType.CRC32C
@@ -42,6 +47,20 @@ class Workload(Protocol):
     def stop(self) -> None:
         """Stop every writer (the history is over)."""
         ...
+
+
+async def create_with_retries(
+    sim: Simulation, name: str, create: Callable[[], Awaitable[T]]
+) -> T | None:
+    """``create()`` a ledger, tried 5 times half a second apart (a metadata store or a
+    cluster with too few bookies up fails some); None when every try failed."""
+    for _ in range(5):
+        try:
+            return await create()
+        except BKError as exc:
+            sim.trace("create-failed", name, type(exc).__name__)
+            await asyncio.sleep(0.5)
+    return None
 
 
 def task_error(task: asyncio.Future[Any]) -> str | None:

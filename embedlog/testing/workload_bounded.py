@@ -19,7 +19,7 @@ from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.testing.oracle import Oracle
-from embedlog.testing.workload import DIGEST, PASSWORD
+from embedlog.testing.workload import DIGEST, PASSWORD, create_with_retries
 from embedlog.wire.entry import Digester
 
 if TYPE_CHECKING:
@@ -63,21 +63,18 @@ class BoundedWorkload:
         name = f"w{i}"
         client = sim.client(name)
         await asyncio.sleep(rng.uniform(0, 0.05))
-        md = None
-        for _ in range(5):
-            try:
-                md = await client.new_ledger_metadata(
-                    sim.ensemble,
-                    sim.write_quorum,
-                    sim.ack_quorum,
-                    digest=DIGEST,
-                    password=PASSWORD,
-                    custom_metadata=None,
-                )
-                break
-            except BKError as exc:
-                sim.trace("create-failed", name, type(exc).__name__)
-                await asyncio.sleep(0.5)
+        md = await create_with_retries(
+            sim,
+            name,
+            lambda: client.new_ledger_metadata(
+                sim.ensemble,
+                sim.write_quorum,
+                sim.ack_quorum,
+                digest=DIGEST,
+                password=PASSWORD,
+                custom_metadata=None,
+            ),
+        )
         if md is None:
             return
         lid = md.ledger_id

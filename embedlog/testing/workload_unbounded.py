@@ -25,7 +25,7 @@ from embedlog.errors import BKError, InvalidTermError, NoSuchEntryError, NoSuchL
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
-from embedlog.testing.workload import DIGEST, PASSWORD
+from embedlog.testing.workload import DIGEST, PASSWORD, create_with_retries
 from embedlog.unbounded import follow, layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.entry import Digester
@@ -89,21 +89,18 @@ class UnboundedWorkload:
         try:
             await asyncio.sleep(rng.uniform(0, 0.05))
             fragment_max = rng.choice((None, 6, 15))
-            handle = None
-            for _ in range(5):
-                try:
-                    handle = await client.create_unbounded_aio(
-                        sim.ensemble,
-                        sim.write_quorum,
-                        sim.ack_quorum,
-                        password=PASSWORD,
-                        fragment_max_entries=fragment_max,
-                        digest=DIGEST,
-                    )
-                    break
-                except BKError as exc:
-                    sim.trace("create-failed", name, type(exc).__name__)
-                    await asyncio.sleep(0.5)
+            handle = await create_with_retries(
+                sim,
+                name,
+                lambda: client.create_unbounded_aio(
+                    sim.ensemble,
+                    sim.write_quorum,
+                    sim.ack_quorum,
+                    password=PASSWORD,
+                    fragment_max_entries=fragment_max,
+                    digest=DIGEST,
+                ),
+            )
             if handle is None:
                 return
             self.ledgers.append(handle.ledger_id)
