@@ -144,15 +144,8 @@ def _closed_error(ul: UnboundedLedger) -> ClientClosedError:
     )
 
 
-class Tail(Iterator[Entry]):
-    """What ``UnboundedLedger.tail()`` returns: an iterator of entries for a thread.
-
-    ``skipped``: entry ids passed over because they were trimmed before this tail read
-    them (``last_skip``: the last such range, first and last id). ``position``: the id the
-    tail reads next (the one after the last entry it handed out, or the trim point).
-    ``close()`` (from any thread) ends it, as does closing the ledger handle; a stopped
-    cluster or closed client ends it with ClientClosedError.
-    """
+class _TailState:
+    """What a tail tells of its progress, the same for the blocking and asyncio ones."""
 
     def __init__(self, cursor: TailCursor) -> None:
         self._cursor = cursor
@@ -170,6 +163,17 @@ class Tail(Iterator[Entry]):
     @property
     def position(self) -> int:
         return self._handed if self._buffer else self._cursor.position
+
+
+class Tail(_TailState, Iterator[Entry]):
+    """What ``UnboundedLedger.tail()`` returns: an iterator of entries for a thread.
+
+    ``skipped``: entry ids passed over because they were trimmed before this tail read
+    them (``last_skip``: the last such range, first and last id). ``position``: the id the
+    tail reads next (the one after the last entry it handed out, or the trim point).
+    ``close()`` (from any thread) ends it, as does closing the ledger handle; a stopped
+    cluster or closed client ends it with ClientClosedError.
+    """
 
     def __iter__(self) -> Tail:
         return self
@@ -206,29 +210,12 @@ def _run(cursor: TailCursor) -> list[Entry] | None:
         raise _closed_error(ul) from None
 
 
-class AsyncTail(AsyncIterator[Entry]):
+class AsyncTail(_TailState, AsyncIterator[Entry]):
     """``Tail`` for coroutines on any event loop (``embedlog.aio``).
 
     The step runs on the embedlog runtime's loop; cancelling the task that awaits it
     cancels the step there too (no thread is left waiting).
     """
-
-    def __init__(self, cursor: TailCursor) -> None:
-        self._cursor = cursor
-        self._buffer: deque[Entry] = deque()
-        self._handed = cursor.position
-
-    @property
-    def skipped(self) -> int:
-        return self._cursor.skipped
-
-    @property
-    def last_skip(self) -> tuple[int, int] | None:
-        return self._cursor.last_skip
-
-    @property
-    def position(self) -> int:
-        return self._handed if self._buffer else self._cursor.position
 
     def __aiter__(self) -> AsyncTail:
         return self
