@@ -214,7 +214,8 @@ class Adds(Refusals):
         if plan.changed or plan.term_changed:
             storage.set_info(lid, info)
             # With the adds journaled behind it, their fsync covers the state record.
-            journal.append_then(
+            self._append_state(
+                lid,
                 state_record(lid, info),
                 on_durable if state_waits and not self.config.journal_write_data else None,
             )
@@ -317,10 +318,8 @@ class Adds(Refusals):
             info.truncated_term = term
             storage.set_info(lid, info)
             storage.drop_cached(lid, "above", at)
-            durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             try:
-                journal.append_then(truncate_record(lid, at, info), settle(durable))
-                await durable
+                await self._append_state(lid, truncate_record(lid, at, info))
                 await storage.cut_locked(lid, "above", at, journal.lsn)
             except BaseException:
                 # Nothing of the cut reached the index: a retry must cut. (If the record

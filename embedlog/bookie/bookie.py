@@ -83,6 +83,7 @@ class Bookie(Requests, Boot):
         self._background_flush = None
         self.flush_health = FlushHealth(config.flush_interval, config.flush_retry_max_interval)
         self._lac_changed = {}
+        self._unsynced_state = {}
         self.boot_seconds = 0.0
         self.metrics = BookieMetrics()  # embedlog/metrics.py: what operators watch
         self.pause_gate = PauseGate()  # LocalCluster.pause_bookie: requests held, not served

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from attrs import frozen
 
 from embedlog.ledger.quorum import write_set_bookies
-from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 
 
 def suspicion_reasons(
@@ -85,6 +85,26 @@ def assigned_entries(
             ws = write_set_bookies(eid, ensemble, md.write_quorum)
             if bookie_id in ws:
                 yield eid, [b for b in ws if b != bookie_id]
+
+
+def takeover_needed(md: LedgerMetadata, bookie_id: str, *, settled: bool) -> bool:
+    """Whether BP-46 repair must take an open unbounded ledger over before the metadata
+    can say what this bookie owes (``settled``: the repair took it over since the boot).
+
+    A takeover in flight (the ledger IN_RECOVERY) keeps its ensemble changes in memory
+    and publishes them when it ends: it may have written back entries to this bookie
+    before its disk was lost, under a last fragment the metadata does not show yet.
+    Taking over displaces it, so what it never published can no longer be published.
+    A writer's own ensemble changes are published before it sends anything to the new
+    bookie, so outside a takeover the metadata is complete for the fragments this
+    bookie has left. After the repair's own takeover, anything sent to this bookie came
+    after its boot: it holds it.
+    """
+    if md.is_closed or not md.unbounded or settled:
+        return False
+    if bookie_id not in md.bookies() or md.state is LedgerState.IN_RECOVERY:
+        return True
+    return bookie_id in md.last_fragment[1]
 
 
 def repair_target(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from attrs import define, field
 
-from embedlog.bookie.integrity import assigned_entries, repair_target
+from embedlog.bookie.integrity import assigned_entries, repair_target, takeover_needed
 from embedlog.errors import (
     BKError,
     BookieIOError,
@@ -205,30 +205,27 @@ class Repairer:
             p.waiting[lid] = f"metadata unreadable: {exc}"
             return False
         try:
-            if self.me not in md.bookies() and not md.is_closed:
-                # Protected for what it holds, not for what the metadata says: an ensemble
-                # change adding this bookie may still land. Once the ledger is closed, no
-                # change adds it any more, and the final metadata says what it owes.
-                if md.unbounded:
-                    md, _end = await self._take_over(md)
-                else:
-                    md = await self._recover(md)
+            recovered_end = self._settled.get(lid)
+            if md.is_closed:
+                pass
+            elif not md.unbounded:
+                # Recovered (closed) first: its final metadata says what this bookie owes,
+                # whether or not it is listed now (an ensemble change may still add it).
+                md = await self._recover(md)
+            elif (
+                self.bookie.config.unsafe_limbo_clears_at_first_resend
+                and self.me in md.last_fragment[1]
+            ):
+                # UNSAFE (tests only): what the bookie lost assumed to lie below the first
+                # add after its boot, which a writer's resend of an older entry does not
+                # bound (issue #12, race 2).
+                first_live = self.bookie.first_live.get(lid)
+                recovered_end = None if first_live is None else first_live - 1
+            elif takeover_needed(md, self.me, settled=recovered_end is not None):
+                md, recovered_end = await self._take_over(md)
             if self.me not in md.bookies():
                 p.waiting.pop(lid, None)
                 return True
-            recovered_end = None
-            if not md.is_closed and not md.unbounded:
-                md = await self._recover(md)
-            elif not md.is_closed and self.me in md.last_fragment[1]:
-                recovered_end = self._settled.get(lid)
-                if self.bookie.config.unsafe_limbo_clears_at_first_resend:
-                    # UNSAFE (tests only): what the bookie lost assumed to lie below the
-                    # first add after its boot, which a writer's resend of an older entry
-                    # does not bound (issue #12, race 2).
-                    first_live = self.bookie.first_live.get(lid)
-                    recovered_end = None if first_live is None else first_live - 1
-                elif recovered_end is None:
-                    md, recovered_end = await self._take_over(md)
             target = repair_target(md, self.me, recovered_end=recovered_end)
             if target is None:
                 p.waiting[lid] = "open ledger: its end is not settled yet"

@@ -98,6 +98,8 @@ class Requests(Adds):
                 fut = self._journal_state(lid, info, wait=True)
                 assert fut is not None
                 await fut
+            else:
+                await self._state_durable(lid)
         if info is None:
             return self._missing(req, None, StatusCode.ENOLEDGER)
         term = req.term if req.term != NO_TERM else info.term
@@ -207,8 +209,11 @@ class Requests(Adds):
         refused, changed = self._check_term(req, info)
         if refused:
             return Response.to(req, StatusCode.EINVALIDTERM, term=info.term)
-        if not await self._truncate(lid, info, req.entry_id, req.term) and changed:
-            fut = self._journal_state(lid, info, wait=True)
-            assert fut is not None
-            await fut
+        if not await self._truncate(lid, info, req.entry_id, req.term):
+            if changed:
+                fut = self._journal_state(lid, info, wait=True)
+                assert fut is not None
+                await fut
+            else:
+                await self._state_durable(lid)
         return Response.to(req, StatusCode.EOK, term=req.term)

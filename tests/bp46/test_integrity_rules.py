@@ -11,6 +11,7 @@ from embedlog.bookie.integrity import (
     protection_for,
     repair_target,
     suspicion_reasons,
+    takeover_needed,
 )
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 
@@ -95,3 +96,29 @@ def test_repair_target():
     # acknowledged is at or below 14 (or was truncated): copy up to 14.
     assert repair_target(ub, "a", recovered_end=14) == 14
     assert repair_target(ub, "b", recovered_end=14) == 9  # not in the last fragment
+
+
+@pytest.mark.parametrize(
+    ("state", "bookie", "settled", "needed"),
+    [
+        # Listed only in a fragment the writer left: the metadata says what it owes.
+        (LedgerState.OPEN, "b", False, False),
+        # Still written to: the end is settled by a takeover (and never twice a boot).
+        (LedgerState.OPEN, "a", False, True),
+        (LedgerState.OPEN, "a", True, False),
+        # Not listed at all: an ensemble change may still add it.
+        (LedgerState.OPEN, "z", False, True),
+        (LedgerState.OPEN, "z", True, False),
+        # A takeover in flight may publish a last fragment that adds "b", with entries
+        # it wrote back to "b" before the disk was lost (simulator seed 85).
+        (LedgerState.IN_RECOVERY, "b", False, True),
+        (LedgerState.IN_RECOVERY, "b", True, False),
+        (LedgerState.CLOSED, "a", False, False),
+    ],
+)
+def test_takeover_needed(state, bookie, settled, needed):
+    ub = md(
+        unbounded=True, term=3, state=state, last_entry_id=12 if state is LedgerState.CLOSED else -1
+    )
+    assert takeover_needed(ub, bookie, settled=settled) is needed
+    assert takeover_needed(md(state=state), bookie, settled=settled) is False  # bounded: recovered

@@ -73,7 +73,13 @@ FOUND = {
     # lived only in its memory; a later takeover trusted it and skipped an id whose
     # metadata write set held an older term's entry and the aborted no-op
     # (unbounded/rules.py: lafr_to_send).
-    "unbounded": (393,),
+    # 133: a bookie whose journal failed under a term-raising read (disk full) kept the
+    # new term in memory and answered the recovery's next read NoSuchEntry before a
+    # crash forgot the term; the old writer then got that entry acknowledged
+    # (BookieBase._state_durable). 85: a wiped bookie's repair trusted the metadata of a
+    # ledger whose takeover was still in flight and had written entries back to it in a
+    # last fragment it published later (integrity.takeover_needed).
+    "unbounded": (85, 133, 393),
 }
 
 
