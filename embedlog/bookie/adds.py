@@ -17,6 +17,7 @@ from embedlog.bookie.journal import Durable
 from embedlog.bookie.keys import KeyVerdict, key_verdict
 from embedlog.bookie.records import add_prefix, batch_prefix, state_record, truncate_record
 from embedlog.bookie.refusals import Refusals
+from embedlog.bookie.truncation import digest_len_of_noop, dropped_by_truncation
 from embedlog.errors import BookieIOError
 from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply
@@ -149,7 +150,9 @@ class Adds(Refusals):
         if isinstance(plan, Response):
             return plan
         if plan.truncate:
-            await self._truncate(req.ledger_id, plan.info, req.entry_id, req.term)
+            await self._truncate(
+                req.ledger_id, plan.info, req.entry_id, req.term, digest_len_of_noop(req.body)
+            )
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._store_add(req, plan, settle(fut))
         await fut
@@ -296,9 +299,15 @@ class Adds(Refusals):
             return
         self._add_nowait(req, reply, batch)
 
-    async def _truncate(self, lid: int, info: LedgerInfo, at: int, term: int) -> bool:
-        """Drop the ledger's entries above ``at``, once per ``term`` (``truncated_term``);
-        False if this term's truncation was done already.
+    async def _truncate(
+        self, lid: int, info: LedgerInfo, at: int, term: int, digest_len: int | None
+    ) -> bool:
+        """Drop the older terms' entries above ``at``, once per ``term``
+        (``truncated_term``); False if this term's truncation was done already.
+
+        Only older terms' entries (``truncation.dropped_by_truncation``, told apart by the
+        ledger's ``digest_len``): this term's own may have come first (a resend, a TRIM
+        ABOVE that was slow), and they may be acknowledged.
 
         Once per term: a delayed duplicate of the request (its sender retried) must not
         delete what the new term stored after the first one was answered. So the flag
@@ -314,13 +323,20 @@ class Adds(Refusals):
             info = storage.info(lid) or info
             if term != NO_TERM and term <= info.truncated_term:
                 return False
+            only = None
+            if term != NO_TERM and digest_len is not None:
+                only = frozenset(
+                    eid
+                    for eid in storage.entry_ids(lid)
+                    if eid > at and self._dropped(lid, eid, term, digest_len)
+                )
             before = info.truncated_term
             info.truncated_term = term
             storage.set_info(lid, info)
-            storage.drop_cached(lid, "above", at)
+            storage.drop_cached(lid, "above", at, only)
             try:
-                await self._append_state(lid, truncate_record(lid, at, info))
-                await storage.cut_locked(lid, "above", at, journal.lsn)
+                await self._append_state(lid, truncate_record(lid, at, info, only))
+                await storage.cut_locked(lid, "above", at, journal.lsn, only)
             except BaseException:
                 # Nothing of the cut reached the index: a retry must cut. (If the record
                 # is durable, replay would redo it; a flush that moves the checkpoint past
@@ -329,3 +345,8 @@ class Adds(Refusals):
                 raise
             await storage.collect_locked(lid)
         return True
+
+    def _dropped(self, lid: int, eid: int, term: int, digest_len: int) -> bool:
+        assert self.storage is not None
+        entry = self.storage.get(lid, eid)  # BookieIOError if unreadable: the cut fails
+        return entry is not None and dropped_by_truncation(entry, term, digest_len)

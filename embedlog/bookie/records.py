@@ -25,6 +25,8 @@ _ADD = struct.Struct(">cqq")
 _BATCH = struct.Struct(">cq")
 _STATE = struct.Struct(">cq")
 _TRUNCATE = struct.Struct(">cqq")
+_TRUNCATE_IDS = struct.Struct(">cqqI")  # a truncation that drops only the ids listed
+_ID = struct.Struct(">q")
 
 
 def add_prefix(ledger_id: int, entry_id: int) -> bytes:
@@ -42,9 +44,16 @@ def state_record(ledger_id: int, info: LedgerInfo) -> bytes:
     return _STATE.pack(b"S", ledger_id) + info.to_json()
 
 
-def truncate_record(ledger_id: int, at: int, info: LedgerInfo) -> bytes:
-    """The ledger's entries above ``at`` dropped, and ``info`` (which says so) set."""
-    return _TRUNCATE.pack(b"T", ledger_id, at) + info.to_json()
+def truncate_record(
+    ledger_id: int, at: int, info: LedgerInfo, only: frozenset[int] | None = None
+) -> bytes:
+    """The ledger's entries above ``at`` dropped (``only`` those listed, when given: the
+    older terms' ones, bookie/truncation.py), and ``info`` (which says so) set."""
+    if only is None:
+        return _TRUNCATE.pack(b"T", ledger_id, at) + info.to_json()
+    ids = sorted(only)
+    head = _TRUNCATE_IDS.pack(b"U", ledger_id, at, len(ids))
+    return head + b"".join(_ID.pack(e) for e in ids) + info.to_json()
 
 
 def replay(storage: LedgerStorage, payload: bytes) -> None:
@@ -65,3 +74,9 @@ def replay(storage: LedgerStorage, payload: bytes) -> None:
         _, lid, eid = _TRUNCATE.unpack_from(payload)
         storage.set_info(lid, LedgerInfo.from_json(payload[_TRUNCATE.size :]))
         storage.cut_replayed(lid, "above", eid)
+    elif kind == b"U":
+        _, lid, eid, n = _TRUNCATE_IDS.unpack_from(payload)
+        pos = _TRUNCATE_IDS.size
+        only = frozenset(_ID.unpack_from(payload, pos + i * _ID.size)[0] for i in range(n))
+        storage.set_info(lid, LedgerInfo.from_json(payload[pos + n * _ID.size :]))
+        storage.cut_replayed(lid, "above", eid, only)

@@ -18,6 +18,7 @@ from embedlog.bookie.adds import Adds
 from embedlog.bookie.base import BookieState
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.keys import KeyVerdict, key_verdict
+from embedlog.bookie.truncation import digest_len_of_trim
 from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
 from embedlog.wire.codes import StatusCode
@@ -204,12 +205,15 @@ class Requests(Adds):
         info = self.storage.info(lid)
         if key_verdict(req, info) is KeyVerdict.REFUSED:
             return Response.to(req, StatusCode.EUA)
+        digest_len = digest_len_of_trim(req.body)
+        if digest_len is None:
+            return Response.to(req, StatusCode.EBADREQ)
         if info is None:
             info = LedgerInfo(master_key=req.master_key.hex())
         refused, changed = self._check_term(req, info)
         if refused:
             return Response.to(req, StatusCode.EINVALIDTERM, term=info.term)
-        if not await self._truncate(lid, info, req.entry_id, req.term):
+        if not await self._truncate(lid, info, req.entry_id, req.term, digest_len):
             if changed:
                 fut = self._journal_state(lid, info, wait=True)
                 assert fut is not None

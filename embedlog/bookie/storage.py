@@ -32,6 +32,8 @@ from embedlog.wire.entry import parse_header
 log = logging.getLogger(__name__)
 
 Cut = Literal["all", "below", "above"]
+# A cut as a flush applies it: (ledger, how, at, only: the ids it may drop, None for all).
+CutSpec = tuple[int, Cut, int, "frozenset[int] | None"]
 
 
 class LedgerStorage:
@@ -238,9 +240,7 @@ class LedgerStorage:
         async with self._flush_lock:
             await self._flush_locked(checkpoint)
 
-    async def _flush_locked(
-        self, checkpoint: int | None, cut: tuple[int, Cut, int] | None = None
-    ) -> None:
+    async def _flush_locked(self, checkpoint: int | None, cut: CutSpec | None = None) -> None:
         if (
             cut is None
             and not self.cache
@@ -294,7 +294,7 @@ class LedgerStorage:
         snapshot: dict[int, dict[int, bytes]],
         infos: list[tuple[int, LedgerInfo | None]],
         checkpoint: int | None,
-        cut: tuple[int, Cut, int] | None = None,
+        cut: CutSpec | None = None,
     ) -> None:
         locations = []
         first_log = self.logs.current_id
@@ -309,8 +309,8 @@ class LedgerStorage:
             (lid, eid) for lid, info in infos if info is None for eid in self.index.entry_ids(lid)
         ]
         if cut is not None and cut[1] != "all":
-            lid, how, at = cut
-            deletes += [(lid, e) for e in self.index.entry_ids(lid) if not _keeps(how, at, e)]
+            lid, how, at, only = cut
+            deletes += [(lid, e) for e in self.index.entry_ids(lid) if not _keeps(how, at, e, only)]
         self.index.commit(locations, infos, deletes, checkpoint, log_ends)
 
     def exclusive(self) -> asyncio.Lock:
@@ -330,28 +330,42 @@ class LedgerStorage:
             await self.cut_locked(ledger_id, how, at, checkpoint)
             await self.collect_locked(ledger_id)
 
-    def drop_cached(self, ledger_id: int, how: Cut, at: int) -> None:
+    def drop_cached(
+        self, ledger_id: int, how: Cut, at: int, only: frozenset[int] | None = None
+    ) -> None:
         """The cut's effect on the write cache: the point in time the cut applies at (what
-        arrives later is kept, as a journal replay of the cut's record would keep it)."""
+        arrives later is kept, as a journal replay of the cut's record would keep it).
+        ``only``: the cut drops no entry but these (a truncation's, truncation.py)."""
         cached = self.cache.get(ledger_id)
         if cached is None:
             return
-        for eid in [e for e in cached if not _keeps(how, at, e)]:
+        for eid in [e for e in cached if not _keeps(how, at, e, only)]:
             self.cache_bytes -= len(cached.pop(eid))
 
-    def cut_replayed(self, ledger_id: int, how: Cut, at: int) -> None:
+    def cut_replayed(
+        self, ledger_id: int, how: Cut, at: int, only: frozenset[int] | None = None
+    ) -> None:
         """A cut redone by journal replay, before the bookie serves: its record is before the
         checkpoint the boot's flush will write, so a crash before then redoes it again."""
-        self.drop_cached(ledger_id, how, at)
-        doomed = [(ledger_id, e) for e in self.index.entry_ids(ledger_id) if not _keeps(how, at, e)]
+        self.drop_cached(ledger_id, how, at, only)
+        doomed = [
+            (ledger_id, e) for e in self.index.entry_ids(ledger_id) if not _keeps(how, at, e, only)
+        ]
         if doomed:
             self.index.commit([], [], doomed, None)
 
-    async def cut_locked(self, ledger_id: int, how: Cut, at: int, checkpoint: int) -> None:
+    async def cut_locked(
+        self,
+        ledger_id: int,
+        how: Cut,
+        at: int,
+        checkpoint: int,
+        only: frozenset[int] | None = None,
+    ) -> None:
         """``cut`` (the cache already cut, ``drop_cached``) with ``exclusive()`` held: the
         flush, the deletions, the ledger states (a truncation's flag among them) and the
         checkpoint in one synced index batch, so no crash can keep one without the others."""
-        await self._flush_locked(checkpoint, (ledger_id, how, at))
+        await self._flush_locked(checkpoint, (ledger_id, how, at, only))
         if how == "all":
             self._infos.pop(ledger_id, None)
             self._dirty.discard(ledger_id)
@@ -396,5 +410,7 @@ class LedgerStorage:
             self._dir_lock.release()
 
 
-def _keeps(how: Cut, at: int, entry_id: int) -> bool:
+def _keeps(how: Cut, at: int, entry_id: int, only: frozenset[int] | None = None) -> bool:
+    if only is not None and entry_id not in only:
+        return True
     return (how == "below" and entry_id >= at) or (how == "above" and entry_id <= at)

@@ -19,7 +19,8 @@ bookkeeper-tlaplus) where it has a name:
   an entry it acknowledged with the payload a writer had acknowledged, while the
   metadata makes it responsible for the entry (in its write set, not trimmed). What a
   bookie was told to drop (a truncate no-op above, TRIM ABOVE, a trim below) it no
-  longer holds.
+  longer holds; a truncation of term T drops only older terms' entries
+  (bookie/truncation.py), never T's own.
 * ``FollowersSeePrefixes`` and ``StreamIsPrefixOfEachWriter`` (6): every follower's
   sequence is a prefix of the final stream (skipping only ids it was told were trimmed),
   and the entries of each writer (one term of one client) in the final stream are that
@@ -78,7 +79,8 @@ class StreamOracle(Oracle):
         self._kept_below: dict[int, list[tuple[int, int, str]]] = {}  # (term, end, by)
         self.trim_point: dict[int, int] = {}
         self._seen: dict[int, dict[int, bytes]] = {}  # what readers got, per id
-        self._held: dict[tuple[str, int], dict[int, bytes]] = {}  # a bookie's own acks
+        # A bookie's own acks: (bookie, ledger) -> {id: (payload, the term that made it)}
+        self._held: dict[tuple[str, int], dict[int, tuple[bytes, int | None]]] = {}
         # Negatives for entries a bookie acknowledged with a payload no writer had
         # acknowledged yet: a violation if one does later. (lid, eid, payload) -> detail
         self._suspect: dict[tuple[int, int, bytes], str] = {}
@@ -89,6 +91,15 @@ class StreamOracle(Oracle):
         """(flags, the application's payload) of an entry as sent or stored."""
         flags = HEADER.unpack_from(entry)[3]
         return flags, split_term(flags, entry[self._skip :])[1]
+
+    def _term_of(self, entry: bytes) -> int | None:
+        return split_term(HEADER.unpack_from(entry)[3], entry[self._skip :])[0]
+
+    @staticmethod
+    def _truncate(held: dict[int, tuple[bytes, int | None]], above: int, term: int) -> None:
+        """A truncation of ``term`` above ``above``: the older terms' entries go."""
+        for e in [e for e, (_p, t) in held.items() if e > above and (t is None or t < term)]:
+            del held[e]
 
     def _entries(self, req: Request) -> list[tuple[int, bytes]]:
         if req.op == OpCode.ADD:
@@ -126,14 +137,16 @@ class StreamOracle(Oracle):
         if req.op in (OpCode.ADD, OpCode.ADD_BATCH):
             self._stored(held, req, resp)
         elif req.op == OpCode.TRIM and resp.status == StatusCode.EOK:
-            drop = (lambda e: e > eid) if req.flags & TrimFlags.ABOVE else (lambda e: e < eid)
-            for e in [e for e in held if drop(e)]:
-                del held[e]
+            if req.flags & TrimFlags.ABOVE:
+                self._truncate(held, eid, req.term)
+            else:
+                for e in [e for e in held if e < eid]:
+                    del held[e]
         elif req.op in (OpCode.READ, OpCode.READ_LAC) and resp.status in _NEGATIVE:
             asked = held if resp.status == StatusCode.ENOLEDGER else {}
             if resp.status == StatusCode.ENOENTRY and eid in held:
                 asked = {eid: held[eid]}
-            for e, payload in sorted(asked.items()):
+            for e, (payload, _term) in sorted(asked.items()):
                 if self._responsible(lid, e, bookie_id):
                     self._negative(src, bookie_id, req, resp, e, payload)
         elif req.op == OpCode.READ and eid >= 0 and resp.status == StatusCode.EOK:
@@ -148,7 +161,9 @@ class StreamOracle(Oracle):
                     f"acknowledged as {acked[0]!r}",
                 )
 
-    def _stored(self, held: dict[int, bytes], req: Request, resp: Response) -> None:
+    def _stored(
+        self, held: dict[int, tuple[bytes, int | None]], req: Request, resp: Response
+    ) -> None:
         entries = self._entries(req)
         if req.op == OpCode.ADD:
             ok = [resp.status == StatusCode.EOK]
@@ -162,10 +177,9 @@ class StreamOracle(Oracle):
                 continue
             _flags, payload = self._parse(entry)
             if req.flags & AddFlags.TRUNCATE:
-                for e in [e for e in held if e > eid]:
-                    del held[e]
+                self._truncate(held, eid, req.term)
             if not req.flags & AddFlags.NOOP:
-                held[eid] = payload
+                held[eid] = (payload, self._term_of(entry))
 
     def _negative(
         self, src: str, bookie: str, req: Request, resp: Response, eid: int, payload: bytes

@@ -539,8 +539,18 @@ class Simulation:
                 b.crash()
         await self.net.close()
         me = asyncio.current_task()
-        tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        # In rounds: a task may start another as it ends (a rollover's ``finally`` starts an
+        # ensemble change), a callback already queued may start one (an answer that lets
+        # a writer roll over), and Python 3.11's wait_for can swallow a cancellation that
+        # meets its inner wait completing; each would leave a task pending at close.
+        for _round in range(100):
+            tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+            if not tasks:
+                for _ in range(3):  # callbacks already queued may still start a task
+                    await asyncio.sleep(0)
+                tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+            if not tasks:
+                break
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks, timeout=1.0)

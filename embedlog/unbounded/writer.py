@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
+from embedlog.bookie.truncation import trim_above_body
 from embedlog.errors import (
     BKError,
     InvalidTermError,
@@ -258,6 +259,7 @@ class TermWriter(LedgerWriter):
                     flags=TrimFlags.ABOVE,
                     term=self.term,
                     master_key=self.key,
+                    body=trim_above_body(self.digester.digest_len),
                 )
             except UNKNOWN_OUTCOMES:
                 return None
@@ -402,11 +404,18 @@ class TermWriter(LedgerWriter):
             self.md = new  # else the next CAS of this writer fails and re-reads it
 
     async def _rollover(self, at: int) -> None:
+        cancelled = False
         try:
-            # Every entry of the full fragment must be acknowledged first: after the switch
-            # nobody would replace a failing bookie of the old fragment.
+            # Every entry of the full fragment must be on its whole write set first (the
+            # LAFR passes it), not only acknowledged: after the switch nobody would replace
+            # a failing bookie of the old fragment, and a member that never got an entry
+            # may hold an older term's leftover at its id, which readers asking it first
+            # would get (simulator seed 247 of ``unbounded``: a member whose TRIM ABOVE
+            # failed). A bookie that fails meanwhile is replaced from the LAFR on.
             while self.error is None and (
-                self._changing is not None or (self.pending and self.pending[0].entry_id < at)
+                self._changing is not None
+                or (self.pending and self.pending[0].entry_id < at)
+                or (self._replicating and self._replicating[0].entry_id < at)
             ):
                 self._progress.clear()
                 try:  # completions and failures set it; an ensemble change ending does not
@@ -422,13 +431,20 @@ class TermWriter(LedgerWriter):
         except Exception as exc:  # a bug must not leave appends hanging
             log.exception("ledger %s: fragment rollover failed", self.md.ledger_id)
             self.fail(NotEnoughBookiesError(f"fragment rollover failed: {exc}"))
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:
             if self._changing is asyncio.current_task():
                 self._changing = None
             self._roll_at = None
-            if self._failed and self._changing is None and self.error is None:
-                self._changing = asyncio.get_running_loop().create_task(self._change_ensemble())
-            self._send_queued()
+            # Cancelled: the writer is being stopped; start nothing more (sending the
+            # queue again would start this rollover anew, for ever).
+            if not cancelled:
+                if self._failed and self._changing is None and self.error is None:
+                    loop = asyncio.get_running_loop()
+                    self._changing = loop.create_task(self._change_ensemble())
+                self._send_queued()
 
     async def _start_fragment(self, at: int) -> None:
         md = self.md

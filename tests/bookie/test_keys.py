@@ -113,7 +113,7 @@ def state_changes(lid: int, key: bytes) -> list[Request]:
         Request(OpCode.READ, 0, lid, -1, term=2**63 - 1, master_key=key),
         Request(OpCode.WRITE_LAC, 0, lid, 1000, master_key=key),
         Request(OpCode.TRIM, 0, lid, 2, master_key=key),
-        Request(OpCode.TRIM, 0, lid, 0, TrimFlags.ABOVE, term=7, master_key=key),
+        Request(OpCode.TRIM, 0, lid, 0, TrimFlags.ABOVE, term=7, master_key=key, body=b"\x04"),
         Request(OpCode.DELETE_LEDGER, 0, lid, master_key=key),
     ]
 

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from embedlog.bookie.truncation import trim_above_body
 from embedlog.transport.base import next_txn
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import FLAG_NOOP, Digester, DigestType, master_key
@@ -93,7 +94,8 @@ def _fail_the_cut(cluster, bookie, above):
 
 
 def _trim_above(cluster, bookie, eid, term):
-    req = Request(OpCode.TRIM, next_txn(), LID, eid, TrimFlags.ABOVE, term, 0, KEY)
+    body = trim_above_body(4)  # CRC32C
+    req = Request(OpCode.TRIM, next_txn(), LID, eid, TrimFlags.ABOVE, term, 0, KEY, body)
     return cluster.runtime.run(cluster.transport.request("raw", bookie, req, 5.0))
 
 
