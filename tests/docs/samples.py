@@ -10,6 +10,9 @@ directive comment, ``<!-- sample: WORD[; WORD ...] -->``, that says how it runs:
   page's directory) and ``client = cluster.client("app")`` already defined.
 - ``zookeeper`` — starts with ``uri``, a ``zk://`` URI of a real ZooKeeper with an
   empty path of its own.
+- ``reference`` — a Python block of signatures (docs/api.md), not a program: it is not
+  run, but every member it names on ``cluster``, ``client``, ``wh``, ``rh``, ``ul`` and
+  ``cluster.network`` must exist on those objects.
 - ``run`` — a shell block that is run (with bash, in the page's directory); other
   shell blocks are only checked: each ``embedlog`` command in them must name
   subcommands and options that exist.
@@ -31,7 +34,7 @@ PYTHON = frozenset({"python", "py"})
 SHELL = frozenset({"bash", "sh", "shell", "console", ""})
 _FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
 _DIRECTIVE = re.compile(r"^<!--\s*sample:\s*(.*?)\s*-->\s*$")
-_WORDS = frozenset({"continues", "cluster", "zookeeper", "run"})
+_WORDS = frozenset({"continues", "cluster", "zookeeper", "run", "reference"})
 _PREFIXES = (["embedlog"], ["python", "-m", "embedlog"], ["python3", "-m", "embedlog"])
 
 
@@ -148,6 +151,16 @@ def shell_commands(code: str) -> list[list[str]]:
                     commands.append(words[len(prefix) :])
                     break
     return commands
+
+
+_MEMBER = re.compile(r"(?<![\w.])((?:cluster\.network)|cluster|client|wh|rh|ul)\.(\w+)")
+
+
+def members_named(code: str) -> set[tuple[str, str]]:
+    """``("cluster", "stop_bookie")``, ``("cluster.network", "heal")``, ...: the members a
+    reference block names on its usual variables (comments included: they name members
+    too)."""
+    return set(_MEMBER.findall(code))
 
 
 def pages(root: Path) -> list[Path]:

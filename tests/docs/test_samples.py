@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 # tests/docs/ is on sys.path (pytest puts a test directory without __init__.py there).
-from samples import Sample, SampleError, pages, samples_of, shell_commands
+from samples import Sample, SampleError, members_named, pages, samples_of, shell_commands
 
 from embedlog import Client, LocalCluster
 from embedlog.cli import build_parser
@@ -40,7 +40,9 @@ def runnable(page: str) -> list[Sample]:
     return [
         s
         for s in page_samples(page)
-        if s.skip is None and (s.is_python or (s.is_shell and "run" in s.words))
+        if s.skip is None
+        and "reference" not in s.words
+        and (s.is_python or (s.is_shell and "run" in s.words))
     ]
 
 
@@ -202,6 +204,37 @@ def test_the_page_s_samples_run(page, request, tmp_path, monkeypatch):
         run.close()
 
 
+def test_the_reference_names_only_members_that_exist(tmp_path):
+    named = {
+        (sample.where, obj, member)
+        for page in PAGES
+        for sample in page_samples(page)
+        if "reference" in sample.words
+        for obj, member in members_named(sample.code)
+    }
+    assert len(named) > 40, "docs/api.md lost its signature blocks"
+    with LocalCluster(3, data_dir=tmp_path) as cluster:
+        client = cluster.client("reference")
+        wh = client.create_ledger(3, 3, 2)
+        wh.add(b"x")
+        ul = client.create_unbounded(3, 3, 2)
+        objects = {
+            "cluster": cluster,
+            "cluster.network": cluster.network,
+            "client": client,
+            "wh": wh,
+            "rh": client.open_ledger(wh.ledger_id, recover=False),
+            "ul": ul,
+        }
+        missing = [
+            f"{where}: {obj}.{member}"
+            for where, obj, member in sorted(named)
+            if not hasattr(objects[obj], member)
+        ]
+        ul.close()
+    assert not missing, "\n".join(missing)
+
+
 def test_few_samples_are_skipped_and_each_says_why():
     skipped = [s for page in PAGES for s in page_samples(page) if s.skip is not None]
     assert all(s.skip for s in skipped)
@@ -241,6 +274,11 @@ def test_samples_of_a_page():
         (15, "python", frozenset(), "needs Spark; and Java"),
     ]
     assert found[0].code == "x = 1\n"
+    assert members_named("cluster.network.heal()  # and cluster.stop(), wh.add(x), not a.wh.b") == {
+        ("cluster.network", "heal"),
+        ("cluster", "stop"),
+        ("wh", "add"),
+    }
     assert shell_commands(found[1].code) == [
         ["ledger", "list", "--json"],
         ["bookie", "run", "--listen", "0.0.0.0:3181"],
