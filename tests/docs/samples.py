@@ -163,6 +163,25 @@ def members_named(code: str) -> set[tuple[str, str]]:
     return set(_MEMBER.findall(code))
 
 
+_INLINE = re.compile(r"`((?:python3? -m )?embedlog [^`]+)`")
+_FENCED = re.compile(r"^```.*?^```", re.M | re.S)
+
+
+def inline_commands(text: str) -> list[list[str]]:
+    """The ``embedlog`` commands a page writes in running text (`embedlog ledger list`),
+    as argv after ``embedlog``; quoted error messages (``...: error: ...``) left out."""
+    commands = []
+    for span in _INLINE.findall(_FENCED.sub("", text)):
+        if "error:" in span:
+            continue
+        try:
+            words = shlex.split(span)
+        except ValueError:
+            continue
+        commands.append(words[words.index("embedlog") + 1 :])
+    return commands
+
+
 def pages(root: Path) -> list[Path]:
     """README.md and every page under docs/, in a stable order."""
     return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]

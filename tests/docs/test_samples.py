@@ -23,7 +23,15 @@ from typing import Any
 import pytest
 
 # tests/docs/ is on sys.path (pytest puts a test directory without __init__.py there).
-from samples import Sample, SampleError, members_named, pages, samples_of, shell_commands
+from samples import (
+    Sample,
+    SampleError,
+    inline_commands,
+    members_named,
+    pages,
+    samples_of,
+    shell_commands,
+)
 
 from embedlog import Client, LocalCluster
 from embedlog.cli import build_parser
@@ -72,6 +80,8 @@ def command_problems(argv: list[str]) -> list[str]:
         choices = _subcommands(parser)
         if not choices:
             break
+        if word == "...":  # "embedlog bookie ...": any of its subcommands
+            return problems
         names = word.split("|")  # a synopsis: "ledger list|show"
         missing = [n for n in names if n not in choices]
         if missing:
@@ -100,6 +110,7 @@ def command_problems(argv: list[str]) -> list[str]:
             ["embedlog auditor check takes no option --interval"],
         ),
         (["simpletest", "--entries", "10"], []),
+        (["bookie", "...", "--anything"], []),
     ],
 )
 def test_command_problems(argv, problems):
@@ -113,6 +124,11 @@ def test_every_embedlog_command_on_the_page_exists(page):
         for sample in page_samples(page)
         if sample.is_shell
         for argv in shell_commands(sample.code)
+        for problem in command_problems(argv)
+    ]
+    problems += [
+        f"{page}: `embedlog {' '.join(argv)}`: {problem}"
+        for argv in inline_commands((ROOT / page).read_text())
         for problem in command_problems(argv)
     ]
     assert not problems, "\n".join(problems)
@@ -297,6 +313,15 @@ def test_samples_of_a_page():
 def test_malformed_samples_are_errors(text, message):
     with pytest.raises(SampleError, match=message):
         samples_of(text, "p.md")
+
+
+def test_inline_commands():
+    text = (
+        "Run `embedlog ledger list --json` or `python -m embedlog --version`; "
+        "`embedlog bookie run: error: port in use` is a message, `ls` no command.\n"
+        "```\nembedlog in a fence\n```\n"
+    )
+    assert inline_commands(text) == [["ledger", "list", "--json"], ["--version"]]
 
 
 def test_a_pytest_block_is_recognised_by_its_test_functions():
