@@ -4,7 +4,7 @@ Bookies, transports and clients of a LocalCluster all run on its loop; the
 blocking API (the public contract) submits coroutines to it and waits. Disk
 waits (fsync) go to small thread pools so the loop never blocks on a disk, and
 the journal batches a whole group of adds into one write and one fsync. See
-docs/design.md for why this and not threads per request.
+docs/design/overview.md for why this and not threads per request.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Status codes carried in bookie responses (BookKeeper's bookie protocol codes).
 
 Callers classify every answer into one of three outcomes, and the difference
-matters for safety (see docs/protocol.md): positive, explicit negative
+matters for safety (see docs/design/protocol.md): positive, explicit negative
 (ENOLEDGER/ENOENTRY) and unknown (everything else, including timeouts).
 """
 

@@ -6,14 +6,9 @@ must come from embedlog's ``pytest11`` entry point alone.
 
 from __future__ import annotations
 
-import re
 from importlib.metadata import entry_points
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs" / "testing.md"
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -25,23 +20,6 @@ def test_the_plugin_is_registered_as_a_pytest11_entry_point():
     assert found.get("embedlog") == "embedlog.testing.pytest_plugin", (
         "embedlog's pytest11 entry point is missing: reinstall the package (pip install -e .)"
     )
-
-
-def test_the_documented_example_runs_from_a_project_of_its_own(pytester):
-    text = DOCS.read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert blocks, "docs/testing.md lost its example"
-    pytester.makepyfile(test_from_the_docs=blocks[0])
-    result = run(pytester)
-    result.assert_outcomes(passed=3)
-
-
-def test_the_readme_example_runs_from_a_project_of_its_own(pytester):
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    ours = [b for b in blocks if "embedlog_cluster" in b]
-    assert len(ours) == 1, "README.md's pytest plugin example is gone"
-    pytester.makepyfile(test_from_the_readme=ours[0])
-    run(pytester).assert_outcomes(passed=1)
 
 
 def test_the_marker_shapes_the_cluster(pytester):
