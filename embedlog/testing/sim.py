@@ -263,6 +263,7 @@ class Simulation:
         self._busy: set[str] = set()  # bookies a strike is taking down and bringing back
         self._strikes: set[asyncio.Future[None]] = set()
         self._moments: list[asyncio.Future[int]] = []  # aimed recoveries waiting
+        self._late_ledgers: set[int] = set()  # ledgers an add was held up to, lately
         self._strike_rng = seeded(seed, "strikes")
         self._max_down = max(1, sc.bookies - self.ensemble)
         if self.races is not None:
@@ -520,6 +521,8 @@ class Simulation:
     def _watched(self, bookie: str, req: Request, fate: str) -> None:
         if aimed(req, fate):
             self._targets.note(self.loop.time(), bookie)
+        if fate == "late":
+            self._late_ledgers.add(req.ledger_id)
         if fate == "late" and self._moments:
             for waiting in self._moments:
                 if not waiting.done():
@@ -527,6 +530,12 @@ class Simulation:
             self._moments.clear()
         if strikes_at(req, fate):
             self._maybe_strike(bookie)
+
+    def took_late(self, lid: int) -> bool:
+        """Whether an add to ``lid`` was held up since the last time this was asked."""
+        late = lid in self._late_ledgers
+        self._late_ledgers.discard(lid)
+        return late
 
     async def late_add(self, limit: float) -> int | None:
         """The ledger of the next add the network holds up (None after ``limit`` seconds):

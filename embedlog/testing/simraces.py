@@ -14,7 +14,8 @@ mix, some of them none):
   stays under the request timeout, so the writer is still waiting for its answer when
   it lands, after whatever overtook it on other connections (a recovery, a takeover);
 * **writer pauses**: a writer goes quiet between two adds (the nemesis and recoveries
-  act meanwhile), then writes to an ensemble that may have changed under it;
+  act meanwhile), then writes to an ensemble that may have changed under it; most
+  often right after the network held one of its adds up;
 * **aimed crashes**: the nemesis picks its victim among the bookies a recovery or a
   takeover just asked (a fence, a recovery read), or to which a request was just
   lost, rather than among all the bookies; and a **strike** takes down at once (within
@@ -49,6 +50,7 @@ LATE_ADD_RATES = (0.0, 0.1, 0.3)
 # Under the simulation's request timeout (1 s): the writer still takes the answer.
 LATE = (0.01, 0.8)
 PAUSE_RATES = (0.02, 0.05, 0.1)
+PAUSE_ON_LATE_RATES = (0.3, 0.7)  # the same, right after one of the writer's adds was held up
 PAUSE = (0.1, 1.5)  # seconds a pausing writer stays quiet
 AIM_RATES = (0.0, 0.5, 0.9)  # how often a nemesis crash or stop picks an aimed victim
 # Bookies a recovery or a takeover asked, or whose request was lost, this long ago at most
@@ -71,6 +73,7 @@ class RaceProfile:
     aimed_loss: tuple[tuple[str, float], ...]  # (request kind, loss probability)
     late_add: float  # probability an add is held up (LATE)
     pause: float  # probability a writer pauses (PAUSE) after an add
+    pause_on_late: float  # the same, after an add of its ledger that the network held up
     aim: float  # probability a nemesis step picks an aimed victim
     strike: float  # probability an aimed request's bookie goes down at once (a strike)
     aim_recovery: float  # probability a recovery or a takeover starts at a late add
@@ -84,6 +87,7 @@ class RaceProfile:
             aimed_loss=tuple((k, rng.choice(r)) for k, r in AIMED_LOSS_RATES.items()),
             late_add=rng.choice(LATE_ADD_RATES),
             pause=rng.choice(PAUSE_RATES),
+            pause_on_late=rng.choice(PAUSE_ON_LATE_RATES),
             aim=rng.choice(AIM_RATES),
             strike=rng.choice(STRIKE_RATES),
             aim_recovery=rng.choice(AIM_RECOVERY_RATES),

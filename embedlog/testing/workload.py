@@ -64,11 +64,15 @@ async def create_with_retries(
     return None
 
 
-async def maybe_pause(sim: Simulation, who: str) -> None:
+async def maybe_pause(sim: Simulation, who: str, lid: int) -> None:
     """The race scenarios' writer pauses (simraces.py): now and then a writer goes quiet
-    between two adds while recoveries, takeovers and the nemesis act."""
+    between two adds while recoveries, takeovers and the nemesis act; most often right
+    after the network held one of its adds up (that add lands meanwhile)."""
     races, rng = sim.races, sim.rng
-    if races is not None and rng.random() < races.pause:
+    if races is None:
+        return
+    rate = races.pause_on_late if sim.took_late(lid) else races.pause
+    if rng.random() < rate:
         pause = rng.uniform(*PAUSE)
         sim.counts["writer.pause"] += 1
         sim.trace("pause", who, f"{pause:.6f}")

@@ -100,7 +100,7 @@ class BoundedWorkload:
             sim.counts["add"] += 1
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.expovariate(100.0))
-            await maybe_pause(sim, name)
+            await maybe_pause(sim, name, lid)
         if futures:
             await asyncio.wait(futures)
         if writer.error is None and rng.random() < 0.5:

@@ -189,7 +189,7 @@ class UnboundedWorkload:
             sim.counts["add"] += 1
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.expovariate(50.0))
-            await maybe_pause(sim, who)
+            await maybe_pause(sim, who, lid)
         if futures:
             await asyncio.wait(futures)
         sim.counts["rollover"] += writer.rollovers
