@@ -42,10 +42,7 @@ class Scenario:
     races: bool = False
 
 
-RACES = (
-    "; faults aimed at the protocol's decisions: fences, recovery reads and adds lost, "
-    "adds late, writers pausing, the nemesis taking down the bookies a recovery just asked"
-)
+RACES = "; faults aimed at protocol moments (simraces.py)"
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
@@ -180,7 +177,7 @@ UNSAFE: dict[str, UnsafeSwitch] = {
             "journal off: a rebooted bookie's repair of an open stream clears limbo up to the "
             "first add after the boot, which a resend of an older entry does not bound "
             "(issue #12 race 2: unsafe_limbo_clears_at_first_resend)",
-            "unbounded-nojournal",
+            "unbounded-nojournal-races",
             bookie={"unsafe_limbo_clears_at_first_resend": True},
         ),
         UnsafeSwitch(
