@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import attrs
 from attrs import field, frozen
 
 
@@ -37,7 +38,11 @@ class Scenario:
     takeovers: tuple[int, int] = (0, 0)
     trims: tuple[int, int] = (0, 0)
     followers: tuple[int, int] = (0, 0)
+    # Faults aimed at protocol moments, with rates drawn per seed (simraces.py).
+    races: bool = False
 
+
+RACES = "; faults aimed at protocol moments (simraces.py)"
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
@@ -80,6 +85,16 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+# Each everyday scenario once more with the faults aimed at protocol moments
+# (simraces.py): the interleavings that need several coincidences (most unsafe switches'
+# races) come within a few hundred seeds instead of tens of thousands.
+SCENARIOS.update(
+    (
+        f"{s.name}-races",
+        attrs.evolve(s, name=f"{s.name}-races", summary=s.summary + RACES, races=True),
+    )
+    for s in list(SCENARIOS.values())
+)
 
 DEFAULT_SCENARIO = "bounded"
 
@@ -162,7 +177,7 @@ UNSAFE: dict[str, UnsafeSwitch] = {
             "journal off: a rebooted bookie's repair of an open stream clears limbo up to the "
             "first add after the boot, which a resend of an older entry does not bound "
             "(issue #12 race 2: unsafe_limbo_clears_at_first_resend)",
-            "unbounded-nojournal",
+            "unbounded-nojournal-races",
             bookie={"unsafe_limbo_clears_at_first_resend": True},
         ),
         UnsafeSwitch(

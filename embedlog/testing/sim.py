@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 from attrs import define, field
 
 from embedlog.bookie.bookie import Bookie, BookieState
@@ -54,10 +55,19 @@ from embedlog.testing.simmeta import (
     SimMetadataExecutor,
 )
 from embedlog.testing.simnet import NetProfile, SimNetwork
+from embedlog.testing.simraces import (
+    STRIKE_AFTER,
+    STRIKE_DOWN,
+    RaceProfile,
+    Targets,
+    aimed,
+    strikes_at,
+)
 from embedlog.testing.workload import DIGEST, Workload, task_error
 from embedlog.testing.workload_bounded import BoundedWorkload
 from embedlog.testing.workload_unbounded import UnboundedWorkload
 from embedlog.wire.entry import HEADER, Digester
+from embedlog.wire.messages import Request
 
 REQUEST_TIMEOUT = 1.0  # virtual seconds
 WORKLOAD_LIMIT = 120.0  # virtual seconds the writers get before the cluster is healed
@@ -246,10 +256,33 @@ class Simulation:
             spike=(0.05, 3 * REQUEST_TIMEOUT),
             loss_probability=cfg_rng.uniform(*sc.loss),
         )
+        # The race scenarios' aimed faults, drawn from a stream of their own so that the
+        # other scenarios' histories stay as they were.
+        self.races = RaceProfile.draw(seeded(seed, "races")) if sc.races else None
+        self._targets = Targets()
+        self._busy: set[str] = set()  # bookies a strike is taking down and bringing back
+        self._strikes: set[asyncio.Future[None]] = set()
+        self._moments: list[asyncio.Future[int]] = []  # aimed recoveries waiting
+        self._late_ledgers: set[int] = set()  # ledgers an add was held up to, lately
+        self._strike_rng = seeded(seed, "strikes")
+        self._max_down = max(1, sc.bookies - self.ensemble)
+        if self.races is not None:
+            self.ensemble, self.write_quorum = self.races.shape
+            self._max_down = max(1, sc.bookies - self.ensemble)
+            profile = attrs.evolve(
+                profile, aimed_loss=self.races.aimed_loss, late_add=self.races.late_add
+            )
+            if sc.journal == "off":
+                self.bookie_settings["flush_interval"] = self.races.flush_interval
         self.workload: Workload = make_workload(self)
         self.oracle = self.workload.oracle
         self.net = SimNetwork(
-            self._serving, seeded(seed, "network"), self.oracle, self.trace, profile
+            self._serving,
+            seeded(seed, "network"),
+            self.oracle,
+            self.trace,
+            profile,
+            watch=self._watched if self.races is not None else None,
         )
         self.runtime = SimRuntime(loop)
         self.bookies: dict[str, Bookie] = {}
@@ -258,6 +291,8 @@ class Simulation:
         # Each bookie's disks, for the whole history: they outlive its incarnations.
         self.disks: dict[str, MemoryDisk] = {}
         self.disk_faults = DiskNemesis(self, seeded(seed, "disk-faults"))
+        if self.races is not None:
+            self.disk_faults.wipe_probability = self.races.wipe
         self._clients = 0
         self._healed = False
         self._workload_done = False
@@ -275,6 +310,7 @@ class Simulation:
             self.bookie_settings,
             f"E{self.ensemble}/WQ{self.write_quorum}/AQ{self.ack_quorum}",
             profile,
+            *([self.races] if self.races is not None else []),
         )
 
     # -- cluster -------------------------------------------------------------------------------
@@ -429,6 +465,8 @@ class Simulation:
         # The nemesis ends after its current step, never inside one: a stop or a boot cut
         # short by a cancellation would be a fault of the simulator's own making.
         self._workload_done = True
+        if self._strikes:
+            await asyncio.wait(list(self._strikes))
         await asyncio.wait(
             [*work, disk_nemesis, expiries, *(x for x in [nemesis] if x is not None)]
         )
@@ -444,7 +482,7 @@ class Simulation:
 
     async def nemesis(self) -> None:
         rng = self._fault_rng
-        max_down = max(1, self.scenario.bookies - self.ensemble)
+        max_down = self._max_down
         mean_gap = rng.choice((0.1, 0.3, 1.0))
         self.trace("nemesis", "mean-gap", mean_gap, "max-down", max_down)
         steps = 0
@@ -453,24 +491,109 @@ class Simulation:
             if self._workload_done or steps == self.scenario.fault_budget:
                 return
             steps += 1
-            up, down = self.up(), self.down()
+            # Bookies a strike holds are its own to bring back (none outside the races).
+            up = [b for b in self.up() if b not in self._busy]
+            down = [b for b in self.down() if b not in self._busy]
             action = rng.random()
-            if down and (action < 0.4 or len(down) >= max_down):
+            if down and (action < 0.4 or len(self.down()) >= max_down):
                 bid = rng.choice(down)
                 self.counts["fault.restart"] += 1
                 self.trace("restart", bid)
-                await self.boot(bid)
-            elif up and action < 0.85:
-                bid = rng.choice(up)
-                if self._may_lose(bid):
-                    self.crash(bid)
-                else:
-                    await self.stop(bid)
-                self.disk_faults.after_down(bid)
+                self._busy.add(bid)  # a strike leaves a bookie alone while it boots
+                try:
+                    await self.boot(bid)
+                finally:
+                    self._busy.discard(bid)
+            elif len(self.down()) >= max_down:
+                continue  # what is down is a strike's to bring back
             elif up:
-                bid = rng.choice(up)
+                bid = self._victim(rng, up)
+                self._busy.add(bid)
+                try:
+                    if action < 0.85 and self._may_lose(bid):
+                        self.crash(bid)
+                    else:
+                        await self.stop(bid)
+                    self.disk_faults.after_down(bid)
+                finally:
+                    self._busy.discard(bid)
+
+    def _watched(self, bookie: str, req: Request, fate: str) -> None:
+        if aimed(req, fate):
+            self._targets.note(self.loop.time(), bookie)
+        if fate == "late":
+            self._late_ledgers.add(req.ledger_id)
+        if fate == "late" and self._moments:
+            for waiting in self._moments:
+                if not waiting.done():
+                    waiting.set_result(req.ledger_id)
+            self._moments.clear()
+        if strikes_at(req, fate):
+            self._maybe_strike(bookie)
+
+    def took_late(self, lid: int) -> bool:
+        """Whether an add to ``lid`` was held up since the last time this was asked."""
+        late = lid in self._late_ledgers
+        self._late_ledgers.discard(lid)
+        return late
+
+    async def late_add(self, limit: float) -> int | None:
+        """The ledger of the next add the network holds up (None after ``limit`` seconds):
+        an aimed recovery or takeover starts there while that add is on its way."""
+        moment: asyncio.Future[int] = self.loop.create_future()
+        self._moments.append(moment)
+        await asyncio.wait([moment], timeout=limit)
+        if not moment.done():
+            moment.cancel()
+            return None
+        return moment.result()
+
+    def _maybe_strike(self, bid: str) -> None:
+        races = self.races
+        assert races is not None
+        if not races.strike or self._workload_done or bid in self._busy:
+            return
+        if self._serving(bid) is None or len(self.down()) >= self._max_down:
+            return
+        if self._strike_rng.random() >= races.strike:
+            return
+        self._busy.add(bid)
+        strike = asyncio.ensure_future(self._strike(bid))
+        self._strikes.add(strike)
+        strike.add_done_callback(self._strikes.discard)
+
+    async def _strike(self, bid: str) -> None:
+        """Take ``bid`` down at once (crashed when the lossy budget allows, else stopped;
+        maybe wiped), then bring it back: the race scenarios' aimed crash."""
+        rng = self._strike_rng
+        try:
+            await asyncio.sleep(rng.uniform(*STRIKE_AFTER))
+            if self._serving(bid) is None:
+                return
+            self.counts["fault.strike"] += 1
+            self.trace("strike", bid)
+            if self._may_lose(bid):
+                self.crash(bid)
+            else:
                 await self.stop(bid)
-                self.disk_faults.after_down(bid)
+            self.disk_faults.after_down(bid)
+            await asyncio.sleep(rng.uniform(*STRIKE_DOWN))
+            if bid in self.down():
+                self.counts["fault.restart"] += 1
+                self.trace("restart", bid)
+                await self.boot(bid)
+        finally:
+            self._busy.discard(bid)
+
+    def _victim(self, rng: random.Random, up: list[str]) -> str:
+        """The bookie a nemesis step takes down: in the race scenarios, often one a
+        recovery or a takeover just asked, or whose request was just lost."""
+        if self.races is not None and rng.random() < self.races.aim:
+            aimed_at = self._targets.among(self.loop.time(), up)
+            if aimed_at:
+                self.counts["fault.aimed"] += 1
+                return rng.choice(aimed_at)
+        return rng.choice(up)
 
     def _may_lose(self, bid: str) -> bool:
         if self.bookie_settings["journal_write_data"] or bid in self._lossy:

@@ -20,9 +20,10 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-from attrs import frozen
+from attrs import field, frozen
 
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
+from embedlog.testing.simraces import aimed_loss
 from embedlog.transport.base import Transport
 from embedlog.transport.server import RequestHandler, serve_frame
 from embedlog.wire.messages import AddFlags, FrameError, OpCode, ReadFlags, Request, Response
@@ -39,6 +40,12 @@ class NetProfile:
     spike_probability: float = 0.0  # a message held up far longer (a stall, a GC pause)
     spike: tuple[float, float] = (0.05, 3.0)  # seconds, uniform
     loss_probability: float = 0.0  # each request and each answer
+    # The race scenarios' aimed faults (simraces.py): (request kind, loss probability) on
+    # top of the everyday losses, and how often an add is held up for ``late`` seconds.
+    # (Left out of the repr, which the trace shows: the race scenarios trace their own.)
+    aimed_loss: tuple[tuple[str, float], ...] = field(default=(), repr=False)
+    late_add: float = field(default=0.0, repr=False)
+    late: tuple[float, float] = field(default=(0.01, 0.8), repr=False)
 
 
 CALM = NetProfile()
@@ -62,12 +69,16 @@ class SimNetwork(Transport):
         observer: Observer,
         trace: Tracer,
         profile: NetProfile = CALM,
+        watch: Callable[[str, Request, str], None] | None = None,
     ) -> None:
         self._lookup = lookup
         self._rng = rng
         self._observer = observer
         self._trace = trace
         self.profile = profile
+        # (bookie, request, fate: "lost", "late" or "sent"): every request as it leaves
+        self._watch = watch
+        self._late = False  # whether the last arrival drawn was a late add
         self._last: dict[tuple[str, str], float] = {}  # connection -> last arrival scheduled
         self._serving: set[asyncio.Task[Response]] = set()
         self.counts: dict[str, int] = {}
@@ -84,13 +95,22 @@ class SimNetwork(Transport):
         p = self.profile.loss_probability
         return p > 0 and self._rng.random() < p
 
-    def _arrival(self, src: str, dst: str) -> float:
+    def _aimed_loss(self, req: Request) -> bool:
+        p = aimed_loss(self.profile.aimed_loss, req.kind) if self.profile.aimed_loss else 0.0
+        return p > 0 and self._rng.random() < p
+
+    def _arrival(self, src: str, dst: str, req: Request | None = None) -> float:
         loop = asyncio.get_running_loop()
         prof, rng = self.profile, self._rng
         delay = rng.uniform(*prof.delay)
         if prof.spike_probability and rng.random() < prof.spike_probability:
             delay += rng.uniform(*prof.spike)
             self._count("net.delay_spike")
+        self._late = False
+        if prof.late_add and req is not None and req.kind == "add" and rng.random() < prof.late_add:
+            delay += rng.uniform(*prof.late)
+            self._late = True
+            self._count("net.late_add")
         link = (src, dst)
         at = max(loop.time() + delay, self._last.get(link, 0.0) + _FIFO_GAP)
         self._last[link] = at
@@ -110,11 +130,19 @@ class SimNetwork(Transport):
         path = protocol_path(req)
         if path is not None:
             self._count(path)
-        if self._lost():
+        lost = self._lost()
+        if lost:
             self._count("net.request_lost")
             self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
+        elif self._aimed_loss(req):
+            lost = True
+            self._count(f"net.aimed_loss.{req.kind}")
+            self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
         else:
-            loop.call_at(self._arrival(src, bookie_id), self._deliver, src, bookie_id, req, answer)
+            at = self._arrival(src, bookie_id, req)
+            loop.call_at(at, self._deliver, src, bookie_id, req, answer)
+        if self._watch is not None:
+            self._watch(bookie_id, req, "lost" if lost else "late" if self._late else "sent")
         timer = loop.call_later(timeout, self._time_out, answer, bookie_id, timeout)
         answer.add_done_callback(lambda _f: timer.cancel())
         return answer

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from embedlog.errors import BKError
+from embedlog.testing.simraces import AIM_RECOVERY_WAIT, PAUSE
 from embedlog.wire.entry import DigestType
 
 if TYPE_CHECKING:
@@ -61,6 +62,33 @@ async def create_with_retries(
             sim.trace("create-failed", name, type(exc).__name__)
             await asyncio.sleep(0.5)
     return None
+
+
+async def maybe_pause(sim: Simulation, who: str, lid: int) -> None:
+    """The race scenarios' writer pauses (simraces.py): now and then a writer goes quiet
+    between two adds while recoveries, takeovers and the nemesis act; most often right
+    after the network held one of its adds up (that add lands meanwhile)."""
+    races, rng = sim.races, sim.rng
+    if races is None:
+        return
+    rate = races.pause_on_late if sim.took_late(lid) else races.pause
+    if rng.random() < rate:
+        pause = rng.uniform(*PAUSE)
+        sim.counts["writer.pause"] += 1
+        sim.trace("pause", who, f"{pause:.6f}")
+        await asyncio.sleep(pause)
+
+
+async def aimed_ledger(sim: Simulation) -> int | None:
+    """The race scenarios' aimed recoveries and takeovers (simraces.py): now and then one
+    waits for the next add the network holds up and starts on its ledger at once, while
+    that add is on its way. None: not aimed (or no add was held up in time)."""
+    races, rng = sim.races, sim.rng
+    if races is None or rng.random() >= races.aim_recovery:
+        return None
+    lid = await sim.late_add(AIM_RECOVERY_WAIT)
+    sim.counts["recovery.aimed" if lid is not None else "recovery.aim_missed"] += 1
+    return lid
 
 
 def task_error(task: asyncio.Future[Any]) -> str | None:

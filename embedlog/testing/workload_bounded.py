@@ -19,7 +19,13 @@ from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.testing.oracle import Oracle
-from embedlog.testing.workload import DIGEST, PASSWORD, create_with_retries
+from embedlog.testing.workload import (
+    DIGEST,
+    PASSWORD,
+    aimed_ledger,
+    create_with_retries,
+    maybe_pause,
+)
 from embedlog.wire.entry import Digester
 
 if TYPE_CHECKING:
@@ -94,6 +100,7 @@ class BoundedWorkload:
             sim.counts["add"] += 1
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.expovariate(100.0))
+            await maybe_pause(sim, name, lid)
         if futures:
             await asyncio.wait(futures)
         if writer.error is None and rng.random() < 0.5:
@@ -135,9 +142,10 @@ class BoundedWorkload:
         client = sim.client(name)
         # Mostly while the writers still write: that is where recovery races them.
         await asyncio.sleep(rng.uniform(0.01, 0.15) if rng.random() < 0.8 else rng.uniform(0, 2))
+        aimed = await aimed_ledger(sim)
         if not self.ledgers:
             return
-        lid = rng.choice(self.ledgers)
+        lid = aimed if aimed in self.ledgers else rng.choice(self.ledgers)
         for _attempt in range(3):
             sim.counts["recovery"] += 1
             sim.trace("recover", name, lid)

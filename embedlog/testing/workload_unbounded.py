@@ -25,10 +25,17 @@ from embedlog.errors import BKError, InvalidTermError, NoSuchEntryError, NoSuchL
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
-from embedlog.testing.workload import DIGEST, PASSWORD, create_with_retries
+from embedlog.testing.workload import (
+    DIGEST,
+    PASSWORD,
+    aimed_ledger,
+    create_with_retries,
+    maybe_pause,
+)
 from embedlog.unbounded import follow, layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.entry import Digester
+from embedlog.wire.messages import OpCode
 
 if TYPE_CHECKING:
     from embedlog.testing.sim import Simulation
@@ -123,8 +130,10 @@ class UnboundedWorkload:
         self._writing += 1
         try:
             await asyncio.sleep(rng.uniform(0.02, 0.3) if rng.random() < 0.7 else rng.uniform(0, 2))
+            aimed = await aimed_ledger(sim)
             if self.ledgers:
-                await self.take_over_and_write(client, name, rng.choice(self.ledgers))
+                lid = aimed if aimed in self.ledgers else rng.choice(self.ledgers)
+                await self.take_over_and_write(client, name, lid)
         finally:
             self._writing -= 1
             if not self._writing:
@@ -180,6 +189,7 @@ class UnboundedWorkload:
             sim.counts["add"] += 1
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.expovariate(50.0))
+            await maybe_pause(sim, who, lid)
         if futures:
             await asyncio.wait(futures)
         sim.counts["rollover"] += writer.rollovers
@@ -335,6 +345,8 @@ class UnboundedWorkload:
                 )
                 continue
             entries = await self._read_whole(checker, handle)
+            if sim.races is not None:
+                await self._probe(checker, lid)
             if entries is None:
                 continue
             first = layout.first_entry(handle.metadata)
@@ -343,6 +355,28 @@ class UnboundedWorkload:
             for f in self._followers:
                 if f.lid == lid:
                     self.oracle.followers_agree(f, entries)
+
+    async def _probe(self, checker: Client, lid: int) -> None:
+        """The race scenarios' probe (simraces.py): every bookie of an acknowledged entry's
+        write set is asked for it; the oracle judges every answer (a negative for an entry
+        the bookie acknowledged, another term's payload at an acknowledged id)."""
+        md = self.sim.truth.read_ledger(lid)
+        first = layout.first_entry(md)
+        acked = sorted(e for e in self.oracle.stream_acked.get(lid, {}) if e >= first)
+
+        async def ask(bookie: str, eid: int) -> None:
+            try:
+                await checker.ctx.bookies.call(bookie, OpCode.READ, lid, eid)
+            except BKError:
+                pass  # unknown: the oracle saw whatever the bookie answered
+
+        asks = [
+            ask(b, eid)
+            for eid in acked
+            for b in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
+        ]
+        self.sim.counts["probe.read"] += len(asks)
+        await asyncio.gather(*asks)
 
     async def _read_whole(
         self, checker: Client, handle: UnboundedLedger

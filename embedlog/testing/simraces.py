@@ -1,0 +1,134 @@
+"""Faults aimed at protocol moments: the race scenarios' knobs (``Scenario.races``).
+
+The everyday scenarios draw every fault independently of what the message or the
+moment is, so an interleaving that needs three or four particular coincidences (a
+fence lost, an add late at the same bookie, a bookie wiped between a recovery and the
+writer's next add) is reached once in thousands of seeds. The race scenarios aim
+their faults, as FoundationDB's BUGGIFY does, at the messages and moments where the
+protocol's rules decide something, with rates drawn per seed (each seed a different
+mix, some of them none):
+
+* **aimed losses**: requests of one kind (``Request.kind``: fences, recovery reads,
+  adds) lost at their own rate, on top of the network's everyday losses;
+* **late adds**: an add (or batch) held up on its way to a bookie for a while that
+  stays under the request timeout, so the writer is still waiting for its answer when
+  it lands, after whatever overtook it on other connections (a recovery, a takeover);
+* **writer pauses**: a writer goes quiet between two adds (the nemesis and recoveries
+  act meanwhile), then writes to an ensemble that may have changed under it; most
+  often right after the network held one of its adds up;
+* **aimed crashes**: the nemesis picks its victim among the bookies a recovery or a
+  takeover just asked (a fence, a recovery read), or to which a request was just
+  lost, rather than among all the bookies; and a **strike** takes down at once (within
+  0.1 s, for up to 0.6 s, crashed when the lossy budget allows, maybe wiped) a bookie
+  just fenced or just missing an add;
+* **aimed recoveries**: a recovery or a takeover waits for the next late add and starts
+  on its ledger at once, while that add is on its way;
+* ensembles with E > WQ > AQ more often (the races of streams need both);
+* a slower flush of the write cache (journal off: more acknowledged entries that a
+  crash loses) and more wiped disks;
+* for streams, a probe at the end: every bookie of an acknowledged entry's write set
+  is asked for it, so that a negative for an entry a bookie acknowledged
+  (``NoNegativeForAckedEntry``) does not hide behind a reader that asked another.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+from attrs import frozen
+
+from embedlog.wire.messages import Request
+
+# Request kinds (``Request.kind``) whose losses the races aim at, and the rates drawn.
+AIMED_LOSS_RATES: dict[str, tuple[float, ...]] = {
+    "fence": (0.0, 0.2, 0.5),
+    "recovery_read": (0.0, 0.1, 0.3),
+    "add": (0.0, 0.05, 0.15),
+}
+LATE_ADD_RATES = (0.0, 0.1, 0.3)
+# Under the simulation's request timeout (1 s): the writer still takes the answer.
+LATE = (0.01, 0.8)
+PAUSE_RATES = (0.02, 0.05, 0.1)
+PAUSE_ON_LATE_RATES = (0.3, 0.7)  # the same, right after one of the writer's adds was held up
+PAUSE = (0.1, 1.5)  # seconds a pausing writer stays quiet
+AIM_RATES = (0.0, 0.5, 0.9)  # how often a nemesis crash or stop picks an aimed victim
+# Bookies a recovery or a takeover asked, or whose request was lost, this long ago at most
+# are aimed at.
+AIM_WINDOW = 0.5
+STRIKE_RATES = (0.0, 0.1, 0.3)  # how often an aimed request's bookie is struck at once
+STRIKE_AFTER = (0.0, 0.1)  # seconds between the aimed request and the strike
+STRIKE_DOWN = (0.05, 0.6)  # seconds a struck bookie stays down
+AIM_RECOVERY_RATES = (0.5, 0.9)  # how often a recovery or a takeover waits for a late add
+AIM_RECOVERY_WAIT = 3.0  # seconds it waits at most
+# (ensemble, write quorum), AQ 2: E > WQ > AQ twice as often as the everyday draws, since
+# races of streams (issue #12) need both.
+SHAPES = ((3, 2), (3, 3), (4, 3), (4, 3))
+FLUSH_INTERVALS = (0.5, 1.0, 2.0)  # journal off: acknowledged entries stay unflushed longer
+WIPE_RATES = (0.3, 0.5)
+
+
+@frozen
+class RaceProfile:
+    aimed_loss: tuple[tuple[str, float], ...]  # (request kind, loss probability)
+    late_add: float  # probability an add is held up (LATE)
+    pause: float  # probability a writer pauses (PAUSE) after an add
+    pause_on_late: float  # the same, after an add of its ledger that the network held up
+    aim: float  # probability a nemesis step picks an aimed victim
+    strike: float  # probability an aimed request's bookie goes down at once (a strike)
+    aim_recovery: float  # probability a recovery or a takeover starts at a late add
+    shape: tuple[int, int]  # (ensemble, write quorum)
+    flush_interval: float
+    wipe: float
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> RaceProfile:
+        return cls(
+            aimed_loss=tuple((k, rng.choice(r)) for k, r in AIMED_LOSS_RATES.items()),
+            late_add=rng.choice(LATE_ADD_RATES),
+            pause=rng.choice(PAUSE_RATES),
+            pause_on_late=rng.choice(PAUSE_ON_LATE_RATES),
+            aim=rng.choice(AIM_RATES),
+            strike=rng.choice(STRIKE_RATES),
+            aim_recovery=rng.choice(AIM_RECOVERY_RATES),
+            shape=rng.choice(SHAPES),
+            flush_interval=rng.choice(FLUSH_INTERVALS),
+            wipe=rng.choice(WIPE_RATES),
+        )
+
+
+def aimed_loss(profile: tuple[tuple[str, float], ...], kind: str) -> float:
+    """The aimed loss rate of requests of ``kind`` (0 for kinds not aimed at)."""
+    return next((p for k, p in profile if k == kind), 0.0)
+
+
+def aimed(req: Request, fate: str) -> bool:
+    """Whether the nemesis may aim at the bookie ``req`` went to: a recovery's or a
+    takeover's fence or read (where the protocol decides what the ledger holds), or a
+    request lost on its way (the bookie now misses something its peers have)."""
+    return fate == "lost" or req.kind in ("fence", "recovery_read", "recovery_add")
+
+
+def strikes_at(req: Request, fate: str) -> bool:
+    """Whether a strike may follow ``req``: a fence (the bookie a recovery or a takeover
+    just fenced goes down, maybe with its disks) or an add lost on its way (the bookie
+    goes down before the writer resends it)."""
+    return req.kind == "fence" or (fate == "lost" and req.kind == "add")
+
+
+class Targets:
+    """Bookies the nemesis may aim at: those asked by a recovery or a takeover, or whose
+    request was lost, within the last AIM_WINDOW virtual seconds (newest last)."""
+
+    def __init__(self) -> None:
+        self._recent: deque[tuple[float, str]] = deque()
+
+    def note(self, now: float, bookie: str) -> None:
+        self._recent.append((now, bookie))
+        while self._recent and self._recent[0][0] < now - AIM_WINDOW:
+            self._recent.popleft()
+
+    def among(self, now: float, candidates: list[str]) -> list[str]:
+        """The recently noted bookies among ``candidates``, in ``candidates``' order."""
+        recent = {b for t, b in self._recent if t >= now - AIM_WINDOW}
+        return [b for b in candidates if b in recent]
