@@ -19,7 +19,7 @@ from embedlog.testing.sim import run_seed
 FIRST = {
     # A lost add, the bookie struck (crashed, wiped) before the resend, limbo cleared up
     # to the resent id: the end probe reads NoSuchEntry for entries it acknowledged.
-    "limbo-clears-at-first-resend": 169,
+    "limbo-clears-at-first-resend": 197,
 }
 
 
