@@ -87,6 +87,24 @@ def assigned_entries(
                 yield eid, [b for b in ws if b != bookie_id]
 
 
+def must_protect(md: LedgerMetadata, bookie_id: str, *, held: bool) -> bool:
+    """Whether BP-46 phase one protects (fences, puts in limbo) this ledger: ``held``
+    says whether the bookie still holds any state of it.
+
+    Every ledger whose metadata lists the bookie; an open ledger it holds state of that
+    does not list it (yet): an ensemble change adding it may be in flight; and any ledger
+    being recovered or taken over (IN_RECOVERY), held or not: the recovery keeps its
+    ensemble changes in memory until it closes or reopens the ledger, its write-back may
+    have reached this bookie, and a bookie that lost what it had not flushed no longer
+    holds even the ledger's record (simulator seed 189 of ``bounded-nojournal-races``).
+    """
+    if bookie_id in md.bookies():
+        return True
+    if md.is_closed:
+        return False
+    return held or md.state is LedgerState.IN_RECOVERY
+
+
 def takeover_needed(md: LedgerMetadata, bookie_id: str, *, settled: bool) -> bool:
     """Whether BP-46 repair must take an open unbounded ledger over before the metadata
     can say what this bookie owes (``settled``: the repair took it over since the boot).

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from embedlog.bookie.base import BookieBase, BookieState
 from embedlog.bookie.index import REPAIR, LedgerInfo
+from embedlog.bookie.integrity import must_protect
 from embedlog.bookie.repair import Repairer
 from embedlog.errors import BookieIOError, NoSuchLedgerInMetadataError
 from embedlog.metadata.ledger_metadata import LedgerMetadata
@@ -31,14 +32,11 @@ class RepairServices(BookieBase):
         return await self._scan_metadata(lambda md: self.bookie_id in md.bookies())
 
     async def ledgers_to_protect(self) -> list[LedgerMetadata]:
-        """``ledgers_with_me``, and the open ledgers this bookie holds state of that do not
-        list it (yet): an ensemble change that adds it may be in flight, and it may have
-        acknowledged that change's entries (a recovery's write-back) before its CAS."""
+        """The ledgers BP-46 phase one protects (``integrity.must_protect``)."""
         assert self.storage is not None
         held = set(self.storage.ledger_ids())
-        return await self._scan_metadata(
-            lambda md: self.bookie_id in md.bookies() or (md.ledger_id in held and not md.is_closed)
-        )
+        me = self.bookie_id
+        return await self._scan_metadata(lambda md: must_protect(md, me, held=md.ledger_id in held))
 
     async def _scan_metadata(self, keep: Callable[[LedgerMetadata], bool]) -> list[LedgerMetadata]:
         """The metadata of every ledger ``keep`` accepts, in one pass over the store."""

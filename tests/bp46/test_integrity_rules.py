@@ -8,6 +8,7 @@ from embedlog.bookie.integrity import (
     Protection,
     assigned_entries,
     fragment_ranges,
+    must_protect,
     protection_for,
     repair_target,
     suspicion_reasons,
@@ -122,3 +123,21 @@ def test_takeover_needed(state, bookie, settled, needed):
     )
     assert takeover_needed(ub, bookie, settled=settled) is needed
     assert takeover_needed(md(state=state), bookie, settled=settled) is False  # bounded: recovered
+
+
+@pytest.mark.parametrize(
+    ("state", "bookie", "held", "protect"),
+    [
+        (LedgerState.OPEN, "b", False, True),  # listed
+        (LedgerState.CLOSED, "b", False, True),  # listed: what it owes is known
+        (LedgerState.OPEN, "z", True, True),  # an ensemble change adding it may land
+        (LedgerState.OPEN, "z", False, False),  # nothing of it here, nothing in flight
+        (LedgerState.CLOSED, "z", True, False),  # closed without it: owes nothing
+        # A recovery in flight may have written back to it in memory, and a crash without
+        # the journal took even the ledger's record (simulator seed 189).
+        (LedgerState.IN_RECOVERY, "z", False, True),
+    ],
+)
+def test_must_protect(state, bookie, held, protect):
+    m = md(state=state, last_entry_id=12 if state is LedgerState.CLOSED else -1)
+    assert must_protect(m, bookie, held=held) is protect

@@ -64,3 +64,21 @@ def test_the_everyday_scenarios_draw_no_aimed_fault():
     aimed = [k for k in result.counts if k.startswith(("net.aimed", "fault.strike", "writer.p"))]
     assert aimed == []
     assert not SCENARIOS["bounded-nojournal"].races
+
+
+# Race seeds that found a bug, each with the fix it needed: they stay clean.
+FOUND = {
+    # A bookie without the journal acknowledged a recovery's write-back (an ensemble
+    # change the recovery kept in memory), crashed and lost even the ledger's record; its
+    # suspicious boot did not protect the ledger (the metadata did not list it yet) and it
+    # answered NoSuchLedger once the recovery closed the ledger with it in the ensemble
+    # (integrity.must_protect: ledgers IN_RECOVERY are protected too).
+    "bounded-nojournal-races": (189,),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(FOUND))
+def test_race_seeds_that_found_a_bug_stay_clean(scenario):
+    for seed in FOUND[scenario]:
+        result = run_seed(seed, scenario, keep_trace=False)
+        assert result.ok, (seed, [str(v) for v in result.violations])
