@@ -172,5 +172,5 @@ def test_stream_offsets_without_spark(client: Any, metadata_uri: str) -> None:
                 r.initialOffset()
         finally:
             r.stop()
-    with pytest.raises(OptionError, match="needs option 'stream'.* or 'ledger'"):
+    with pytest.raises(OptionError, match=r"needs option 'stream'.* or 'ledger'"):
         StreamOptions.parse({"metadataUri": metadata_uri})
