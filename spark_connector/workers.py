@@ -71,8 +71,10 @@ def probe(python: str, pythonpath: str | None) -> list[str] | str:
     env = dict(os.environ)
     import pyspark
 
-    # Spark puts its own pyspark on the workers' path, before the application's.
-    paths = [str(Path(pyspark.__file__).resolve().parents[1])]
+    # Spark puts its own pyspark and py4j (zips it ships) on the workers' path, before
+    # the application's: not the driver's site-packages.
+    home = Path(pyspark.__file__).resolve().parent
+    paths = [str(z) for z in sorted((home / "python" / "lib").glob("*.zip"))] or [str(home.parent)]
     if pythonpath:
         paths.append(pythonpath)
     env["PYTHONPATH"] = os.pathsep.join(paths)
