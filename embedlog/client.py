@@ -414,7 +414,9 @@ class Client:
         await asyncio.gather(*(drop(b) for b in md.bookies()))
 
     async def _forget_stream(self, md: LedgerMetadata) -> None:
-        """After its ledger was deleted: free the stream's name, drop its cursors."""
+        """After its ledger was deleted: free the stream's name, drop its cursors and
+        sink records."""
+        from embedlog.metadata import sinks
         from embedlog.unbounded import layout
 
         store = self.ctx.metadata.store
@@ -422,6 +424,7 @@ class Client:
         if name is not None:
             await self.ctx.meta(streams.free, store, name, md.ledger_id)
         await self.ctx.meta(streams.delete_all_cursors, store, md.ledger_id)
+        await self.ctx.meta(sinks.delete_all, store, md.ledger_id)
 
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         self._check_open()

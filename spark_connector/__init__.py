@@ -1,4 +1,4 @@
-"""PySpark 4 data source for embedlog ledgers (see docs/spark.md).
+"""PySpark 4 data source for embedlog ledgers and streams (see docs/spark.md).
 
     from spark_connector import register
     register(spark)
@@ -9,27 +9,35 @@ are other processes, so the cluster must share its metadata through ZooKeeper
 (``zk://``) and serve its bookies over TCP.
 """
 
+from spark_connector.batch_read import EmbedlogBatchReader
+from spark_connector.exactly_once import SinkRecord
+from spark_connector.ledger_write import EmbedlogCommitMessage, EmbedlogWriter, ledgers_with
 from spark_connector.options import SCHEMA, OptionError
-from spark_connector.source import (
-    EmbedlogBatchReader,
-    EmbedlogCommitMessage,
-    EmbedlogDataSource,
-    EmbedlogStreamReader,
-    EmbedlogWriter,
-    LedgerRange,
-    ledgers_with,
-    register,
-)
+from spark_connector.reading import DataLossError, LedgerRange
+from spark_connector.sink import EmbedlogStreamAppender, TemporaryLedger
+from spark_connector.source import EmbedlogDataSource, register
+from spark_connector.stream_commit import StreamCommitError, temporary_ledgers
+from spark_connector.stream_read import EmbedlogStreamReader
+from spark_connector.stream_sink import EmbedlogStreamSink
+from spark_connector.workers import WorkerPythonError
 
 __all__ = [
     "SCHEMA",
+    "DataLossError",
     "EmbedlogBatchReader",
     "EmbedlogCommitMessage",
     "EmbedlogDataSource",
+    "EmbedlogStreamAppender",
     "EmbedlogStreamReader",
+    "EmbedlogStreamSink",
     "EmbedlogWriter",
     "LedgerRange",
     "OptionError",
+    "SinkRecord",
+    "StreamCommitError",
+    "TemporaryLedger",
+    "WorkerPythonError",
     "ledgers_with",
     "register",
+    "temporary_ledgers",
 ]

@@ -66,26 +66,53 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(f"option {name!r} must be true or false, got {raw!r}")
 
 
-def parse_ledger_list(raw: str, name: str = "ledgers") -> list[int]:
-    """ "3,4, 7" -> [3, 4, 7] (order kept, duplicates dropped)."""
-    out: list[int] = []
-    for part in str(raw).split(","):
-        part = part.strip()
-        if not part:
-            continue
+LedgerRef = int | str  # a ledger id, or a stream's name (resolved when the query is planned)
+
+
+def parse_ref(text: str, name: str) -> LedgerRef:
+    """ "7" -> 7, "orders" -> "orders" (a stream name); a negative id is refused."""
+    text = text.strip()
+    try:
+        lid = int(text)
+    except ValueError:
+        from embedlog.metadata.streams import check_name
+
         try:
-            lid = int(part)
-        except ValueError:
-            raise OptionError(
-                f"option {name!r} must be ledger ids separated by commas, got {raw!r}"
-            ) from None
-        if lid < 0:
-            raise OptionError(f"option {name!r}: ledger ids are >= 0, got {lid}")
-        if lid not in out:
-            out.append(lid)
+            return check_name(text, f"option {name!r}: stream name")
+        except ValueError as exc:
+            raise OptionError(str(exc)) from None
+    if lid < 0:
+        raise OptionError(f"option {name!r}: ledger ids are >= 0, got {lid}")
+    return lid
+
+
+def parse_ledger_list(raw: str, name: str = "ledgers") -> list[LedgerRef]:
+    """ "3,4, orders" -> [3, 4, "orders"] (order kept, duplicates dropped): ledger ids and
+    stream names separated by commas."""
+    out: list[LedgerRef] = []
+    for part in str(raw).split(","):
+        if not part.strip():
+            continue
+        ref = parse_ref(part, name)
+        if ref not in out:
+            out.append(ref)
     if not out:
         raise OptionError(f"option {name!r} names no ledger: {raw!r}")
     return out
+
+
+def _ledger_refs(options: Mapping[str, str], names: tuple[str, ...]) -> list[LedgerRef] | None:
+    """The ledgers named by whichever of ``names`` is given (at most one of them)."""
+    given = [(n, _get(options, n)) for n in names]
+    given = [(n, v) for n, v in given if v is not None]
+    if len(given) > 1:
+        raise OptionError(
+            f"options {' and '.join(repr(n) for n, _ in given)} both name ledgers: give one"
+        )
+    if not given:
+        return None
+    name, raw = given[0]
+    return parse_ledger_list(str(raw), name)
 
 
 @dataclass(frozen=True)
@@ -139,64 +166,22 @@ class ConnectionOptions:
         )
 
 
-@dataclass(frozen=True)
-class ReadOptions:
-    conn: ConnectionOptions
-    ledgers: tuple[int, ...] | None  # None: every ledger the metadata lists
-    entries_per_partition: int = DEFAULT_ENTRIES_PER_PARTITION
-    read_batch: int = DEFAULT_READ_BATCH
-    recover: bool = False
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
-        raw = _get(options, "ledgers")
-        return cls(
-            conn=ConnectionOptions.parse(options),
-            ledgers=tuple(parse_ledger_list(raw)) if raw is not None else None,
-            entries_per_partition=_int(
-                options, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION
-            ),
-            read_batch=_int(options, "readBatchSize", DEFAULT_READ_BATCH),
-            recover=_bool(options, "recover", False),
-        )
+def _offsets(options: Mapping[str, str], name: str, words: tuple[str, ...]) -> Offsets:
+    raw = _get(options, name)
+    return parse_offsets(raw if raw is not None else words[0], name, words)
 
 
-@dataclass(frozen=True)
-class StreamOptions:
-    conn: ConnectionOptions
-    ledgers: tuple[int, ...]
-    starting: str | dict[str, int]  # "earliest" | "latest" | {ledger id: next entry id}
-    entries_per_partition: int = DEFAULT_ENTRIES_PER_PARTITION
-    read_batch: int = DEFAULT_READ_BATCH
-    max_entries_per_trigger: int | None = None
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> StreamOptions:
-        raw = _get(options, "ledger")
-        if raw is None:
-            raw = _get(options, "ledgers")
-        if raw is None:
-            raise OptionError("a stream needs option 'ledger' (a ledger id, or ids with commas)")
-        ledgers = tuple(parse_ledger_list(raw, "ledger"))
-        starting = parse_starting_offsets(_get(options, "startingOffsets") or "earliest", ledgers)
-        raw_max = _get(options, "maxEntriesPerTrigger")
-        return cls(
-            conn=ConnectionOptions.parse(options),
-            ledgers=ledgers,
-            starting=starting,
-            entries_per_partition=_int(
-                options, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION
-            ),
-            read_batch=_int(options, "readBatchSize", DEFAULT_READ_BATCH),
-            max_entries_per_trigger=(
-                None if raw_max is None else _int(options, "maxEntriesPerTrigger", 0)
-            ),
-        )
+Offsets = str | dict[LedgerRef, int]  # a word ("earliest", "latest") or {ledger: entry id}
 
 
-def parse_starting_offsets(raw: str, ledgers: tuple[int, ...]) -> str | dict[str, int]:
+def parse_offsets(raw: str, name: str, words: tuple[str, ...]) -> Offsets:
+    """``words[i]`` or JSON ``{"<ledger id or stream name>": <entry id>}``.
+
+    The JSON's ledgers are checked against the query's once names are resolved
+    (``resolve_offsets``): a name needs the cluster.
+    """
     text = str(raw).strip()
-    if text.lower() in ("earliest", "latest"):
+    if text.lower() in words:
         return text.lower()
     try:
         value: Any = json.loads(text)
@@ -204,26 +189,107 @@ def parse_starting_offsets(raw: str, ledgers: tuple[int, ...]) -> str | dict[str
         value = None
     if not isinstance(value, dict):
         raise OptionError(
-            "option 'startingOffsets' must be earliest, latest, or JSON "
-            f'{{"<ledger id>": <next entry id>}}, got {raw!r}'
+            f"option {name!r} must be {' or '.join(words)}, or JSON "
+            f'{{"<ledger id or stream name>": <entry id>}}, got {raw!r}'
         )
-    out: dict[str, int] = {}
+    out: dict[LedgerRef, int] = {}
     for key, nxt in value.items():
-        try:
-            lid = int(key)
-        except ValueError:
-            raise OptionError(f"startingOffsets: {key!r} is not a ledger id") from None
-        if lid not in ledgers:
-            raise OptionError(f"startingOffsets names ledger {lid}, which option 'ledger' does not")
+        ref = parse_ref(str(key), name)
         if isinstance(nxt, bool) or not isinstance(nxt, int) or nxt < 0:
-            raise OptionError(
-                f"startingOffsets: ledger {lid} needs a next entry id >= 0, got {nxt!r}"
-            )
-        out[str(lid)] = nxt
-    missing = [lid for lid in ledgers if str(lid) not in out]
-    if missing:
-        raise OptionError(f"startingOffsets has no offset for ledger(s) {missing}")
+            raise OptionError(f"{name}: ledger {key} needs an entry id >= 0, got {nxt!r}")
+        out[ref] = nxt
     return out
+
+
+def resolve_offsets(
+    offsets: dict[LedgerRef, int], ids: dict[LedgerRef, int], name: str
+) -> dict[str, int]:
+    """JSON offsets with their ledgers resolved: {"<ledger id>": entry id}, one per ledger.
+
+    ``ids`` maps each of the query's ledger refs (ids and names) to its ledger id.
+    """
+    wanted = set(ids.values())
+    out: dict[str, int] = {}
+    for ref, nxt in offsets.items():
+        lid = ids.get(ref, ref if isinstance(ref, int) else None)
+        if lid is None or lid not in wanted:
+            raise OptionError(f"{name} names ledger {ref!r}, which the query does not read")
+        out[str(lid)] = nxt
+    missing = sorted(lid for lid in wanted if str(lid) not in out)
+    if missing:
+        raise OptionError(f"{name} has no offset for ledger(s) {missing}")
+    return out
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    conn: ConnectionOptions
+    ledgers: tuple[LedgerRef, ...] | None  # None: every ledger the metadata lists
+    entries_per_partition: int = DEFAULT_ENTRIES_PER_PARTITION
+    read_batch: int = DEFAULT_READ_BATCH
+    recover: bool = False
+    starting: Offsets = "earliest"  # earliest: entry 0, or a stream's trim point
+    ending: Offsets = "latest"  # latest: the last entry (closed) or the LAC (open)
+    fail_on_data_loss: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        check_known(options, "read")
+        refs = _ledger_refs(options, ("ledgers", "ledger", "stream"))
+        starting = _offsets(options, "startingOffsets", ("earliest",))
+        ending = _offsets(options, "endingOffsets", ("latest",))
+        if refs is None and (isinstance(starting, dict) or isinstance(ending, dict)):
+            raise OptionError(
+                "startingOffsets/endingOffsets as JSON need the ledgers named "
+                "(option 'ledgers' or 'stream')"
+            )
+        return cls(
+            conn=ConnectionOptions.parse(options),
+            ledgers=tuple(refs) if refs is not None else None,
+            entries_per_partition=_int(
+                options, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION
+            ),
+            read_batch=_int(options, "readBatchSize", DEFAULT_READ_BATCH),
+            recover=_bool(options, "recover", False),
+            starting=starting,
+            ending=ending,
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        )
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    conn: ConnectionOptions
+    ledgers: tuple[LedgerRef, ...]
+    starting: Offsets  # "earliest" | "latest" | {ledger: next entry id}
+    entries_per_partition: int = DEFAULT_ENTRIES_PER_PARTITION
+    read_batch: int = DEFAULT_READ_BATCH
+    max_entries_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StreamOptions:
+        check_known(options, "readStream")
+        refs = _ledger_refs(options, ("ledger", "ledgers", "stream"))
+        if refs is None:
+            raise OptionError(
+                "a stream needs option 'stream' (a stream name) or 'ledger' (a ledger id, "
+                "or ids and names with commas)"
+            )
+        raw_max = _get(options, "maxEntriesPerTrigger")
+        return cls(
+            conn=ConnectionOptions.parse(options),
+            ledgers=tuple(refs),
+            starting=_offsets(options, "startingOffsets", ("earliest", "latest")),
+            entries_per_partition=_int(
+                options, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION
+            ),
+            read_batch=_int(options, "readBatchSize", DEFAULT_READ_BATCH),
+            max_entries_per_trigger=(
+                None if raw_max is None else _int(options, "maxEntriesPerTrigger", 0)
+            ),
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        )
 
 
 DIGESTS = ("CRC32C", "MAC", "DUMMY")
@@ -238,9 +304,13 @@ class WriteOptions:
     digest: str = "CRC32C"
     window: int = DEFAULT_WRITE_WINDOW
     tag: str | None = None
+    # The stream to append to (a name or an unbounded ledger's id); None: new ledgers.
+    # With a target the ledgers above are the tasks' temporary ones.
+    target: LedgerRef | None = None
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+    def parse(cls, options: Mapping[str, str], direction: str = "write") -> WriteOptions:
+        check_known(options, direction)
         e = _int(options, "ensembleSize", 3)
         wq = _int(options, "writeQuorum", min(3, e))
         aq = _int(options, "ackQuorum", min(2, wq))
@@ -253,6 +323,14 @@ class WriteOptions:
             raise OptionError(
                 f"option 'digest' must be one of {', '.join(DIGESTS)}, got {digest!r}"
             )
+        refs = _ledger_refs(options, ("stream", "ledger"))
+        if refs is not None and len(refs) != 1:
+            raise OptionError(f"a write goes into one stream, got {refs}")
+        if refs is None and direction == "writeStream":
+            raise OptionError(
+                "writeStream needs option 'stream' (a stream name) or 'ledger' (an "
+                "unbounded ledger's id): the stream the query appends to"
+            )
         return cls(
             conn=ConnectionOptions.parse(options),
             ensemble_size=e,
@@ -261,4 +339,64 @@ class WriteOptions:
             digest=digest,
             window=_int(options, "maxOutstanding", DEFAULT_WRITE_WINDOW),
             tag=_get(options, "writeTag") or None,
+            target=refs[0] if refs is not None else None,
+        )
+
+
+# -- which options each direction knows ------------------------------------------------------
+
+_CONNECTION = ("metadataUri", "password", "tlsCa", "tlsCert", "tlsKey", "requestTimeout")
+_WRITING = (
+    "stream",
+    "ledger",
+    "ensembleSize",
+    "writeQuorum",
+    "ackQuorum",
+    "digest",
+    "maxOutstanding",
+    "writeTag",
+)
+KNOWN: dict[str, tuple[str, ...]] = {
+    "read": (
+        *_CONNECTION,
+        "ledgers",
+        "ledger",
+        "stream",
+        "startingOffsets",
+        "endingOffsets",
+        "failOnDataLoss",
+        "entriesPerPartition",
+        "readBatchSize",
+        "recover",
+    ),
+    "readStream": (
+        *_CONNECTION,
+        "stream",
+        "ledger",
+        "ledgers",
+        "startingOffsets",
+        "failOnDataLoss",
+        "maxEntriesPerTrigger",
+        "entriesPerPartition",
+        "readBatchSize",
+    ),
+    "write": (*_CONNECTION, *_WRITING),
+    "writeStream": (*_CONNECTION, *_WRITING),
+}
+# Options Spark itself may put among a source's (a save()/load() path, the checkpoint).
+SPARK_OWN = ("path", "checkpointLocation")
+
+
+def unknown_options(options: Mapping[str, str], direction: str) -> list[str]:
+    """The option names ``direction`` does not know (case-insensitively), as given."""
+    known = {n.lower() for n in (*KNOWN[direction], *SPARK_OWN)}
+    return sorted(k for k in options if k.lower() not in known)
+
+
+def check_known(options: Mapping[str, str], direction: str) -> None:
+    unknown = unknown_options(options, direction)
+    if unknown:
+        raise OptionError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {direction}; "
+            f"{direction} knows: {', '.join(KNOWN[direction])}"
         )

@@ -65,3 +65,20 @@ async def wait_for_lac(
         if spent < wait / 2:  # every bookie failed at once: do not spin
             await asyncio.sleep(min(wait / 2, 0.1))
     return max(lac, previous), fresh
+
+
+async def read_terms(
+    ctx: ClientContext, md: LedgerMetadata, digester: Digester, first: int, last: int
+) -> list[tuple[int, int | None]]:
+    """(entry id, term of the writer that made it) of the visible entries first..last.
+
+    For writers that must learn how much of what they appended survived a crash: after
+    a takeover, the entries of one term form a prefix of what that term's writer sent.
+    """
+    check_stored(md, first)
+    rows = await read_range(ctx, md, digester, first, last)
+    return [
+        (eid, split_term(header.flags, payload)[0])
+        for eid, header, payload in rows
+        if rules.visible(header.is_noop)
+    ]

@@ -98,7 +98,12 @@ def test_batch_read_empty_ledger(spark: Any, client: Any, metadata_uri: str) -> 
 def test_bad_options_fail_at_planning(spark: Any, metadata_uri: str) -> None:
     with pytest.raises(Exception, match="metadataUri"):
         spark.read.format("embedlog").load().collect()
-    with pytest.raises(Exception, match="ledger ids"):
+    with pytest.raises(Exception, match="ledger ids are >= 0"):
+        spark.read.format("embedlog").option("metadataUri", metadata_uri).option(
+            "ledgers", "-3"
+        ).load().collect()
+    # A name that is no stream's fails the query, as a missing ledger id does.
+    with pytest.raises(Exception, match="there is no stream named 'x'"):
         spark.read.format("embedlog").option("metadataUri", metadata_uri).option(
             "ledgers", "x"
         ).load().collect()

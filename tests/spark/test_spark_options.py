@@ -59,7 +59,9 @@ def test_option_parsing() -> None:
     source = EmbedlogDataSource(uri)
     with pytest.raises(OptionError, match="binary or string"):
         source.writer(StructType([StructField("data", IntegerType())]), False)
-    assert source.writer(StructType([StructField("DATA", BinaryType())]), False).data_index == 0
+    assert (
+        source.writer(StructType([StructField("DATA", BinaryType())]), False).rows.data_index == 0
+    )
 
 
 def test_read_over_tls_with_tls_ca(make_cluster: Any, zk_uri: str) -> None:
