@@ -82,15 +82,22 @@ class RepairServices(BookieBase):
 
     async def clear_limbo(self, ledger_ids: list[int]) -> None:
         assert self.storage is not None and self.journal is not None
-        cleared = False
-        for lid in ledger_ids:
-            info = self.storage.info(lid)
-            if info is not None and info.limbo:
-                info.limbo = False
-                self._journal_state(lid, info, wait=False)
-                cleared = True
-        if cleared:
-            await self.journal.sync()  # one wait for all (see Boot._phase_one)
+        cleared: list[LedgerInfo] = []
+        try:
+            for lid in ledger_ids:
+                info = self.storage.info(lid)
+                if info is not None and info.limbo:
+                    info.limbo = False
+                    cleared.append(info)
+                    self._journal_state(lid, info, wait=False)
+            if cleared:
+                await self.journal.sync()  # one wait for all (see Boot._phase_one)
+        except BaseException:
+            # Not known durable: still in limbo here too (its answers stay "unknown"), so
+            # that the repair's next round clears it again rather than find nothing to do.
+            for info in cleared:
+                info.limbo = True
+            raise
 
     def repair_finished(self) -> None:
         assert self.storage is not None

@@ -59,3 +59,31 @@ def test_clearing_limbo_fails_whole_when_its_journal_write_fails(make_cluster, m
     with pytest.raises(OSError, match="injected"):
         cluster.runtime.run(bookie.clear_limbo(ledgers))
     cluster.crash_bookie(b1)
+
+
+def test_repair_outlives_a_disk_error_while_it_clears_limbo(make_cluster, monkeypatch):
+    """A full or failing disk under the repair's last step (the flush of what it copied,
+    the records that clear limbo) used to end the repair until the next boot, leaving the
+    entries the bookie lost below their ack quorum (simulator seed 132 of
+    bounded-nojournal-races). The repair now tries that step again after its interval."""
+    from embedlog.bookie.repair_services import RepairServices
+
+    cluster, b1, ledgers = crashed_with_ledgers(make_cluster)
+    real = RepairServices.clear_limbo
+    calls = []
+
+    async def clear_limbo(self, ledger_ids):
+        calls.append(list(ledger_ids))
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device (injected)")
+        return await real(self, ledger_ids)
+
+    monkeypatch.setattr(RepairServices, "clear_limbo", clear_limbo)
+    cluster.start_bookie(b1, repair_retry_interval=0.05)
+    status = cluster.wait_repaired(b1)
+    assert status["repair"]["state"] == "done", status["repair"]
+    assert len(calls) >= 2
+    bookie = cluster.bookie(b1)
+    assert bookie.limbo_ledgers() == []
+    for lid in ledgers:
+        assert cluster.read_from_bookie(b1, lid, 0) == b"x"  # copied back, readable
