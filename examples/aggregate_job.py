@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from typing import Any
 
 import embedlog
@@ -105,10 +107,19 @@ def main(argv: list[str]) -> None:
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
+    # Ctrl-C or SIGTERM stops the query between Spark calls: PySpark's own SIGINT handler
+    # would call into the JVM while the main thread waits on it.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         query = start(spark, args.uri, args.checkpoint, once=args.once)
         print(f"query {query.id} started", flush=True)
-        query.awaitTermination()
+        while not stop.is_set() and not query.awaitTermination(1):
+            pass
+        query.stop()
+        if query.exception() is not None:
+            raise SystemExit(f"the query failed: {query.exception()}")
     finally:
         spark.stop()
 
