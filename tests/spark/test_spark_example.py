@@ -60,17 +60,29 @@ def test_expected_counts_close_only_the_windows_the_watermark_passed() -> None:
     )
 
 
-def _children(pid: int) -> list[int]:
-    out = []
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process, one pass over /proc."""
+    out = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                stat = (entry / "stat").read_text()
+                out[int(entry.name)] = int(
+                    (entry / "stat").read_text().rpartition(")")[2].split()[1]
+                )
             except OSError:
                 continue
-            if int(stat.rpartition(")")[2].split()[1]) == pid:
-                out.append(int(entry.name))
     return out
+
+
+def _tree(root: int) -> set[int]:
+    parents = _parents()
+    tree = {root}
+    grew = True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in tree}
+        grew = not below <= tree
+        tree |= below
+    return tree
 
 
 def _alive(pid: int) -> bool:
@@ -80,23 +92,19 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def kill_tree(root: subprocess.Popen[str]) -> list[int]:
+def kill_tree(root: subprocess.Popen[str]) -> set[int]:
     """SIGKILL the driver and every process under it, as a machine failure would: all are
     stopped first (so none acts on another's death, and none forks unseen), then killed.
     Spark's Python worker daemon makes a process group of its own, so a killpg of the
     driver's group would miss it and the workers it forks (the commit runs in one)."""
-    frozen: list[int] = []
-    todo = [root.pid]
-    while todo:
-        pid = todo.pop()
-        if pid in frozen:
-            continue
-        try:
-            os.kill(pid, signal.SIGSTOP)
-        except ProcessLookupError:
-            continue
-        frozen.append(pid)
-        todo.extend(_children(pid))
+    frozen: set[int] = set()
+    while new := _tree(root.pid) - frozen:
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        frozen |= new
     for pid in frozen:
         try:
             os.kill(pid, signal.SIGKILL)
