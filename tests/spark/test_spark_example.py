@@ -191,8 +191,10 @@ def test_window_counts_exact_after_the_driver_is_killed_mid_commit_and_restarted
                 counts_id = client.runtime.run(client.stream_id_aio("counts"))
                 ((sink, (first, _)),) = _records(client, counts_id).items()
                 events_app.append_events(uri, 30, first=30)
-                # Kill as soon as the commit of a later batch stored its record: after
-                # its first append at the earliest, maybe after its last.
+                # Kill as soon as the commit of a later batch stored its record (before
+                # its first append at the earliest, after its last at the latest). No
+                # sleep: Spark writes its commit log some 0.2 s after the record, and the
+                # JVM must be stopped before that for the batch to be replayed.
                 while _records(client, counts_id)[sink][0].batch == first.batch:
                     assert driver.poll() is None, f"the job ended: {log.read_text()[-3000:]}"
             finally:
@@ -206,6 +208,7 @@ def test_window_counts_exact_after_the_driver_is_killed_mid_commit_and_restarted
             print(f"killed in batch {record.batch}'s commit, record done: {record.done}")
 
             events_app.append_events(uri, 30, first=60)  # while the job is down
+            # A new driver (this test's session) resumes the query from its checkpoint.
             query = aggregate_job.start(spark, uri, str(ckpt), once=True)
             query.awaitTermination()
             assert query.exception() is None
