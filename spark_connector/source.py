@@ -68,9 +68,12 @@ class EmbedlogDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         if overwrite:
+            # Spark asks for a truncate in Complete mode: the result table would replace
+            # the stream's contents each batch, which an append-only stream cannot do.
             raise OptionError(
-                "a stream is append-only: use outputMode('append') (or 'update'/'complete' "
-                "to append each batch's changed or complete result)"
+                "a stream is append-only: outputMode('complete') would replace its contents "
+                "every batch. Use outputMode('append'); an aggregation then needs a "
+                "watermark, and each window's result is appended once, when final"
             )
         return EmbedlogStreamSink(WriteOptions.parse(self.options, "writeStream"), schema)
 

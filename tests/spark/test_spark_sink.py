@@ -138,3 +138,42 @@ def test_streaming_sink_appends_each_batch_once_even_when_spark_replays_it(
     assert temporary_ledgers(client, target.ledger_id) == {}
     source.close()
     target.close()
+
+
+def test_a_streaming_aggregation_in_complete_or_update_mode_is_refused(
+    spark: Any, client: Any, metadata_uri: str, tmp_path: Path
+) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    source = _stream(client)
+    target = _stream(client)
+    source.append(b"a")
+    counts = (
+        spark.readStream.format("embedlog")
+        .option("metadataUri", metadata_uri)
+        .option("ledger", str(source.ledger_id))
+        .load()
+        .groupBy("data")
+        .count()
+        .selectExpr("concat_ws(',', cast(data as string), cast(count as string)) as data")
+    )
+    refusals = {
+        "complete": r"a stream is append-only: outputMode\('complete'\) would replace",
+        "update": "embedlog does not support Update mode",  # Spark's own check
+    }
+    for mode, message in refusals.items():
+        q = (
+            counts.writeStream.format("embedlog")
+            .outputMode(mode)
+            .option("metadataUri", metadata_uri)
+            .option("ledger", str(target.ledger_id))
+            .option("checkpointLocation", str(tmp_path / mode))
+            .trigger(availableNow=True)
+            .start()
+        )
+        with pytest.raises(StreamingQueryException, match=message):
+            q.awaitTermination()
+    assert _contents(client, target.ledger_id) == []
+    assert temporary_ledgers(client, target.ledger_id) == {}
+    source.close()
+    target.close()
