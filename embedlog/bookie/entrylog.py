@@ -135,20 +135,27 @@ class EntryLogs:
     def read(self, ledger_id: int, entry_id: int, location: tuple[int, int, int]) -> bytes:
         log_id, offset, length = location
         f = self._files.get(log_id)
-        where = f"entry {ledger_id}:{entry_id} in {self._path(log_id)} at {offset}"
         if f is None:
-            raise BookieIOError(f"{where}: the entry log file is missing")
+            raise self._error(ledger_id, entry_id, location, "the entry log file is missing")
         try:
             raw = f.pread(offset, RECORD.size + length)
         except OSError as exc:
-            raise BookieIOError(f"{where}: read failed: {exc}") from exc
+            raise self._error(ledger_id, entry_id, location, f"read failed: {exc}") from exc
         if len(raw) != RECORD.size + length:
-            raise BookieIOError(f"{where}: short read ({len(raw)} bytes)")
+            raise self._error(ledger_id, entry_id, location, f"short read ({len(raw)} bytes)")
         n, crc, lid, eid = RECORD.unpack_from(raw)
         data = raw[RECORD.size :]
         if (n, lid, eid) != (length, ledger_id, entry_id) or crc32c.crc32c(data) != crc:
-            raise BookieIOError(f"{where}: the record is corrupt")
+            raise self._error(ledger_id, entry_id, location, "the record is corrupt")
         return data
+
+    def _error(
+        self, ledger_id: int, entry_id: int, location: tuple[int, int, int], what: str
+    ) -> BookieIOError:
+        # Made only on failure: formatting the path took a third of a read's time.
+        log_id, offset, _ = location
+        where = f"entry {ledger_id}:{entry_id} in {self._path(log_id)} at {offset}"
+        return BookieIOError(f"{where}: {what}")
 
     def remove_unreferenced(self, live: set[int]) -> int:
         """Delete the full (not current) log files no index entry points into; bytes freed."""

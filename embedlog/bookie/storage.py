@@ -28,6 +28,7 @@ from embedlog.bookie.index import LedgerIndex, LedgerInfo
 from embedlog.dirlock import DirLockedError
 from embedlog.errors import BookieIOError
 from embedlog.wire.entry import parse_header
+from embedlog.wire.limits import read_batch_fits
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,28 @@ class LedgerStorage:
             # so that the auditor finds it missing and re-replication copies it back.
             self._spoilt.setdefault(ledger_id, {})[entry_id] = loc
             raise
+
+    def get_run(
+        self, ledger_id: int, first: int, stride: int, count: int, max_bytes: int
+    ) -> list[tuple[int, bytes]]:
+        """A READ_BATCH's entries: ``first``, ``first + stride``, ... (at most ``count``),
+        up to the first this bookie does not hold and within ``max_bytes``
+        (``read_batch_fits``). Disk trouble with the first entry raises BookieIOError,
+        as ``get`` does; with a later one the run ends before it (its own READ says EIO)."""
+        run: list[tuple[int, bytes]] = []
+        total = 0
+        for entry_id in range(first, first + count * stride, stride):
+            try:
+                data = self.get(ledger_id, entry_id)
+            except BookieIOError:
+                if not run:
+                    raise
+                break
+            if data is None or not read_batch_fits(len(run), total, len(data), max_bytes):
+                break
+            run.append((entry_id, data))
+            total += len(data)
+        return run
 
     def _held(self, ledger_id: int) -> set[int]:
         """Ids of the ledger's entries in memory (the cache and the flush in progress)."""
