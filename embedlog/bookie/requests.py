@@ -1,6 +1,6 @@
 """The request handler: every request a bookie serves, answered with BookKeeper's
 status codes; the adds go to the add path (embedlog/bookie/adds.py), the rest are here:
-reads (fencing and term-raising ones too), READ_LAC (long poll), WRITE_LAC,
+reads (fencing and term-raising ones too), READ_BATCH, READ_LAC (long poll), WRITE_LAC,
 LIST_ENTRIES, DELETE_LEDGER and TRIM (below, and above for unbounded ledgers).
 
 A request that would change a ledger's state must prove the ledger's master key
