@@ -35,6 +35,8 @@ from embedlog.wire.messages import (
     unpack_read_ask,
 )
 
+LAST_ID = 2**63 - 1  # the highest entry id a frame (and the index) can hold
+
 
 class Requests(Adds):
     async def handle(self, req: Request) -> Response:
@@ -143,6 +145,7 @@ class Requests(Adds):
         if info is None:
             return Response.to(req, StatusCode.EOK, entry_id=first)
         count, max_bytes = read_batch_bounds(count, max_bytes)
+        count = min(count, (LAST_ID - first) // stride + 1)  # ids stay 64-bit
         run = storage.get_run(lid, first, stride, count, max_bytes)
         return Response.to(
             req, StatusCode.EOK, entry_id=first, lac=info.known_lac, body=pack_entries(run)

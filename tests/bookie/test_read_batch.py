@@ -99,6 +99,12 @@ def test_malformed_batch_reads_are_bad_requests_and_change_nothing(harness):
     for count, stride, max_bytes in ((0, 1, 1), (1, 0, 1), (1, 1, 0)):
         assert read_batch(h, 1, 0, count, stride, max_bytes).status == StatusCode.EBADREQ
     assert read_batch(h, 1, -1, 1).status == StatusCode.EBADREQ
+    # Ids past 64 bits are not asked of the store: the run ends at the last id there is.
+    top = 2**63 - 2
+    assert h.add(1, top).status == StatusCode.EOK
+    flush(h)  # from the index, whose keys hold 64-bit ids
+    resp = read_batch(h, 1, top, BIG, stride=2)
+    assert (resp.status, ids(resp)) == (StatusCode.EOK, [top])
     # A batch read never fences nor raises a term (those are READs that prove the key).
     assert read_batch(h, 1, 0, 1, flags=ReadFlags.FENCE).status == StatusCode.EBADREQ
     assert read_batch(h, 1, 0, 1, term=5).status == StatusCode.EBADREQ
