@@ -49,9 +49,11 @@ def _simpletest(args: argparse.Namespace) -> int:
         if len(entries) != n or bad:
             print(f"FAILED: read back {len(entries)} entries, {len(bad)} differ", file=sys.stderr)
             return 1
+        read_rate = n / read_elapsed if read_elapsed else float("inf")
         print(
             f"read back and verified {n} entries in {read_elapsed:.2f}s: "
-            f"{n / read_elapsed if read_elapsed else float('inf'):,.0f} entries/s"
+            f"{read_rate:,.0f} entries/s"
+            + (f" ({read_rate / rate:.2f}x the write rate)" if 0 < rate < float("inf") else "")
         )
     print("simpletest: OK")
     return 0

@@ -90,7 +90,7 @@ class BookieMetrics:
     def __init__(self) -> None:
         self.add_requests = 0  # ADD and ADD_BATCH requests served
         self.entries_added = 0  # entries those requests stored
-        self.read_requests = 0
+        self.read_requests = 0  # READ and READ_BATCH
         self.rejected_requests = 0  # answered with an error status
         self.journal_fsync_seconds = Histogram(LATENCY_BUCKETS)  # write + fsync of a group
         self.journal_group_records = Histogram(SIZE_BUCKETS)  # records per group commit

@@ -28,7 +28,7 @@ _CLIENT_COUNTERS = (
 _BOOKIE_COUNTERS = (
     ("add_requests", "ADD and ADD_BATCH requests bookies stored"),
     ("entries_added", "entries bookies stored"),
-    ("read_requests", "READ requests bookies served"),
+    ("read_requests", "READ and READ_BATCH requests bookies served"),
     ("rejected_requests", "requests bookies refused with an error status"),
 )
 _HISTOGRAMS = (

@@ -1,6 +1,6 @@
 """The request handler: every request a bookie serves, answered with BookKeeper's
 status codes; the adds go to the add path (embedlog/bookie/adds.py), the rest are here:
-reads (fencing and term-raising ones too), READ_LAC (long poll), WRITE_LAC,
+reads (fencing and term-raising ones too), READ_BATCH, READ_LAC (long poll), WRITE_LAC,
 LIST_ENTRIES, DELETE_LEDGER and TRIM (below, and above for unbounded ledgers).
 
 A request that would change a ledger's state must prove the ledger's master key
@@ -22,15 +22,21 @@ from embedlog.bookie.truncation import digest_len_of_trim
 from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
 from embedlog.wire.codes import StatusCode
+from embedlog.wire.limits import read_batch_bounds
 from embedlog.wire.messages import (
     NO_TERM,
     AddFlags,
+    FrameError,
     OpCode,
     ReadFlags,
     Request,
     Response,
     TrimFlags,
+    pack_entries,
+    unpack_read_ask,
 )
+
+LAST_ID = 2**63 - 1  # the highest entry id a frame (and the index) can hold
 
 
 class Requests(Adds):
@@ -47,6 +53,9 @@ class Requests(Adds):
             if req.op == OpCode.READ:
                 self.metrics.read_requests += 1
                 return await self._read(req)
+            if req.op == OpCode.READ_BATCH:
+                self.metrics.read_requests += 1
+                return self._read_batch(req)
             if req.op == OpCode.READ_LAC:
                 return await self._read_lac(req)
             if req.op == OpCode.WRITE_LAC:
@@ -119,6 +128,30 @@ class Requests(Adds):
             return self._missing(req, info, StatusCode.ENOENTRY)
         return Response.to(
             req, StatusCode.EOK, entry_id=eid, lac=info.known_lac, term=term, body=data
+        )
+
+    def _read_batch(self, req: Request) -> Response:
+        """READ_BATCH: the run of the asked entries this bookie holds, within its bounds
+        (embedlog/wire/limits.py). What it leaves out, the client reads with READ, so an
+        absent entry or ledger is never a negative here (EOK, fewer entries or none), and
+        it changes nothing: no fence, no term, no key."""
+        storage = self.storage
+        assert storage is not None
+        lid, first = req.ledger_id, req.entry_id
+        try:
+            count, stride, max_bytes = unpack_read_ask(req.body)
+        except FrameError:
+            return self._refusal(req, StatusCode.EBADREQ)
+        if req.flags or req.term != NO_TERM or first < 0:
+            return self._refusal(req, StatusCode.EBADREQ)
+        info = storage.info(lid)
+        if info is None:
+            return Response.to(req, StatusCode.EOK, entry_id=first)
+        count, max_bytes = read_batch_bounds(count, max_bytes)
+        count = min(count, (LAST_ID - first) // stride + 1)  # ids stay 64-bit
+        run = storage.get_run(lid, first, stride, count, max_bytes)
+        return Response.to(
+            req, StatusCode.EOK, entry_id=first, lac=info.known_lac, body=pack_entries(run)
         )
 
     async def _read_lac(self, req: Request) -> Response:

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from concurrent.futures import Executor
-from typing import Literal
+from typing import Literal, cast
 
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK, Disk
@@ -28,6 +28,7 @@ from embedlog.bookie.index import LedgerIndex, LedgerInfo
 from embedlog.dirlock import DirLockedError
 from embedlog.errors import BookieIOError
 from embedlog.wire.entry import parse_header
+from embedlog.wire.limits import read_batch_fits
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,53 @@ class LedgerStorage:
             # so that the auditor finds it missing and re-replication copies it back.
             self._spoilt.setdefault(ledger_id, {})[entry_id] = loc
             raise
+
+    def get_run(
+        self, ledger_id: int, first: int, stride: int, count: int, max_bytes: int
+    ) -> list[tuple[int, bytes]]:
+        """A READ_BATCH's entries: ``first``, ``first + stride``, ... (at most ``count``),
+        up to the first this bookie does not hold and within ``max_bytes``
+        (``read_batch_fits``). Disk trouble with the first entry raises BookieIOError,
+        as ``get`` does; with a later one the run ends before it (its own READ says EIO).
+
+        The run is decided first (an indexed entry's size is in its location), then the
+        indexed entries are read together (``EntryLogs.read_many``: one pread per stretch
+        of the entry log instead of one per entry)."""
+        held = [m for m in (self.cache.get(ledger_id), self._flushing.get(ledger_id)) if m]
+        indexed = ledger_id not in self._deleted
+        run: list[tuple[int, bytes | tuple[int, int, int]]] = []
+        total = 0
+        for entry_id in range(first, first + count * stride, stride):
+            where: bytes | tuple[int, int, int] | None = None
+            for entries in held:
+                where = entries.get(entry_id)
+                if where is not None:
+                    break
+            if where is None and indexed:
+                where = self.index.location(ledger_id, entry_id)
+            if where is None:
+                break
+            size = len(where) if isinstance(where, bytes) else where[2]
+            if not read_batch_fits(len(run), total, size, max_bytes):
+                break
+            run.append((entry_id, where))
+            total += size
+        wanted = [(eid, loc) for eid, loc in run if not isinstance(loc, bytes)]
+        if not wanted:
+            return cast(list[tuple[int, bytes]], run)  # every entry came from memory
+        datas, failed = self.logs.read_many(ledger_id, wanted)
+        read = dict(zip((eid for eid, _ in wanted), datas, strict=False))
+        out: list[tuple[int, bytes]] = []
+        for entry_id, where in run:
+            data = where if isinstance(where, bytes) else read.get(entry_id)
+            if data is None:  # the first indexed entry that failed (read_many stops there)
+                assert failed is not None and not isinstance(where, bytes)
+                self._spoilt.setdefault(ledger_id, {})[entry_id] = where
+                if not out:
+                    raise failed
+                break
+            out.append((entry_id, data))
+        return out
 
     def _held(self, ledger_id: int) -> set[int]:
         """Ids of the ledger's entries in memory (the cache and the flush in progress)."""

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from embedlog import validate
 from embedlog.errors import BKError, ReadPastLastConfirmedError
 from embedlog.ledger.admission import entry_bytes
+from embedlog.ledger.batch_reads import read_range
 from embedlog.ledger.batches import batched
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
 from embedlog.ledger.inbox import AddInbox
-from embedlog.ledger.reader import read_lac, read_range
+from embedlog.ledger.reader import read_lac
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime

@@ -27,14 +27,23 @@ from embedlog.wire.codes import Outcome, StatusCode, classify
 from embedlog.wire.entry import Digester, EntryHeader
 from embedlog.wire.messages import OpCode
 
-READ_WINDOW = 64  # entries read concurrently by one range read
+READ_WINDOW = 64  # entries read concurrently, one READ each, by ``read_window``
 
 
 async def read_entry(
-    ctx: ClientContext, md: LedgerMetadata, digester: Digester, entry_id: int
+    ctx: ClientContext,
+    md: LedgerMetadata,
+    digester: Digester,
+    entry_id: int,
+    last_resort: str | None = None,
 ) -> tuple[EntryHeader, bytes]:
+    """One entry from the bookies of its write set, in order; ``last_resort`` (a bookie
+    that just gave nothing for it) is asked last, but still asked: its answer counts."""
     lid = md.ledger_id
     bookies = write_set_bookies(entry_id, md.ensemble_for(entry_id), md.write_quorum)
+    if last_resort in bookies:
+        bookies.remove(last_resort)
+        bookies.append(last_resort)
     negatives = 0
     errors: list[BKError] = []
     for bookie in bookies:
@@ -69,19 +78,21 @@ async def read_entry(
     raise err
 
 
-async def read_range(
+async def read_window(
     ctx: ClientContext,
     md: LedgerMetadata,
     digester: Digester,
-    first: int,
-    last: int,
+    ids: range,
+    last_resort: str | None = None,
 ) -> list[tuple[int, EntryHeader, bytes]]:
-    """Entries first..last in order, READ_WINDOW of them in flight at a time."""
+    """Entries ``ids`` in order, one READ each, READ_WINDOW of them in flight at a time."""
     out: list[tuple[int, EntryHeader, bytes]] = []
-    for chunk_start in range(first, last + 1, READ_WINDOW):
-        ids = range(chunk_start, min(last, chunk_start + READ_WINDOW - 1) + 1)
-        results = await asyncio.gather(*(read_entry(ctx, md, digester, e) for e in ids))
-        out.extend((e, hdr, payload) for e, (hdr, payload) in zip(ids, results, strict=True))
+    for at in range(0, len(ids), READ_WINDOW):
+        window = ids[at : at + READ_WINDOW]
+        results = await asyncio.gather(
+            *(read_entry(ctx, md, digester, e, last_resort) for e in window)
+        )
+        out.extend((e, hdr, payload) for e, (hdr, payload) in zip(window, results, strict=True))
     return out
 
 

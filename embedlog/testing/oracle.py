@@ -13,9 +13,10 @@ bookkeeper-tlaplus) where it has them:
   NoSuchEntry / NoSuchLedger for an entry it acknowledged (checked on every answer a
   bookie gives, delivered or not), while the metadata makes that bookie responsible for
   the entry: it is in the entry's write set, and the ledger is not closed below the
-  entry. (An entry above a closed ledger's end is no part of the ledger, its writer
-  never had it acknowledged; a bookie replaced by an ensemble change keeps no duty for
-  the entries its replacement holds.)
+  entry; and a READ_BATCH never answers a negative at all. (An entry above a closed
+  ledger's end is no part of the ledger, its writer never had it acknowledged; a
+  bookie replaced by an ensemble change keeps no duty for the entries its replacement
+  holds.)
 * ``LedgerIsClosed`` (the model's liveness): once the network is healed and every
   bookie is back, recovery closes every ledger and its entries read back.
 """
@@ -107,15 +108,38 @@ class Oracle:
                     + (f"entry {eid}" if resp.status == StatusCode.ENOENTRY else "entries")
                     + " of that ledger",
                 )
-        elif req.op == OpCode.READ and eid >= 0 and resp.status == StatusCode.EOK:
-            payload = self._payload(resp.body)
-            written = self.written.get((lid, eid))
-            if written != payload:
-                self.violate(
-                    "NoOutOfOrderEntries",
-                    f"{bookie_id} returned {payload!r} for {lid}:{eid}, whose writer sent "
-                    f"{written!r}",
-                )
+        else:
+            for e, entry in self.served(src, bookie_id, req, resp):
+                payload = self._payload(entry)
+                written = self.written.get((lid, e))
+                if written != payload:
+                    self.violate(
+                        "NoOutOfOrderEntries",
+                        f"{bookie_id} returned {payload!r} for {lid}:{e}, whose writer sent "
+                        f"{written!r}",
+                    )
+
+    def served(
+        self, src: str, bookie_id: str, req: Request, resp: Response
+    ) -> list[tuple[int, bytes]]:
+        """The entries an answer to a normal read serves, (id, entry as stored). A
+        READ_BATCH never answers a negative: it leaves out what it does not hold."""
+        if req.op == OpCode.READ and req.entry_id >= 0 and resp.status == StatusCode.EOK:
+            return [(req.entry_id, resp.body)]
+        if req.op != OpCode.READ_BATCH:
+            return []
+        if resp.status in _NEGATIVE:
+            self.violate(
+                "NoNegativeForAckedEntry",
+                f"{bookie_id} answered {StatusCode(resp.status).name} to {src}'s READ_BATCH "
+                f"of {req.ledger_id}:{req.entry_id}: a batch read never answers a negative",
+            )
+        if resp.status != StatusCode.EOK:
+            return []
+        try:
+            return [(e, bytes(entry)) for e, entry in unpack_entries(resp.body)]
+        except FrameError:
+            return []
 
     def _batch_acked(self, bookie_id: str, req: Request, resp: Response) -> None:
         from embedlog.wire.messages import unpack_results

@@ -149,17 +149,17 @@ class StreamOracle(Oracle):
             for e, (payload, _term) in sorted(asked.items()):
                 if self._responsible(lid, e, bookie_id):
                     self._negative(src, bookie_id, req, resp, e, payload)
-        elif req.op == OpCode.READ and eid >= 0 and resp.status == StatusCode.EOK:
-            if req.flags & ReadFlags.RECOVERY:
-                return  # a takeover may read an older term's leftover: it decides
-            _flags, payload = self._parse(resp.body)
-            acked = self.stream_acked.get(lid, {}).get(eid)
-            if acked is not None and acked[0] != payload:
-                self.violate(
-                    "NoLogDivergence",
-                    f"{bookie_id} served {payload!r} to {src}'s read of {lid}:{eid}, "
-                    f"acknowledged as {acked[0]!r}",
-                )
+        elif not (req.op == OpCode.READ and req.flags & ReadFlags.RECOVERY):
+            # (A takeover's recovery read may get an older term's leftover: it decides.)
+            for e, entry in self.served(src, bookie_id, req, resp):
+                _flags, payload = self._parse(entry)
+                acked = self.stream_acked.get(lid, {}).get(e)
+                if acked is not None and acked[0] != payload:
+                    self.violate(
+                        "NoLogDivergence",
+                        f"{bookie_id} served {payload!r} to {src}'s read of {lid}:{e}, "
+                        f"acknowledged as {acked[0]!r}",
+                    )
 
     def _stored(
         self, held: dict[int, tuple[bytes, int | None]], req: Request, resp: Response

@@ -11,10 +11,11 @@ import asyncio
 import time
 
 from embedlog.errors import NoSuchEntryError
+from embedlog.ledger.batch_reads import read_range
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
-from embedlog.ledger.reader import read_lac, read_range
+from embedlog.ledger.reader import read_lac
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.unbounded import layout, rules
 from embedlog.wire.entry import Digester, split_term

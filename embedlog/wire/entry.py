@@ -91,7 +91,7 @@ class Digester:
     def digest_len(self) -> int:
         return _DIGEST_LEN[self.digest_type]
 
-    def _digest(self, header: bytes, payload: bytes | memoryview) -> bytes:
+    def _digest(self, header: bytes | memoryview, payload: bytes | memoryview) -> bytes:
         if self.digest_type is DigestType.CRC32C:
             return _CRC.pack(_crc32c.crc32c(payload, _crc32c.crc32c(header)))
         if self.digest_type is DigestType.MAC:
@@ -139,8 +139,11 @@ class Digester:
             )
         return header
 
-    def unpack(self, entry: bytes, ledger_id: int, entry_id: int) -> tuple[EntryHeader, bytes]:
-        """Verify ``entry`` is entry ``entry_id`` of ``ledger_id``; return header and payload."""
+    def unpack(
+        self, entry: bytes | memoryview, ledger_id: int, entry_id: int
+    ) -> tuple[EntryHeader, bytes]:
+        """Verify ``entry`` is entry ``entry_id`` of ``ledger_id``; return header and payload.
+        A view (of a READ_BATCH answer) is checked in place: only the payload is copied."""
         n = self.digest_len
         if len(entry) < HEADER.size + n:
             raise DigestMismatchError(
@@ -155,4 +158,4 @@ class Digester:
         payload = entry[HEADER.size + n :]
         if n and entry[HEADER.size : HEADER.size + n] != self._digest(hdr_bytes, payload):
             raise DigestMismatchError(f"entry {ledger_id}:{entry_id} failed its digest check")
-        return header, payload
+        return header, bytes(payload)  # bytes(b) of a bytes object is b itself: no copy

@@ -53,3 +53,25 @@ def split_batches(sizes: list[int], max_entries: int, max_bytes: int) -> list[tu
     if start < len(sizes):
         runs.append((start, len(sizes)))
     return runs
+
+
+# What one READ_BATCH answer holds at most, whatever the request asks: bookies enforce
+# both (``read_batch_bounds``). The entry count bounds the work one request does on the
+# bookie's loop between other requests (each entry is a cache or index lookup and,
+# once flushed, a read of the entry log); the bytes keep the answer far below the frame
+# limit, as MAX_BATCH_BYTES does for ADD_BATCH.
+MAX_READ_BATCH_ENTRIES = 512
+MAX_READ_BATCH_BYTES = 4 * MIB
+
+
+def read_batch_bounds(count: int, max_bytes: int) -> tuple[int, int]:
+    """The entries and bytes a bookie puts in a READ_BATCH answer at most, for a request
+    that asks for ``count`` entries and at most ``max_bytes`` bytes."""
+    return min(count, MAX_READ_BATCH_ENTRIES), min(max_bytes, MAX_READ_BATCH_BYTES)
+
+
+def read_batch_fits(taken: int, total: int, size: int, max_bytes: int) -> bool:
+    """Whether an answer holding ``taken`` entries of ``total`` bytes takes one more of
+    ``size`` bytes. The first always goes in, however large: an entry larger than the
+    bound is still readable by batch (it is at most MAX_PACKED_ENTRY, within a frame)."""
+    return taken == 0 or total + size <= max_bytes

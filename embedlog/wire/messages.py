@@ -45,6 +45,11 @@ class OpCode(enum.IntEnum):
     # result per entry, in the same order (pack_results). Only the per-request costs of
     # the transport are shared.
     ADD_BATCH = 8
+    # Entries entry_id, entry_id + stride, ... of one ledger from one bookie (body:
+    # pack_read_ask). The answer (EOK) holds the longest run of them, in order, that the
+    # bookie holds and that fits its bounds (body: pack_entries); an entry it leaves out
+    # is no answer about that entry, never a negative. Changes nothing: no key, no flags.
+    READ_BATCH = 9
 
 
 _OPS = {op.value: op for op in OpCode}  # decoding by dict: OpCode(n) is slow on the hot path
@@ -79,6 +84,7 @@ NO_TERM = -1
 
 ENTRY_FRAME = struct.Struct(">qI")  # an ADD_BATCH body's entry: id, length (then the entry)
 _RESULT = struct.Struct(">hq")
+_READ_ASK = struct.Struct(">III")  # a READ_BATCH body: count, stride, max bytes
 RESULT_SIZE = _RESULT.size  # one entry's (status, term) in an ADD_BATCH answer
 
 
@@ -88,8 +94,12 @@ def frame_entry(entry_id: int, entry: bytes) -> bytes:
 
 
 def pack_entries(entries: list[tuple[int, bytes]]) -> bytes:
-    """An ADD_BATCH body: ``frame_entry`` of each entry, one after the other."""
-    return b"".join(frame_entry(entry_id, entry) for entry_id, entry in entries)
+    """An ADD_BATCH body (and a READ_BATCH answer's): ``frame_entry`` of each entry, one
+    after the other, with one copy of each entry."""
+    parts: list[bytes] = []
+    for entry_id, entry in entries:
+        parts += (ENTRY_FRAME.pack(entry_id, len(entry)), entry)
+    return b"".join(parts)
 
 
 def unpack_entries(body: bytes | memoryview) -> list[tuple[int, bytes]]:
@@ -121,6 +131,23 @@ def unpack_results(body: bytes | memoryview) -> list[tuple[int, int]]:
     return list(_RESULT.iter_unpack(body))  # type: ignore[arg-type]
 
 
+def pack_read_ask(count: int, stride: int, max_bytes: int) -> bytes:
+    """A READ_BATCH body: how many entries, the step between their ids, and the most bytes
+    of entries the answer may hold (the bookie lowers both to its own bounds)."""
+    return _READ_ASK.pack(count, stride, max_bytes)
+
+
+def unpack_read_ask(body: bytes | memoryview) -> tuple[int, int, int]:
+    """(count, stride, max bytes) of a READ_BATCH body; FrameError unless it is exactly one
+    ask with each of them at least 1."""
+    if len(body) != _READ_ASK.size:
+        raise FrameError(f"read batch body of {len(body)} bytes, not {_READ_ASK.size}")
+    count, stride, max_bytes = _READ_ASK.unpack(body)
+    if not (count and stride and max_bytes):
+        raise FrameError(f"read batch asks for {count} entries, stride {stride}, {max_bytes} bytes")
+    return count, stride, max_bytes
+
+
 @frozen
 class Request:
     op: OpCode
@@ -139,6 +166,8 @@ class Request:
         """The request kind that fault injection speaks of (API.md ``drop_next``)."""
         if self.op in (OpCode.ADD, OpCode.ADD_BATCH):
             return "recovery_add" if self.flags & AddFlags.RECOVERY else "add"
+        if self.op == OpCode.READ_BATCH:
+            return "read"
         if self.op == OpCode.READ:
             if self.entry_id < 0 and (self.flags & ReadFlags.FENCE or self.term != NO_TERM):
                 return "fence"

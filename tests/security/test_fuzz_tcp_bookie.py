@@ -38,6 +38,7 @@ from embedlog.wire.messages import (
     Response,
     TrimFlags,
     pack_entries,
+    pack_read_ask,
 )
 
 LENGTH = struct.Struct(">I")
@@ -127,7 +128,7 @@ def _request(draw: st.DrawFn, ids: list[int]) -> bytes:
     # Long polls of up to a second: longer ones only make the example slower.
     timeout_ms = draw(st.integers(0, 1000))
     key = draw(_KEYS)
-    kind = draw(st.sampled_from(["entry", "batch", "noise", "empty"]))
+    kind = draw(st.sampled_from(["entry", "batch", "read_ask", "noise", "empty"]))
     if kind == "entry":
         lac = draw(st.one_of(st.integers(-1, 1000), _I64))
         body = _entry(lid, eid, lac, draw(st.integers(0, 255)), draw(st.binary(max_size=64)))
@@ -137,6 +138,9 @@ def _request(draw: st.DrawFn, ids: list[int]) -> bytes:
         body = pack_entries(
             [(eid + i, _entry(lid, eid + i, lac, 0, b"x")) for i in range(n) if eid + i < 2**63]
         )
+    elif kind == "read_ask":  # READ_BATCH's body, asking for anything up to its limits
+        u32 = st.one_of(st.sampled_from([0, 1, 3, 512, 2**32 - 1]), st.integers(0, 2**32 - 1))
+        body = pack_read_ask(draw(u32), draw(u32), draw(u32))
     elif kind == "noise":
         body = draw(st.binary(max_size=200))
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from embedlog.testing.oracle import Oracle
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, DigestType
-from embedlog.wire.messages import AddFlags, OpCode, ReadFlags, Request, Response
+from embedlog.wire.messages import AddFlags, OpCode, ReadFlags, Request, Response, pack_entries
 
 DIGEST = Digester(DigestType.CRC32C, b"")
 
@@ -107,3 +107,22 @@ def test_a_wiped_bookie_keeps_its_duty_for_the_ledgers_its_boot_protected_only()
     add(o, "b1", 1, 6, b"z")  # acknowledged after the wipe: the rule holds again
     read(o, "b1", 1, 6, StatusCode.ENOENTRY)
     assert names(o) == ["NoNegativeForAckedEntry"] * 3
+
+
+def read_batch(o: Oracle, bookie: str, lid: int, status: int, entries: list) -> None:
+    req = Request(OpCode.READ_BATCH, 3, lid, entries[0][0] if entries else 0)
+    o.answered("r", bookie, req, Response.to(req, status, body=pack_entries(entries)))
+
+
+def test_every_entry_a_batch_read_serves_is_checked_and_it_never_answers_a_negative():
+    o = oracle()
+    add(o, "b1", 0, 0, b"a")
+    add(o, "b1", 0, 1, b"b")
+    read_batch(o, "b1", 0, StatusCode.EOK, [(0, entry(0, 0, b"a")), (1, entry(0, 1, b"b"))])
+    read_batch(o, "b1", 0, StatusCode.EOK, [])  # leaving entries out says nothing
+    read_batch(o, "b1", 0, StatusCode.EIO, [])
+    assert names(o) == []
+    read_batch(o, "b1", 0, StatusCode.EOK, [(0, entry(0, 0, b"a")), (1, entry(0, 1, b"x"))])
+    assert names(o) == ["NoOutOfOrderEntries"]
+    read_batch(o, "b2", 0, StatusCode.ENOENTRY, [])
+    assert names(o) == ["NoOutOfOrderEntries", "NoNegativeForAckedEntry"]

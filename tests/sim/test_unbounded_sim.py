@@ -19,7 +19,7 @@ SEEDS = {"unbounded": 25, "unbounded-nojournal": 20}
 FIRST = {
     "no-truncate-noop": 111,
     "unknown-as-negative": 5,
-    "ack-during-replacement": 130,
+    "ack-during-replacement": 86,
     "recovery-ignores-term": 10,
 }
 

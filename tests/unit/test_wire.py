@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 from embedlog.errors import DigestMismatchError
 from embedlog.wire.entry import Digester, DigestType, parse_header
 from embedlog.wire.messages import (
+    ENTRY_FRAME,
     AddFlags,
     FrameError,
     OpCode,
@@ -13,8 +14,10 @@ from embedlog.wire.messages import (
     Response,
     frame_entry,
     pack_entries,
+    pack_read_ask,
     pack_results,
     unpack_entries,
+    unpack_read_ask,
     unpack_results,
 )
 
@@ -135,3 +138,38 @@ def test_the_writer_s_framed_entry_is_the_packed_entry_framed(
     [(eid, packed)] = unpack_entries(framed)
     assert eid == entry
     assert d.unpack(packed, ledger, entry)[1] == payload
+
+
+@given(
+    count=st.integers(1, 2**32 - 1),
+    stride=st.integers(1, 2**32 - 1),
+    max_bytes=st.integers(1, 2**32 - 1),
+)
+def test_read_batch_asks_round_trip(count, stride, max_bytes):
+    assert unpack_read_ask(pack_read_ask(count, stride, max_bytes)) == (count, stride, max_bytes)
+
+
+def test_corrupt_read_batch_asks_are_named_errors():
+    ask = pack_read_ask(4, 3, 1000)
+    for cut in (b"", ask[:-1], ask + b"\x00"):
+        with pytest.raises(FrameError, match="read batch body of"):
+            unpack_read_ask(cut)
+    for count, stride, max_bytes in ((0, 1, 1), (1, 0, 1), (1, 1, 0)):
+        with pytest.raises(FrameError, match="read batch asks for"):
+            unpack_read_ask(pack_read_ask(count, stride, max_bytes))
+    # A batch read is a read to fault injection: drop_next("read") loses it.
+    assert Request(OpCode.READ_BATCH, 1, 1, 0, body=ask).kind == "read"
+
+
+@pytest.mark.parametrize("digest", list(DigestType))
+def test_an_entry_is_verified_in_place_in_a_view(digest):
+    d = Digester(digest, b"secret")
+    answer = pack_entries([(6, d.pack(5, 6, 4, b"payload"))])
+    view = memoryview(answer)[ENTRY_FRAME.size :]
+    header, payload = d.unpack(view, 5, 6)
+    assert (header.entry_id, payload, type(payload)) == (6, b"payload", bytes)
+    spoilt = bytearray(answer)
+    spoilt[-1] ^= 1
+    if digest is not DigestType.DUMMY:
+        with pytest.raises(DigestMismatchError):
+            d.unpack(memoryview(bytes(spoilt))[ENTRY_FRAME.size :], 5, 6)
