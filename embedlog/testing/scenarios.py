@@ -122,13 +122,13 @@ UNSAFE: dict[str, UnsafeSwitch] = {
         UnsafeSwitch(
             "no-fence-on-boot",
             "a suspicious boot does not fence its ledgers (unsafe_skip_fence_on_boot)",
-            "bounded-nojournal",
+            "bounded-nojournal-races",
             bookie={"unsafe_skip_fence_on_boot": True},
         ),
         UnsafeSwitch(
             "recovery-reads-without-fence",
             "recovery reads without the fence flag (the TLA+ model's Defect 1)",
-            "bounded",
+            "bounded-nojournal-races",
             client={"unsafe_recovery_reads_without_fence": True},
         ),
         UnsafeSwitch(

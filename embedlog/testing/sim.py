@@ -56,6 +56,8 @@ from embedlog.testing.simmeta import (
 )
 from embedlog.testing.simnet import NetProfile, SimNetwork
 from embedlog.testing.simraces import (
+    BLIND_FOR,
+    GATE_FOR,
     STRIKE_AFTER,
     STRIKE_DOWN,
     RaceProfile,
@@ -264,13 +266,18 @@ class Simulation:
         self._strikes: set[asyncio.Future[None]] = set()
         self._moments: list[asyncio.Future[int]] = []  # aimed recoveries waiting
         self._late_ledgers: set[int] = set()  # ledgers an add was held up to, lately
+        self._late_bookie: dict[int, str] = {}  # ledger -> the bookie of its last late add
+        self._blind_rng = seeded(seed, "blind")
         self._strike_rng = seeded(seed, "strikes")
         self._max_down = max(1, sc.bookies - self.ensemble)
         if self.races is not None:
             self.ensemble, self.write_quorum = self.races.shape
             self._max_down = max(1, sc.bookies - self.ensemble)
             profile = attrs.evolve(
-                profile, aimed_loss=self.races.aimed_loss, late_add=self.races.late_add
+                profile,
+                aimed_loss=self.races.aimed_loss,
+                late_add=self.races.late_add,
+                hold_fenced=self.races.hold_fenced,
             )
             if sc.journal == "off":
                 self.bookie_settings["flush_interval"] = self.races.flush_interval
@@ -523,6 +530,7 @@ class Simulation:
             self._targets.note(self.loop.time(), bookie)
         if fate == "late":
             self._late_ledgers.add(req.ledger_id)
+            self._late_bookie[req.ledger_id] = bookie
         if fate == "late" and self._moments:
             for waiting in self._moments:
                 if not waiting.done():
@@ -547,6 +555,23 @@ class Simulation:
             moment.cancel()
             return None
         return moment.result()
+
+    def blind(self, who: str, lid: int) -> None:
+        """An aimed recovery or takeover by ``who`` starts on ``lid``: in the race scenarios
+        it may lose its fence (or every request, a while) to the bookie the late add it
+        started at is held up for. That bookie stays unfenced while the others cover the
+        fence, and takes the old writer's late add after the recovery read its end."""
+        races = self.races
+        bookie = self._late_bookie.get(lid)
+        if races is None or not races.blind or bookie is None:
+            return
+        now = self.loop.time()
+        until = now + self._blind_rng.uniform(*BLIND_FOR)
+        self.counts[f"recovery.blind.{races.blind}"] += 1
+        self.trace("blind", who, bookie, lid, races.blind, f"{until:.6f}")
+        self.net.blind(who, bookie, lid, races.blind, until)
+        if races.blind == "fence":
+            self.net.gate(bookie, lid, now + GATE_FOR)
 
     def _maybe_strike(self, bid: str) -> None:
         races = self.races

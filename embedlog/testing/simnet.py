@@ -16,6 +16,7 @@ there.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import Callable
 from typing import Protocol
@@ -23,7 +24,7 @@ from typing import Protocol
 from attrs import field, frozen
 
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
-from embedlog.testing.simraces import aimed_loss
+from embedlog.testing.simraces import Gates, aimed_loss, fences
 from embedlog.transport.base import Transport
 from embedlog.transport.server import RequestHandler, serve_frame
 from embedlog.wire.messages import AddFlags, FrameError, OpCode, ReadFlags, Request, Response
@@ -46,6 +47,9 @@ class NetProfile:
     aimed_loss: tuple[tuple[str, float], ...] = field(default=(), repr=False)
     late_add: float = field(default=0.0, repr=False)
     late: tuple[float, float] = field(default=(0.01, 0.8), repr=False)
+    # How often an add to a bookie that was sent a fence for its ledger is held up (late),
+    # so that the bookie's refusal comes after the other bookies' answers.
+    hold_fenced: float = field(default=0.0, repr=False)
 
 
 CALM = NetProfile()
@@ -80,6 +84,11 @@ class SimNetwork(Transport):
         self._watch = watch
         self._late = False  # whether the last arrival drawn was a late add
         self._last: dict[tuple[str, str], float] = {}  # connection -> last arrival scheduled
+        # The race scenarios' blind spots: (client, ledger) -> (bookie, what is lost: "fence"
+        # once, then "spent", or "all"; until when).
+        self._blind: dict[tuple[str, int], tuple[str, str, float]] = {}
+        self._fenced: set[tuple[str, int]] = set()  # (bookie, ledger) a fence was sent to
+        self.gates = Gates()
         self._serving: set[asyncio.Task[Response]] = set()
         self.counts: dict[str, int] = {}
 
@@ -88,6 +97,9 @@ class SimNetwork(Transport):
 
     def heal(self) -> None:
         self.profile = CALM
+        self._blind.clear()
+        for deliver in self.gates.open_all():
+            deliver()
 
     # -- fates -------------------------------------------------------------------------------
 
@@ -98,6 +110,48 @@ class SimNetwork(Transport):
     def _aimed_loss(self, req: Request) -> bool:
         p = aimed_loss(self.profile.aimed_loss, req.kind) if self.profile.aimed_loss else 0.0
         return p > 0 and self._rng.random() < p
+
+    def blind(self, src: str, bookie: str, ledger: int, what: str, until: float) -> None:
+        """Until virtual time ``until``, lose ``src``'s requests for ``ledger`` to ``bookie``:
+        its first fence (``what`` is "fence") or every one ("all"); the aimed losses spare
+        its other requests for ``ledger`` meanwhile, so that only that bookie is missed."""
+        self._blind[(src, ledger)] = (bookie, what, until)
+
+    def gate(self, bookie: str, ledger: int, until: float) -> None:
+        """Hold the writes for ``ledger`` that reach ``bookie`` until it answered a recovery
+        read of ``ledger`` (or until virtual time ``until``)."""
+        self.gates.close(bookie, ledger, until)
+        asyncio.get_running_loop().call_at(until, self._open_gate, bookie, ledger)
+
+    def _open_gate(self, bookie: str, ledger: int) -> None:
+        for deliver in self.gates.open(bookie, ledger):
+            self._count("net.gate_passed")
+            deliver()
+
+    def _blind_spot(self, src: str, ledger: int) -> tuple[str, str] | None:
+        """(bookie, what) of ``src``'s blind spot for ``ledger``, while it lasts."""
+        spot = self._blind.get((src, ledger))
+        if spot is None:
+            return None
+        bookie, what, until = spot
+        if asyncio.get_running_loop().time() > until:
+            del self._blind[(src, ledger)]
+            return None
+        return bookie, what
+
+    def _blinded(self, src: str, bookie: str, req: Request) -> bool:
+        spot = self._blind_spot(src, req.ledger_id)
+        if spot is None or spot[0] != bookie or spot[1] == "spent":
+            return False
+        if spot[1] == "fence":
+            if req.kind != "fence":
+                return False
+            self._blind[(src, req.ledger_id)] = (
+                bookie,
+                "spent",
+                self._blind[(src, req.ledger_id)][2],
+            )
+        return True
 
     def _arrival(self, src: str, dst: str, req: Request | None = None) -> float:
         loop = asyncio.get_running_loop()
@@ -111,6 +165,15 @@ class SimNetwork(Transport):
             delay += rng.uniform(*prof.late)
             self._late = True
             self._count("net.late_add")
+        elif (
+            prof.hold_fenced
+            and req is not None
+            and req.kind == "add"
+            and (dst, req.ledger_id) in self._fenced
+            and rng.random() < prof.hold_fenced
+        ):
+            delay += rng.uniform(*prof.late)
+            self._count("net.held_fenced")
         link = (src, dst)
         at = max(loop.time() + delay, self._last.get(link, 0.0) + _FIFO_GAP)
         self._last[link] = at
@@ -134,11 +197,19 @@ class SimNetwork(Transport):
         if lost:
             self._count("net.request_lost")
             self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
-        elif self._aimed_loss(req):
+        elif self._blind and self._blinded(src, bookie_id, req):
+            lost = True
+            self._count(f"net.blind.{req.kind}")
+            self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
+        elif self._aimed_loss(req) and not (
+            self._blind and self._blind_spot(src, req.ledger_id) is not None
+        ):
             lost = True
             self._count(f"net.aimed_loss.{req.kind}")
             self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
         else:
+            if self.profile.hold_fenced and fences(req):
+                self._fenced.add((bookie_id, req.ledger_id))
             at = self._arrival(src, bookie_id, req)
             loop.call_at(at, self._deliver, src, bookie_id, req, answer)
         if self._watch is not None:
@@ -150,6 +221,14 @@ class SimNetwork(Transport):
     def _deliver(
         self, src: str, bookie_id: str, req: Request, answer: asyncio.Future[Response]
     ) -> None:
+        if self.gates and self.gates.holds(asyncio.get_running_loop().time(), bookie_id, req):
+            self._count("net.gate_held")
+            self.gates.hold(
+                bookie_id,
+                req.ledger_id,
+                functools.partial(self._deliver, src, bookie_id, req, answer),
+            )
+            return
         bookie = self._lookup(bookie_id)
         if bookie is None:
             self._count("net.refused")
@@ -175,6 +254,9 @@ class SimNetwork(Transport):
                 self._reply_later(src, bookie_id, answer, BookieUnavailableError(str(exc)))
                 return
             self._observer.answered(src, bookie_id, req, resp)
+            if self.gates and req.kind == "recovery_read":
+                # The bookie served the recovery's read: what its gate held lands now.
+                asyncio.get_running_loop().call_soon(self._open_gate, bookie_id, req.ledger_id)
             self._trace(
                 "answer", src, bookie_id, req.op.name, req.ledger_id, req.entry_id, resp.status
             )

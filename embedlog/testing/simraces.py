@@ -26,6 +26,16 @@ mix, some of them none):
 * ensembles with E > WQ > AQ more often (the races of streams need both);
 * a slower flush of the write cache (journal off: more acknowledged entries that a
   crash loses) and more wiped disks;
+* **blind spots**: an aimed recovery or takeover loses its fence (or, for a while,
+  every request) to the bookie the late add it started at is held up for, so that
+  bookie is left unfenced while the others cover the fence (TLA+ Defect 1, BP-46
+  scenario 1);
+* **gates**: with the fence lost, the late add (and what follows it from its writer)
+  waits at its bookie until that bookie answered a recovery read of the ledger, so the
+  recovery reads the entry there before the old writer's add lands;
+* **late refusals**: an add to a bookie that a recovery or a takeover fenced is held
+  up, so the refusal reaches the old writer after what its unfenced bookies answer
+  (a refusal that came first would end the writer before it could be acknowledged);
 * for streams, a probe at the end: every bookie of an acknowledged entry's write set
   is asked for it, so that a negative for an entry a bookie acknowledged
   (``NoNegativeForAckedEntry``) does not hide behind a reader that asked another.
@@ -35,10 +45,11 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 
 from attrs import frozen
 
-from embedlog.wire.messages import Request
+from embedlog.wire.messages import ReadFlags, Request
 
 # Request kinds (``Request.kind``) whose losses the races aim at, and the rates drawn.
 AIMED_LOSS_RATES: dict[str, tuple[float, ...]] = {
@@ -66,6 +77,15 @@ AIM_RECOVERY_WAIT = 3.0  # seconds it waits at most
 SHAPES = ((3, 2), (3, 3), (4, 3), (4, 3))
 FLUSH_INTERVALS = (0.5, 1.0, 2.0)  # journal off: acknowledged entries stay unflushed longer
 WIPE_RATES = (0.3, 0.5)
+# What an aimed recovery or takeover loses to the late add's bookie: nothing, its fence
+# (once), or every request for BLIND_FOR seconds (a partial partition).
+BLIND_MODES = ("", "fence", "all")
+BLIND_FOR = (0.3, 2.0)
+HOLD_FENCED_RATES = (0.0, 0.5, 1.0)  # how often an add to a fenced bookie is held up (LATE)
+# A gate opens this long after it closed at the latest: under the request timeout (1 s), so
+# the writer still takes the answer of what it held.
+GATE_FOR = 0.9
+GATED = ("add", "write_lac")  # what a gate holds: the old writer's requests, not recovery's
 
 
 @frozen
@@ -80,6 +100,8 @@ class RaceProfile:
     shape: tuple[int, int]  # (ensemble, write quorum)
     flush_interval: float
     wipe: float
+    blind: str  # BLIND_MODES
+    hold_fenced: float  # probability an add to a bookie fenced for its ledger is held up
 
     @classmethod
     def draw(cls, rng: random.Random) -> RaceProfile:
@@ -94,6 +116,9 @@ class RaceProfile:
             shape=rng.choice(SHAPES),
             flush_interval=rng.choice(FLUSH_INTERVALS),
             wipe=rng.choice(WIPE_RATES),
+            # Drawn last: the draws above stay what they were before these knobs.
+            blind=rng.choice(BLIND_MODES),
+            hold_fenced=rng.choice(HOLD_FENCED_RATES),
         )
 
 
@@ -107,6 +132,14 @@ def aimed(req: Request, fate: str) -> bool:
     takeover's fence or read (where the protocol decides what the ledger holds), or a
     request lost on its way (the bookie now misses something its peers have)."""
     return fate == "lost" or req.kind in ("fence", "recovery_read", "recovery_add")
+
+
+def fences(req: Request) -> bool:
+    """Whether ``req`` fences its ledger on the bookie it reaches (a fence or a term
+    raise, or a recovery read with the fence flag)."""
+    return req.kind == "fence" or (
+        req.kind == "recovery_read" and bool(req.flags & ReadFlags.FENCE)
+    )
 
 
 def strikes_at(req: Request, fate: str) -> bool:
@@ -132,3 +165,36 @@ class Targets:
         """The recently noted bookies among ``candidates``, in ``candidates``' order."""
         recent = {b for t, b in self._recent if t >= now - AIM_WINDOW}
         return [b for b in candidates if b in recent]
+
+
+class Gates:
+    """Bookies at which a ledger's writes wait (``GATED`` requests, in their order) until
+    the bookie answered a recovery read of that ledger, or until the gate's time is up."""
+
+    def __init__(self) -> None:
+        self._until: dict[tuple[str, int], float] = {}
+        self._held: dict[tuple[str, int], list[Callable[[], None]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._until)
+
+    def close(self, bookie: str, ledger: int, until: float) -> None:
+        self._until[(bookie, ledger)] = until
+
+    def holds(self, now: float, bookie: str, req: Request) -> bool:
+        until = self._until.get((bookie, req.ledger_id))
+        return until is not None and now < until and req.kind in GATED
+
+    def hold(self, bookie: str, ledger: int, deliver: Callable[[], None]) -> None:
+        self._held.setdefault((bookie, ledger), []).append(deliver)
+
+    def open(self, bookie: str, ledger: int) -> list[Callable[[], None]]:
+        """Open the gate; what it held, to be delivered in order."""
+        self._until.pop((bookie, ledger), None)
+        return self._held.pop((bookie, ledger), [])
+
+    def open_all(self) -> list[Callable[[], None]]:
+        held = [d for key in sorted(self._held) for d in self._held[key]]
+        self._until.clear()
+        self._held.clear()
+        return held

@@ -79,15 +79,18 @@ async def maybe_pause(sim: Simulation, who: str, lid: int) -> None:
         await asyncio.sleep(pause)
 
 
-async def aimed_ledger(sim: Simulation) -> int | None:
+async def aimed_ledger(sim: Simulation, who: str) -> int | None:
     """The race scenarios' aimed recoveries and takeovers (simraces.py): now and then one
     waits for the next add the network holds up and starts on its ledger at once, while
-    that add is on its way. None: not aimed (or no add was held up in time)."""
+    that add is on its way, maybe blind to that add's bookie (``Simulation.blind``).
+    None: not aimed (or no add was held up in time)."""
     races, rng = sim.races, sim.rng
     if races is None or rng.random() >= races.aim_recovery:
         return None
     lid = await sim.late_add(AIM_RECOVERY_WAIT)
     sim.counts["recovery.aimed" if lid is not None else "recovery.aim_missed"] += 1
+    if lid is not None:
+        sim.blind(who, lid)
     return lid
 
 

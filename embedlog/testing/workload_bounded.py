@@ -142,7 +142,7 @@ class BoundedWorkload:
         client = sim.client(name)
         # Mostly while the writers still write: that is where recovery races them.
         await asyncio.sleep(rng.uniform(0.01, 0.15) if rng.random() < 0.8 else rng.uniform(0, 2))
-        aimed = await aimed_ledger(sim)
+        aimed = await aimed_ledger(sim, name)
         if not self.ledgers:
             return
         lid = aimed if aimed in self.ledgers else rng.choice(self.ledgers)

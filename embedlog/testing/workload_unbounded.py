@@ -130,7 +130,7 @@ class UnboundedWorkload:
         self._writing += 1
         try:
             await asyncio.sleep(rng.uniform(0.02, 0.3) if rng.random() < 0.7 else rng.uniform(0, 2))
-            aimed = await aimed_ledger(sim)
+            aimed = await aimed_ledger(sim, name)
             if self.ledgers:
                 lid = aimed if aimed in self.ledgers else rng.choice(self.ledgers)
                 await self.take_over_and_write(client, name, lid)

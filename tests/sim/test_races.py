@@ -17,9 +17,18 @@ from embedlog.testing.sim import run_seed
 # exits 1. Re-found after any change to the simulator or the protocol code
 # (docs/simulation.md, the table).
 FIRST = {
+    # A fence lost to one bookie (the aimed losses), a repair's recovery reads it unfenced
+    # and gets NoSuchEntry, closes at 5; the old writer's held adds land there afterwards
+    # and entries 6.. are acknowledged after the close (NoDivergenceBetweenClientAndMetaData).
+    # Seed 9 violates too, but without the switch as well (an open finding).
+    "recovery-reads-without-fence": 187,
+    # A wiped bookie boots without fencing an open ledger, so its writer goes on: an
+    # entry it acknowledged ends with one copy in its write set
+    # (AllCommittedEntriesReachAckQuorum).
+    "no-fence-on-boot": 111,
     # A lost add, the bookie struck (crashed, wiped) before the resend, limbo cleared up
     # to the resent id: the end probe reads NoSuchEntry for entries it acknowledged.
-    "limbo-clears-at-first-resend": 197,
+    "limbo-clears-at-first-resend": 309,
 }
 
 
@@ -55,6 +64,10 @@ def test_the_race_scenarios_aim_their_faults():
         "fault.aimed",
         "recovery.aimed",
         "probe.read",
+        "recovery.blind.fence",
+        "net.blind.fence",
+        "net.gate_held",
+        "net.held_fenced",
     ):
         assert totals.get(what, 0) > 0, what
 
