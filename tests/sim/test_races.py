@@ -22,10 +22,6 @@ FIRST = {
     # and entries 6.. are acknowledged after the close (NoDivergenceBetweenClientAndMetaData).
     # Seed 9 violates too, but without the switch as well (an open finding).
     "recovery-reads-without-fence": 187,
-    # A wiped bookie boots without fencing an open ledger, so its writer goes on: an
-    # entry it acknowledged ends with one copy in its write set
-    # (AllCommittedEntriesReachAckQuorum).
-    "no-fence-on-boot": 111,
     # A lost add, the bookie struck (crashed, wiped) before the resend, limbo cleared up
     # to the resent id: the end probe reads NoSuchEntry for entries it acknowledged.
     "limbo-clears-at-first-resend": 309,
