@@ -167,6 +167,10 @@ class LedgerWriter:
         self._add_flags: int = AddFlags.RECOVERY if recovery else AddFlags.NONE
         self._failed: set[str] = set()  # bookies awaiting replacement
         self._retrying: set[str] = set()  # bookies with no replacement, retried after a pause
+        # Members of the last fragment not readied for it (``prepare_bookies`` failed) and
+        # kept for want of a replacement: no entry whose write set holds one completes
+        # until it confirms that entry itself (``_held_back``). Empty for bounded ledgers.
+        self._unprepared: set[str] = set()
         self._tls_refused: dict[str, TlsHandshakeError] = {}  # last failure was TLS
         self._changing: asyncio.Task[None] | None = None
         self._replacing = 0  # replacements in flight (see _complete)
@@ -524,6 +528,16 @@ class LedgerWriter:
         """Acks that complete an entry: AQ; unbounded recovery writes need the whole WQ."""
         return self.md.ack_quorum
 
+    def _held_back(self, p: PendingAdd) -> bool:
+        """Whether ``p`` waits for a member of its write set that was not readied for its
+        fragment and has not confirmed it: that member may hold an older term's entry at
+        the id, which readers asking it first would get."""
+        ensemble = self.md.ensemble_for(p.entry_id)
+        return any(
+            ensemble[i] in self._unprepared and not p.has_ack(i)
+            for i in self._write_set(p.entry_id)
+        )
+
     def _complete(self) -> None:
         """Acknowledge, in order, every entry at the head that has enough acks.
 
@@ -542,7 +556,10 @@ class LedgerWriter:
         freed = freed_bytes = 0
         now = time.monotonic()
         observe = self.ctx.metrics.add_latency_seconds.observe
+        unprepared = self._unprepared
         while pending and pending[0].acked >= need:
+            if unprepared and self._held_back(pending[0]):
+                break
             p = pending.popleft()
             self._in_flight -= 1
             self.lac = p.entry_id
@@ -662,6 +679,14 @@ class LedgerWriter:
                 ensemble[idx] = nb
                 replaced[idx] = nb
         if replaced:
+            # Readied before the metadata lists them: an entry already acknowledged moves
+            # to its replacement with this change, and a replacement still holding an
+            # older term's entry at its id would serve readers that payload.
+            ready = await self.prepare_bookies(set(replaced.values()), first)
+            for idx in [i for i, nb in replaced.items() if nb not in ready]:
+                ensemble[idx] = md.last_fragment[1][idx]
+                del replaced[idx]
+        if replaced:
             new_md = md.with_ensemble(first, tuple(ensemble))
             if not self.recovery:
                 try:
@@ -695,9 +720,6 @@ class LedgerWriter:
                 for idx in replaced:
                     if idx in ws and not self.ctx.unsafe_ack_from_replaced_bookie:
                         p.unack(idx)
-            ready = await self.prepare_bookies(set(replaced.values()), first)
-            # A new member that could not be readied is replaced in turn; its entries wait.
-            self._failed |= set(replaced.values()) - ready
             for p in moved:
                 ws = self._write_set(p.entry_id)
                 for idx, bookie in replaced.items():
@@ -759,7 +781,10 @@ class LedgerWriter:
                 return
             if (
                 oldest is not None
-                and oldest.acked < self._needed_acks()
+                and (
+                    oldest.acked < self._needed_acks()
+                    or (self._unprepared and self._held_back(oldest))
+                )
                 and time.monotonic() - oldest.created > self.ctx.add_entry_quorum_timeout
             ):
                 self.fail(
@@ -772,7 +797,18 @@ class LedgerWriter:
                 return
             first, ensemble = self.md.last_fragment
             if bookie not in ensemble:
+                self._unprepared.discard(bookie)
                 return
+            if bookie in self._unprepared:
+                try:
+                    ready = await self.prepare_bookies({bookie}, first)
+                except BKError as exc:  # another term took over, or the key was refused
+                    self.fail(exc)
+                    return
+                if bookie not in ready:
+                    self._retry_later(bookie)  # still not readied: its entries wait
+                    return
+                self._complete()
             idx = ensemble.index(bookie)
             for p in self._unconfirmed():
                 if (

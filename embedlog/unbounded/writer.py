@@ -276,6 +276,12 @@ class TermWriter(LedgerWriter):
         now = time.monotonic()
         for b in bookies - ready:
             self._suspects[b] = now
+        # Until readied (again), a member kept in the fragment holds back the entries of
+        # its write sets that it has not confirmed itself (LedgerWriter._held_back).
+        self._unprepared -= ready
+        self._unprepared |= bookies - ready
+        if ready:
+            self._complete()
         return ready
 
     async def clear_last_fragment(self, noop_id: int) -> None:

@@ -24,7 +24,7 @@ FIRST = {
     "recovery-reads-without-fence": 187,
     # A lost add, the bookie struck (crashed, wiped) before the resend, limbo cleared up
     # to the resent id: the end probe reads NoSuchEntry for entries it acknowledged.
-    "limbo-clears-at-first-resend": 309,
+    "limbo-clears-at-first-resend": 58,
 }
 
 
