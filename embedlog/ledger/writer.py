@@ -557,6 +557,11 @@ class LedgerWriter:
         now = time.monotonic()
         observe = self.ctx.metrics.add_latency_seconds.observe
         unprepared = self._unprepared
+        if unprepared:
+            # Only members of the last fragment hold entries back (every entry below it
+            # reached its whole write set before the fragment began); a candidate that was
+            # never listed, or a member replaced since, must not keep this check running.
+            unprepared.intersection_update(self.md.last_fragment[1])
         while pending and pending[0].acked >= need:
             if unprepared and self._held_back(pending[0]):
                 break
@@ -797,7 +802,6 @@ class LedgerWriter:
                 return
             first, ensemble = self.md.last_fragment
             if bookie not in ensemble:
-                self._unprepared.discard(bookie)
                 return
             if bookie in self._unprepared:
                 try:
@@ -805,10 +809,9 @@ class LedgerWriter:
                 except BKError as exc:  # another term took over, or the key was refused
                     self.fail(exc)
                     return
-                if bookie not in ready:
+                if bookie not in ready:  # (readied: prepare_bookies completed what waited)
                     self._retry_later(bookie)  # still not readied: its entries wait
                     return
-                self._complete()
             idx = ensemble.index(bookie)
             for p in self._unconfirmed():
                 if (
