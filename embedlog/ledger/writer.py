@@ -168,9 +168,10 @@ class LedgerWriter:
         self._failed: set[str] = set()  # bookies awaiting replacement
         self._retrying: set[str] = set()  # bookies with no replacement, retried after a pause
         # Members of the last fragment not readied for it (``prepare_bookies`` failed) and
-        # kept for want of a replacement: no entry whose write set holds one completes
-        # until it confirms that entry itself (``_held_back``). Empty for bounded ledgers.
-        self._unprepared: set[str] = set()
+        # kept for want of a replacement, each with the first id of the cut it still
+        # needs: no entry whose write set holds one completes until it confirms that entry
+        # itself (``_held_back``). Empty for bounded ledgers.
+        self._unprepared: dict[str, int] = {}
         self._tls_refused: dict[str, TlsHandshakeError] = {}  # last failure was TLS
         self._changing: asyncio.Task[None] | None = None
         self._replacing = 0  # replacements in flight (see _complete)
@@ -561,7 +562,9 @@ class LedgerWriter:
             # Only members of the last fragment hold entries back (every entry below it
             # reached its whole write set before the fragment began); a candidate that was
             # never listed, or a member replaced since, must not keep this check running.
-            unprepared.intersection_update(self.md.last_fragment[1])
+            members = self.md.last_fragment[1]
+            for gone in [b for b in unprepared if b not in members]:
+                del unprepared[gone]
         while pending and pending[0].acked >= need:
             if unprepared and self._held_back(pending[0]):
                 break
@@ -804,8 +807,11 @@ class LedgerWriter:
             if bookie not in ensemble:
                 return
             if bookie in self._unprepared:
+                # The cut it missed, not this fragment's start: below that cut it may
+                # already hold entries this term wrote back (the end of a takeover readies
+                # bookies above its no-op), which are older terms' by their payload.
                 try:
-                    ready = await self.prepare_bookies({bookie}, first)
+                    ready = await self.prepare_bookies({bookie}, self._unprepared[bookie])
                 except BKError as exc:  # another term took over, or the key was refused
                     self.fail(exc)
                     return

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
 from embedlog.wire.messages import OpCode, Request, Response
 
-REQUEST_KINDS = ("add", "read", "read_lac", "fence", "recovery_read", "recovery_add")
+REQUEST_KINDS = ("add", "read", "read_lac", "fence", "recovery_read", "recovery_add", "trim")
 
 
 class NetworkFaults:

@@ -278,8 +278,10 @@ class TermWriter(LedgerWriter):
             self._suspects[b] = now
         # Until readied (again), a member kept in the fragment holds back the entries of
         # its write sets that it has not confirmed itself (LedgerWriter._held_back).
-        self._unprepared -= ready
-        self._unprepared |= bookies - ready
+        for b in ready:
+            self._unprepared.pop(b, None)
+        for b in bookies - ready:
+            self._unprepared[b] = first
         if ready:
             self._complete()
         return ready

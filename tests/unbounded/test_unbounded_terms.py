@@ -367,3 +367,33 @@ def test_a_takeover_fails_loudly_when_a_bookie_never_confirms_its_writes(cluster
     ul3 = cluster.client("c3").open_unbounded(lid)
     last = ul3.append(b"new")
     assert [e.data for e in ul3.read(0, last)] == [b"e0", b"e1", b"e2", b"new"]
+
+
+def test_a_bookie_readied_late_at_the_end_of_a_takeover_keeps_what_it_holds_below_the_cut(
+    cluster,
+):
+    """The end of a takeover readies the last fragment's members outside the no-op's
+    write set above the no-op (TRIM ABOVE). One whose TRIM is lost is readied again after
+    a pause, with the same cut: readied from the fragment's start instead, it dropped
+    every entry it held of the older term, the ones this term had just written back to it
+    too, acknowledged ones among them (found by the simulator: seeds 332 and 951 of
+    ``unbounded-nojournal-races``)."""
+    from embedlog.ledger.quorum import write_set_bookies
+
+    writer = cluster.client("w")
+    ul = writer.create_unbounded(3, 2, 2)
+    payloads = [b"e%d" % i for i in range(10)]
+    assert [ul.append(p) for p in payloads] == list(range(10))
+    lid, ensemble = ul.ledger_id, ul.metadata.last_fragment[1]
+    (outside,) = set(ensemble) - set(write_set_bookies(10, ensemble, 2))  # the no-op's at 10
+    held = {e for e in range(10) if outside in write_set_bookies(e, ensemble, 2)}
+    assert {e: stored(cluster, outside, lid, e) for e in held} == {e: payloads[e] for e in held}
+    taker = cluster.client("t", request_timeout=0.5)
+    # Lost twice: the takeover's own retry (at the no-op) loses too, so the writer's
+    # retry of the member is the one that readies it.
+    cluster.network.drop_next("t", outside, "trim", count=2)
+    ul2 = taker.open_unbounded(lid)
+    assert ul2.term == 2 and ul2.metadata.last_fragment[1] == ensemble  # readied, not replaced
+    assert {e: stored(cluster, outside, lid, e) for e in held} == {e: payloads[e] for e in held}
+    r = cluster.client("r").open_unbounded(lid, takeover=False)
+    assert [e.data for e in r.read(0, 9)] == payloads
