@@ -556,7 +556,6 @@ class LedgerWriter:
         done: list[PendingAdd] = []
         freed = freed_bytes = 0
         now = time.monotonic()
-        observe = self.ctx.metrics.add_latency_seconds.observe
         unprepared = self._unprepared
         if unprepared:
             # Only members of the last fragment hold entries back (every entry below it
@@ -571,7 +570,6 @@ class LedgerWriter:
             p = pending.popleft()
             self._in_flight -= 1
             self.lac = p.entry_id
-            observe(now - p.created)
             if hook:
                 self._acknowledged(p)
             p.settled = True
@@ -580,6 +578,8 @@ class LedgerWriter:
                 freed_bytes += p.cost
             done.append(p)
         completed = bool(done)
+        if completed:
+            self.ctx.metrics.add_latency_seconds.observe_since(now, (p.created for p in done))
         if freed:
             # Before the futures complete: their done callbacks (on this thread, where
             # waiting for room is refused) find the room these adds made.

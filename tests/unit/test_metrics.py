@@ -156,3 +156,26 @@ def test_without_prometheus_client_the_exporter_names_the_install_command(tmp_pa
         check=True,
     )
     assert "pip install 'embedlog[metrics]'" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "latencies",
+    [
+        [],
+        [0.00003],
+        [0.012],
+        [100.0],  # above every bound
+        [0.00003, 0.00007, 0.0003, 0.004, 0.004, 2.5, 70.0],
+        [0.9, 0.0001, 0.03],  # not in order
+        [0.0101 + i * 1e-6 for i in range(64)],  # one full batch in one bucket
+    ],
+)
+def test_observing_a_batch_since_its_starts_equals_observing_each_value(latencies):
+    now = 36_000.25
+    one, batch = Histogram(LATENCY_BUCKETS), Histogram(LATENCY_BUCKETS)
+    for v in latencies:
+        one.observe(v)
+    batch.observe_since(now, (now - v for v in latencies))
+    assert batch.counts == one.counts
+    assert batch.count == one.count == len(latencies)
+    assert batch.sum == pytest.approx(one.sum, abs=1e-6)
