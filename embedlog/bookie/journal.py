@@ -34,6 +34,7 @@ from attrs import frozen
 
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK, AppendOnlyFile, Disk
+from embedlog.bookie.records import well_formed
 from embedlog.metrics import BookieMetrics
 from embedlog.runtime import settle
 
@@ -67,13 +68,13 @@ _NONZERO = re.compile(rb"[^\x00]")
 
 
 def intact_end(data: bytes, pos: int) -> int | None:
-    """Where the record starting at ``pos`` ends, if it is intact (whole, non-empty, its
-    CRC right); else None."""
+    """Where the record starting at ``pos`` ends, if it is intact (whole, non-empty, of a
+    kind the journal writes, its CRC right); else None."""
     if pos + FRAME.size > len(data):
         return None
     length, crc = FRAME.unpack_from(data, pos)
     end = pos + FRAME.size + length
-    if length == 0 or end > len(data):
+    if length == 0 or end > len(data) or not well_formed(data[pos + FRAME.size], length):
         return None
     if crc32c.crc32c(memoryview(data)[pos + FRAME.size : end]) != crc:
         return None
@@ -100,7 +101,7 @@ def next_intact(data: bytes, start: int) -> tuple[int | None, bool]:
         if tried > SCAN_MAX_OFFSETS:
             return None, False
         end = pos + FRAME.size + length
-        if end <= n:
+        if end <= n and well_formed(data[pos + FRAME.size], length):
             checksummed += length
             if checksummed > SCAN_MAX_CRC_BYTES:
                 return None, False
@@ -217,7 +218,7 @@ class Replay:
                     end = pos + FRAME.size + length
                     if length and end <= len(data):
                         payload = data[pos + FRAME.size : end]
-                        if crc32c.crc32c(payload) == crc:
+                        if crc32c.crc32c(payload) == crc and well_formed(payload[0], length):
                             if start + pos >= self.from_lsn:
                                 yield start + pos, payload
                             pos = end
@@ -345,8 +346,17 @@ class Journal:
             records, self._buf_records = self._buf_records, 0
             self._buf, self._buf_bytes, self._waiters = [], 0, []
             batch_lsn = self.lsn - size
+            failure = self.error
+            if failure is not None:
+                # Nothing is written after a group that failed: part of it may be in the
+                # file (a disk that filled up mid-write), and records after it would make
+                # the next boot find an intact record behind a broken one, which it must
+                # take for lost acknowledged records (BP-46 protection of every ledger).
+                # Left alone at the end, the broken group is a torn tail, cut at replay.
+                self._inflight = []
+                _notify(waiters, failure)
+                continue
             self._writing = True
-            failure: OSError | None = None
             try:
                 await asyncio.get_running_loop().run_in_executor(
                     self._executor, self._write, parts, size, batch_lsn
