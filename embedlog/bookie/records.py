@@ -29,6 +29,31 @@ _TRUNCATE_IDS = struct.Struct(">cqqI")  # a truncation that drops only the ids l
 _ID = struct.Struct(">q")
 
 
+# Each kind's fixed head, which a record of that kind always extends past (an entry, a
+# batch or a state follows it).
+_HEADS = {
+    ord("A"): _ADD.size,
+    ord("B"): _BATCH.size,
+    ord("S"): _STATE.size,
+    ord("T"): _TRUNCATE.size,
+    ord("U"): _TRUNCATE_IDS.size,
+}
+
+
+def well_formed(kind: int, length: int) -> bool:
+    """Whether a payload of ``length`` bytes whose first byte is ``kind`` can be a record
+    the journal wrote.
+
+    Replay's search for an intact record behind a bad one asks this besides the CRC, so
+    that a frame-like run of bytes inside an entry is not taken for a record: an entry
+    id of 4 followed by a LAC of -1 reads as a frame of length 4 holding four 0xff
+    bytes, whose CRC32C is 0xffffffff, and would make a torn tail look like corruption
+    (a suspicious boot; found by the simulator, seed 864 of ``bounded-races``).
+    """
+    head = _HEADS.get(kind)
+    return head is not None and length > head
+
+
 def add_prefix(ledger_id: int, entry_id: int) -> bytes:
     """What comes before the entry in an add's record (the journal frames the two as one,
     without joining them)."""

@@ -21,6 +21,12 @@ def rec(payload: bytes) -> bytes:
 A, B, C = rec(b"A" * 40), rec(b"S" + b"x" * 25), rec(b"B" + b"y" * 60)
 
 
+# An entry header's id 4 and LAC -1 read as a frame: length 4, CRC 0xffffffff, and four
+# 0xff bytes, whose CRC32C is 0xffffffff.
+ENTRY_4_LAC_MINUS_1 = (4).to_bytes(8, "big") + (-1).to_bytes(8, "big", signed=True)
+assert crc32c.crc32c(b"\xff" * 4) == 0xFFFFFFFF
+
+
 def flip(data: bytes, at: int) -> bytes:
     return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
 
@@ -57,6 +63,14 @@ CASES = [
         None,
     ),
     ("payload byte flipped, intact record after", A + flip(B, 20) + C, MID, True, False, AFTER),
+    (
+        "partial add whose entry header reads as a frame (seed 864 of bounded-races)",
+        A + rec(b"A" + bytes(16) + ENTRY_4_LAC_MINUS_1 + b"payload")[:-5],
+        MID,
+        True,
+        True,
+        None,
+    ),
     ("crc byte flipped, intact record after", A + flip(B, 5) + C, MID, True, False, AFTER),
     ("first record spoilt, the rest intact", flip(A, 30) + B + C, 0, True, False, MID),
     ("length made huge, intact record after", A + high_length(B, 0) + C, MID, True, False, None),
@@ -98,11 +112,17 @@ SEARCH_CASES = [
     ("past a partial record and zeros", A + B[:-7] + bytes(300) + C, MID + 1, AFTER - 7 + 300),
     (
         "a record-like frame inside a payload comes first",
-        A + rec(b"Q" * 8 + rec(b"forged")) + C,
+        A + rec(b"Q" * 8 + rec(b"S" + b"forged state")) + C,
         MID + 1,
         MID + 8 + 8,
     ),
     ("nothing intact", A + B[:-7], MID + 1, None),
+    (
+        "a frame of no kind the journal writes is no record",
+        A + rec(b"A" + bytes(16) + ENTRY_4_LAC_MINUS_1 + b"payload")[:-5],
+        MID + 1,
+        None,
+    ),
 ]
 
 

@@ -178,10 +178,10 @@ def test_journal_replay_of_a_torn_tail_cuts_it_and_keeps_every_whole_record():
     for seed in range(300):
         d, faults = disk(seed)
         f = d.open_append(J / f"{0:020d}.jnl")
-        durable = [b"acked-%d" % i for i in range(3)]
+        durable = [b"S" + bytes(8) + b"acked-%d" % i for i in range(3)]
         f.append_parts([record(p) for p in durable])
         f.sync()
-        unsynced = [b"in-flight-%d" % i * (i + 1) for i in range(4)]
+        unsynced = [b"B" + bytes(8) + b"in-flight-%d" % i * (i + 1) for i in range(4)]
         f.append_parts([record(p) for p in unsynced])
         d.power_cut()
         data = d.read(J / f"{0:020d}.jnl")
