@@ -139,14 +139,23 @@ def test_a_broken_disk_keeps_the_bookie_read_only(harness: Any, monkeypatch, err
     bookie stays read-only: a disk that fails on and off must not flip-flop."""
     h = harness(flush_interval=0.02, flush_retry_max_interval=0.05)
     h.boot()
-    # Before the adds: a flush that got them into the index before the disk broke would
-    # leave nothing for the broken one to write (an idle bookie skips its flushes).
-    flaky = failing(1, lambda: OSError(err, os.strerror(err)), LedgerStorage._flush_sync)
+    real = LedgerStorage._flush_sync
+    broken = failing(1, lambda: OSError(err, os.strerror(err)), real)
+
+    def flaky(self: LedgerStorage, snapshot: dict[int, dict[int, bytes]], *args: Any) -> None:
+        # The disk breaks under the flush that holds the last add: one before it would
+        # make the bookie refuse that add, one after would find nothing left to write
+        # (an idle bookie skips its flushes).
+        if 2 in snapshot.get(2, {}) or broken.calls:
+            broken(self, snapshot, *args)
+        else:
+            real(self, snapshot, *args)
+
     monkeypatch.setattr(LedgerStorage, "_flush_sync", flaky)
     for eid in range(3):
         assert h.add(2, eid, b"acked%d" % eid).status == StatusCode.EOK
     wait(h, lambda: flushed(h, 2, range(3)))
-    assert flaky.calls >= 2  # the failure, then the flush that got through
+    assert broken.calls >= 2  # the failure, then the flush that got through
     flushes = h.bookie.storage.flushes
     wait(h, lambda: h.bookie.storage.flushes >= flushes + 5)
     assert h.bookie.readonly and h.meta.readonly_bookies() == ["b1"]
