@@ -86,6 +86,18 @@ FOUND = {
     # limbo) ended the repair until the next boot; what the bookie lost stayed below its
     # ack quorum (Repairer.run tries that step again after its interval).
     "bounded-nojournal-races": (132, 189),
+    # 864: a journal group that filled the disk part way, and a torn add whose entry
+    # header (id 4, LAC -1) reads as a valid frame: both made a boot suspicious with
+    # nothing lost, and two bookies of a write set in limbo kept a ledger unrecoverable
+    # (journal.py: nothing written after a failed group; records.well_formed).
+    "bounded-races": (864,),
+    # 332, 951: a member whose TRIM ABOVE at the end of a takeover was lost was readied
+    # again from its fragment's start, dropping the write-backs and the older term's
+    # acknowledged entries it held (LedgerWriter._unprepared keeps the cut it missed).
+    # 333: an ephemeral registration whose create had an unknown outcome outlived its
+    # bookie's crash, and the cookie fix of the wiped bookie kept refusing
+    # (metadata/store.py: SessionView.create).
+    "unbounded-nojournal-races": (332, 333, 951),
 }
 
 
