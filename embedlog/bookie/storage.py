@@ -285,20 +285,29 @@ class LedgerStorage:
 
     async def flush(self, checkpoint: int | None) -> None:
         """Make everything cached durable in entry logs + index; record ``checkpoint``."""
+        if self._idle(checkpoint) and _uncontended(self._flush_lock):
+            # What _flush_locked does when idle, without taking the lock: a lock nobody
+            # holds or waits for is taken and given back with nothing run between, so
+            # this is the same step. An idle bookie flushes every interval: in the
+            # simulator this saves 1% of a history's instructions (callgrind).
+            self.flushes += 1
+            return
         async with self._flush_lock:
             await self._flush_locked(checkpoint)
 
-    async def _flush_locked(self, checkpoint: int | None, cut: CutSpec | None = None) -> None:
-        if (
-            cut is None
-            and not self.cache
+    def _idle(self, checkpoint: int | None) -> bool:
+        """Nothing cached, no state changed, the journal where the index has it: a flush
+        would rewrite what the index holds."""
+        return (
+            not self.cache
             and not self._dirty
             and not self._deleted
             and checkpoint == self._checkpoint
-        ):
-            # Nothing cached, no state changed, the journal where the index has it: the
-            # batch would rewrite what the index holds (an idle bookie flushes often).
-            self.flushes += 1
+        )
+
+    async def _flush_locked(self, checkpoint: int | None, cut: CutSpec | None = None) -> None:
+        if cut is None and self._idle(checkpoint):
+            self.flushes += 1  # an idle bookie flushes often: nothing to write
             return
         # The cache is handed to the flush whole and adds start a new one: nothing is copied
         # or removed entry by entry (the flush was a third of a bookie's work per add).
@@ -462,3 +471,9 @@ def _keeps(how: Cut, at: int, entry_id: int, only: frozenset[int] | None = None)
     if only is not None and entry_id not in only:
         return True
     return (how == "below" and entry_id >= at) or (how == "above" and entry_id <= at)
+
+
+def _uncontended(lock: asyncio.Lock) -> bool:
+    """``lock`` is free and nobody waits for it: acquiring it would not yield. (Its
+    waiters are private; where they cannot be seen, it counts as contended.)"""
+    return not lock.locked() and not getattr(lock, "_waiters", True)

@@ -311,3 +311,31 @@ def read(lid: int, eid: int) -> Request:
 
 def add(lid: int, eid: int, payload: bytes) -> Request:
     return Request(OpCode.ADD, 0, lid, eid, master_key=KEY, body=entry(lid, eid, payload))
+
+
+def test_an_idle_flush_waits_for_a_cut_holding_the_flush_lock(harness):
+    # An idle flush skips the lock only when nobody holds or waits for it: while a cut
+    # holds it (exclusive()), the flush must wait, or it would run in the middle of
+    # the cut.
+    h = harness(flush_interval=LONG)
+    h.boot()
+    storage = h.bookie.storage
+    h.run(h.bookie.flush())  # nothing cached, the checkpoint where the index has it
+
+    async def scenario() -> tuple[bool, bool, int, int]:
+        before = storage.flushes
+        idle = asyncio.ensure_future(h.bookie.flush())
+        await asyncio.sleep(0)
+        skipped = idle.done() and storage.flushes == before + 1
+        async with storage.exclusive():
+            held = asyncio.ensure_future(h.bookie.flush())
+            await asyncio.sleep(0.05)
+            waited = not held.done()
+            during = storage.flushes
+        await held
+        return skipped, waited, during - before, storage.flushes - before
+
+    skipped, waited, during, after = h.run(scenario())
+    assert skipped  # free lock, nothing to write: done at once, counted
+    assert waited and during == 1  # the second waited for the lock
+    assert after == 2

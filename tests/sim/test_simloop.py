@@ -105,3 +105,86 @@ def test_a_power_cut_loses_disk_work_not_yet_started():
 
     _loop, (lost, cancelled) = run(main)
     assert (lost, cancelled, done) == (1, True, [])
+
+
+def _callback_order(loop: asyncio.AbstractEventLoop) -> list[str]:
+    """A program whose callbacks interleave (tasks, futures, call_soon chains, a stop in
+    the middle of a batch, timers in order of their delays); the order they ran in."""
+    log: list[str] = []
+
+    def chain(name: str, n: int) -> None:
+        log.append(f"{name}{n}")
+        if n:
+            loop.call_soon(chain, name, n - 1)
+
+    async def worker(name: str, fut: asyncio.Future[str]) -> None:
+        log.append(f"{name} starts")
+        await asyncio.sleep(0)
+        log.append(f"{name} got {await fut}")
+
+    async def first() -> None:
+        fut = loop.create_future()
+        tasks = [loop.create_task(worker(n, fut)) for n in ("w1", "w2")]
+        loop.call_soon(chain, "a", 3)
+        loop.call_soon(chain, "b", 2)
+        await asyncio.sleep(0)
+        fut.set_result("x")
+        loop.call_later(0.02, log.append, "late")
+        loop.call_later(0.01, log.append, "early")
+        handle = loop.call_later(0.015, log.append, "cancelled")
+        handle.cancel()
+        await asyncio.gather(*tasks)
+        await asyncio.sleep(0.03)
+        # Stop with callbacks still ready: they run at the next run, before its task.
+        loop.call_soon(chain, "c", 2)
+        loop.call_soon(loop.stop)
+        loop.call_soon(chain, "d", 2)
+
+    async def second() -> None:
+        log.append("second")
+        await asyncio.sleep(0)
+        log.append("second again")
+
+    loop.create_task(first())
+    loop.run_forever()
+    log.append("stopped")
+    loop.run_until_complete(second())
+    return log
+
+
+def test_callbacks_run_in_asyncio_order():
+    # The virtual loop runs its batches without returning to run_forever between them,
+    # and fills handles itself: the order must stay asyncio's, or histories would change.
+    expected = asyncio.SelectorEventLoop()
+    try:
+        want = _callback_order(expected)
+    finally:
+        expected.close()
+    loop = VirtualClockLoop()
+    try:
+        with virtual_clock(loop):
+            got = _callback_order(loop)
+    finally:
+        loop.close()
+    assert "stopped" in want and "late" in want and "cancelled" not in want
+    assert got == want
+
+
+def test_a_callback_that_raises_goes_to_the_exception_handler_as_in_asyncio():
+    seen: list[dict[str, object]] = []
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    async def main(loop):
+        loop.set_exception_handler(lambda _loop, context: seen.append(context))
+        handle = loop.call_soon(boom)
+        await asyncio.sleep(0.1)
+        return handle
+
+    _loop, handle = run(main)
+    assert len(seen) == 1
+    assert isinstance(seen[0]["exception"], ValueError)
+    assert seen[0]["handle"] is handle
+    assert str(seen[0]["message"]).startswith("Exception in callback ")
+    assert "boom" in str(seen[0]["message"])
