@@ -26,7 +26,8 @@ import attrs
 
 from embedlog.bookie.bookie import Bookie
 from embedlog.bookie.config import BookieConfig
-from embedlog.cluster import LocalCluster, repair_client_name
+from embedlog.cluster import LocalCluster
+from embedlog.cluster_bookies import repair_client_name
 from embedlog.metadata.store import MetadataStore
 from embedlog.process.supervisor import BookieProcess
 from embedlog.transport.faults import NetworkFaults

@@ -238,7 +238,7 @@ class BookieService:
     ) -> None:
         from embedlog.bookie.bookie import Bookie
         from embedlog.client import Client
-        from embedlog.cluster import repair_client_name
+        from embedlog.cluster_bookies import repair_client_name
         from embedlog.connect import _metadata_resolver
         from embedlog.runtime import Runtime
         from embedlog.transport.limits import ConnectionLimits

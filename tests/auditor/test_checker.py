@@ -9,7 +9,7 @@ from auditor_helpers import replace_disks, set_rack, write_closed
 from embedlog.auditor.checker import MetadataChecker
 from embedlog.auditor.replication import LedgerRepair, Replicator
 from embedlog.auditor.rules import assigned_entries, format_ids, fragment_ranges, swap_bookie
-from embedlog.cluster import repair_client_name
+from embedlog.cluster_bookies import repair_client_name
 from embedlog.transport.base import Transport
 from embedlog.wire.messages import OpCode
 

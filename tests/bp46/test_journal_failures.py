@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from embedlog.bookie.journal import Journal
-from embedlog.cluster import repair_client_name
+from embedlog.cluster_bookies import repair_client_name
 
 NO_FLUSH = 3600.0
 

@@ -13,7 +13,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
 
-from embedlog.cluster import repair_client_name
+from embedlog.cluster_bookies import repair_client_name
 from embedlog.errors import BKError
 
 NO_FLUSH = 3600.0

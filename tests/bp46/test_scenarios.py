@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from embedlog import LedgerFencedError, LedgerRecoveryError
-from embedlog.cluster import repair_client_name
+from embedlog.cluster_bookies import repair_client_name
 from embedlog.errors import NoSuchEntryError, NoSuchLedgerError, UnknownError
 from embedlog.transport.base import next_txn
 from embedlog.wire.entry import Digester, DigestType, master_key

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from embedlog.cluster import repair_client_name
+from embedlog.cluster_bookies import repair_client_name
 from embedlog.metrics import LATENCY_BUCKETS, Histogram
 
 # (observations, q, expected quantile): the upper bound of the bucket holding the q-quantile.
