@@ -86,6 +86,9 @@ HOLD_FENCED_RATES = (0.0, 0.5, 1.0)  # how often an add to a fenced bookie is he
 # the writer still takes the answer of what it held.
 GATE_FOR = 0.9
 GATED = ("add", "write_lac")  # what a gate holds: the old writer's requests, not recovery's
+# Compound aims (simcombos.py): how often a bounded ledger's writer goes quiet once, early,
+# for a recovery blind to one bookie and a wiped reboot of another.
+WIPED_REBOOT_RATES = (0.0, 0.0, 0.3, 0.7)
 
 
 @frozen
@@ -102,6 +105,7 @@ class RaceProfile:
     wipe: float
     blind: str  # BLIND_MODES
     hold_fenced: float  # probability an add to a bookie fenced for its ledger is held up
+    wiped_reboot: float  # probability per writer of simcombos' wiped reboot (bounded ledgers)
 
     @classmethod
     def draw(cls, rng: random.Random) -> RaceProfile:
@@ -119,6 +123,8 @@ class RaceProfile:
             # Drawn last: the draws above stay what they were before these knobs.
             blind=rng.choice(BLIND_MODES),
             hold_fenced=rng.choice(HOLD_FENCED_RATES),
+            # The compound aims: drawn after every knob above, which keep their draws.
+            wiped_reboot=rng.choice(WIPED_REBOOT_RATES),
         )
 
 
