@@ -270,6 +270,7 @@ class Simulation:
         self._blind_rng = seeded(seed, "blind")
         self._strike_rng = seeded(seed, "strikes")
         self._combo_rngs: dict[str, random.Random] = {}  # simcombos.py
+        self._combo_held: set[str] = set()  # bookies a compound aim holds (busy)
         self._max_down = max(1, sc.bookies - self.ensemble)
         if self.races is not None:
             self.ensemble, self.write_quorum = self.races.shape
@@ -484,6 +485,11 @@ class Simulation:
         await self.heal_and_check()
         self.counts.update(self.net.counts)
 
+    def oracle_outcome(self, task: asyncio.Future[Any]) -> None:
+        """A finished task of the workload's own: no exception that is not a protocol
+        outcome (``NoUnexpectedError``)."""
+        self._outcome(task)
+
     def _outcome(self, task: asyncio.Future[Any]) -> None:
         detail = task_error(task)
         if detail is not None:
@@ -633,15 +639,25 @@ class Simulation:
     def serving(self, bid: str) -> bool:
         return self._serving(bid) is not None
 
+    def writable(self, bid: str) -> bool:
+        b = self._serving(bid)
+        return b is not None and not b.readonly
+
     def is_busy(self, bid: str) -> bool:
         return bid in self._busy
 
+    def held_by_combo(self, bid: str) -> bool:
+        return bid in self._combo_held
+
     def busy(self, bid: str, busy: bool) -> None:
-        """Keep the nemesis and the strikes off ``bid`` (or let them at it again)."""
+        """Keep the nemeses (crashes, disk faults) and the strikes off ``bid`` (or let them
+        at it again): a compound aim holds it."""
         if busy:
             self._busy.add(bid)
+            self._combo_held.add(bid)
         else:
             self._busy.discard(bid)
+            self._combo_held.discard(bid)
 
     def may_take_down(self) -> bool:
         """Whether one more bookie may go down (the ensemble leaves a spare)."""

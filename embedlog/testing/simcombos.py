@@ -27,22 +27,32 @@ from typing import TYPE_CHECKING
 from embedlog.errors import BKError
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerState
-from embedlog.testing.simloop import seeded
 from embedlog.testing.simraces import BLIND_FOR
 from embedlog.testing.workload import PASSWORD
+from embedlog.wire.messages import OpCode
 
 if TYPE_CHECKING:
     from embedlog.client import Client
     from embedlog.ledger.writer import LedgerWriter
     from embedlog.testing.sim import Simulation
     from embedlog.testing.workload_bounded import BoundedWorkload
+    from embedlog.testing.workload_unbounded import UnboundedWorkload
+    from embedlog.unbounded.writer import TermWriter
 
 # How long a quiet writer waits at most for the recovery and the reboot it is quiet for.
 QUIET_LIMIT = 5.0
 WIPED_REBOOT_WITHIN = 10  # a writer's first adds: the lossy budget is likely unspent
 SETTLE = (0.005, 0.05)  # seconds after its last acknowledgement, for the stragglers
 RECOVERY_TRIES = 3
-BOOT_TRIES = 3  # a wiped bookie's boot (its cookie fix) may meet a metadata fault
+BOOT_TRIES = 3
+# The dirty leftover: how long the old writer stays cut off from all but one bookie, how
+# long after the cut the takeover starts (the old writer's appends reach that bookie
+# meanwhile), and how long the new term's first append to it is held up.
+CUT_OFF_FOR = 10.0  # at most: it ends once the takeover ended
+CUT_OFF_WAIT = 0.5
+POLL = 0.005
+HELD_ADD = (0.05, 0.8)
+TAKEOVER_TRIES = 3  # a wiped bookie's boot (its cookie fix) may meet a metadata fault
 
 
 def wiped_reboot_at(sim: Simulation, adds: int) -> int | None:
@@ -141,3 +151,100 @@ async def _recover(work: BoundedWorkload, client: Client, lid: int, who: str) ->
         work.oracle.ledger_closed(lid, md.last_entry_id, who)
         return True
     return False
+
+
+def dirty_leftover_at(sim: Simulation, adds: int) -> int | None:
+    """After which of a stream writer's ``adds`` appends (from 0) the dirty leftover
+    starts, if it does (E > WQ > AQ only: with WQ = AQ no add completes without a bookie
+    of its write set, and with E = WQ every bookie is in the no-op's)."""
+    races = sim.races
+    if races is None or not races.dirty_leftover or adds < 2:
+        return None
+    if not sim.ensemble > sim.write_quorum > sim.ack_quorum:
+        return None
+    rng = sim.combo_rng("dirty-leftover")
+    if rng.random() >= races.dirty_leftover:
+        return None
+    return rng.randrange(adds - 1)
+
+
+def dirty_leftover_ready(sim: Simulation, writer: TermWriter) -> bool:
+    """Whether the dirty leftover may start at ``writer`` now: every bookie of its last
+    fragment up, writable, and held by nothing else."""
+    md = sim.truth.read_ledger(writer.md.ledger_id)
+    if md.term != writer.term or md.state is not LedgerState.OPEN:
+        return False  # displaced already, or a takeover under way
+    return all(sim.writable(b) and not sim.is_busy(b) for b in writer.md.last_fragment[1])
+
+
+async def dirty_leftover(
+    work: UnboundedWorkload, client_name: str, lid: int, writer: TermWriter
+) -> None:
+    """The dirty leftover (module docstring), against ``client_name``'s term writer of
+    stream ``lid``, which keeps appending meanwhile."""
+    sim = work.sim
+    rng = sim.combo_rng("dirty-leftover")
+    md = writer.md
+    ensemble = md.last_fragment[1]
+    keep = rng.choice(ensemble)
+    sim.counts["combo.dirty_leftover"] += 1
+    n = sim.counts["combo.dirty_leftover"]
+    who = f"d{n}"
+    sim.trace("combo", "dirty-leftover", client_name, lid, "keep", keep)
+    held = [b for b in ensemble if not sim.is_busy(b)]
+    for b in held:
+        sim.busy(b, True)
+    alone = work.hold(lid)
+    try:
+        # The old term's appends reach only ``keep`` from now on (none completes).
+        sim.net.blind(client_name, keep, lid, "others", sim.loop.time() + CUT_OFF_FOR)
+        # The takeover starts once the old writer sent a few ids more (some of them reach
+        # ``keep`` only, the others nothing), or a while later at most.
+        cut_at, waited = writer.next_entry_id, 0.0
+        while writer.next_entry_id <= cut_at + md.ensemble_size and waited < CUT_OFF_WAIT:
+            await asyncio.sleep(POLL)
+            waited += POLL
+        client = sim.client(who)
+        sim.net.spared.add((who, lid))
+        handle = None
+        for _ in range(TAKEOVER_TRIES):
+            handle = await work.take_over(client, who, lid, holder=True)
+            if handle is not None:
+                break
+            await asyncio.sleep(rng.uniform(0.05, 0.3))
+        # The old writer's connections heal (it learns of the new term as they do).
+        sim.net.unblind(client_name, lid)
+        if handle is None or handle.writer is None:
+            sim.counts["combo.dirty_leftover.missed.takeover"] += 1
+            return
+        new = handle.writer
+        eid = new.next_entry_id
+        nmd = new.md
+        ws = write_set_bookies(eid, nmd.ensemble_for(eid), nmd.write_quorum)
+        noop_ws = write_set_bookies(eid - 1, nmd.ensemble_for(eid - 1), nmd.write_quorum)
+        if keep not in ws or keep in noop_ws:
+            # The no-op's truncate reached it, or the next id is not its to hold.
+            sim.counts["combo.dirty_leftover.missed.write_set"] += 1
+            return
+        # The new term's first append reaches ``keep`` late: acknowledged by the others,
+        # while ``keep`` still holds whatever the old term left at that id.
+        sim.net.hold_next(who, keep, lid, rng.uniform(*HELD_ADD))
+        acked = work.append(handle, who, b"dirty-leftover")
+        await asyncio.wait([acked])
+        if acked.exception() is not None or acked.result() != eid:
+            sim.counts["combo.dirty_leftover.missed.append"] += 1
+            return
+        sim.counts["combo.dirty_leftover.read"] += 1
+        sim.trace("combo-read", who, keep, lid, eid)
+        # A reader of its own: on the new term's connection the read would wait behind
+        # the held add.
+        reader = sim.client(f"{who}-reader")
+        try:
+            await reader.ctx.bookies.call(keep, OpCode.READ, lid, eid)
+        except BKError:
+            pass  # unknown: the oracle judged whatever the bookie answered
+    finally:
+        alone.set()
+        sim.net.spared.discard((who, lid))
+        for b in held:
+            sim.busy(b, False)

@@ -90,7 +90,10 @@ class DiskNemesis:
                 return
             # Without the journal a disk fault can cost acknowledged entries (a failed final
             # flush at a stop loses the write cache): such a bookie is lossy, in the budget.
-            candidates = [b for b in sorted(sim.disks) if sim._may_lose(b)]
+            # (Not the bookies a compound aim holds: simcombos.py.)
+            candidates = [
+                b for b in sorted(sim.disks) if sim._may_lose(b) and not sim.held_by_combo(b)
+            ]
             if not candidates:
                 continue
             bid = rng.choice(candidates)

@@ -88,7 +88,10 @@ GATE_FOR = 0.9
 GATED = ("add", "write_lac")  # what a gate holds: the old writer's requests, not recovery's
 # Compound aims (simcombos.py): how often a bounded ledger's writer goes quiet once, early,
 # for a recovery blind to one bookie and a wiped reboot of another.
-WIPED_REBOOT_RATES = (0.0, 0.0, 0.3, 0.7)
+WIPED_REBOOT_RATES = (0.3, 0.7, 0.0, 0.0)
+# ... and how often a stream's term writer (E > WQ > AQ) is cut off from all but one
+# bookie while another client takes the stream over (the dirty leftover).
+DIRTY_LEFTOVER_RATES = (0.0, 0.0, 0.3, 0.7)
 
 
 @frozen
@@ -106,6 +109,7 @@ class RaceProfile:
     blind: str  # BLIND_MODES
     hold_fenced: float  # probability an add to a bookie fenced for its ledger is held up
     wiped_reboot: float  # probability per writer of simcombos' wiped reboot (bounded ledgers)
+    dirty_leftover: float  # probability per term writer of simcombos' dirty leftover (streams)
 
     @classmethod
     def draw(cls, rng: random.Random) -> RaceProfile:
@@ -125,6 +129,7 @@ class RaceProfile:
             hold_fenced=rng.choice(HOLD_FENCED_RATES),
             # The compound aims: drawn after every knob above, which keep their draws.
             wiped_reboot=rng.choice(WIPED_REBOOT_RATES),
+            dirty_leftover=rng.choice(DIRTY_LEFTOVER_RATES),
         )
 
 
