@@ -17,6 +17,17 @@ from streams of their own (``seeded(seed, "combo", ...)``), so a seed whose rate
   operator's cookie fix); then the writer writes again. The only thing that keeps
   its next entry from being acknowledged after the close is the fence that bookie's
   suspicious boot puts on the ledger.
+* **the dirty leftover** (issue #12 race 1, ``dirty-entries-outside-noop-write-set``;
+  E > WQ > AQ): a stream's term writer is cut off from every bookie of its last
+  fragment but one, and goes on appending (what reaches that bookie completes
+  nowhere); another client takes the stream over, alone. Its recovery finds the
+  first id that bookie lacks absent and writes the no-op there, whose truncate does
+  not reach that bookie: only clearing the last fragment drops the old term's entries
+  it holds above. The new term's first append to it is held up, acknowledged by the
+  others, and a reader asks that bookie for it.
+
+While a compound aim runs it holds the bookies of the ledger's ensemble
+(``Simulation.busy``): the nemesis, the strikes and the disk faults leave them alone.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ mix, some of them none):
 * **late refusals**: an add to a bookie that a recovery or a takeover fenced is held
   up, so the refusal reaches the old writer after what its unfenced bookies answer
   (a refusal that came first would end the writer before it could be acknowledged);
+* **compound aims** (simcombos.py): several of these in one order at one ledger, for
+  the histories that need them all (BP-46 scenario 1; issue #12's dirty leftover);
 * for streams, a probe at the end: every bookie of an acknowledged entry's write set
   is asked for it, so that a negative for an entry a bookie acknowledged
   (``NoNegativeForAckedEntry``) does not hide behind a reader that asked another.
