@@ -162,7 +162,7 @@ UNSAFE: dict[str, UnsafeSwitch] = {
             "dirty-entries-outside-noop-write-set",
             "E > WQ: a takeover leaves the bookies of the last fragment outside its no-op's "
             "write set uncleared (issue #12 race 1: unsafe_skip_clear_last_fragment)",
-            "unbounded",
+            "unbounded-races",
             context={"unsafe_skip_clear_last_fragment": True},
         ),
         UnsafeSwitch(

@@ -269,6 +269,8 @@ class Simulation:
         self._late_bookie: dict[int, str] = {}  # ledger -> the bookie of its last late add
         self._blind_rng = seeded(seed, "blind")
         self._strike_rng = seeded(seed, "strikes")
+        self._combo_rngs: dict[str, random.Random] = {}  # simcombos.py
+        self._combo_held: set[str] = set()  # bookies a compound aim holds (busy)
         self._max_down = max(1, sc.bookies - self.ensemble)
         if self.races is not None:
             self.ensemble, self.write_quorum = self.races.shape
@@ -307,6 +309,7 @@ class Simulation:
         # acknowledged. Once AQ of one ensemble did, BP-46 rightly leaves the ledger
         # unrecoverable (an acknowledged entry may be gone everywhere): no liveness then.
         self._lossy: set[str] = set()
+        self._reserved: set[str] = set()  # held for a compound aim's wipe (reserve_lossy)
         self._aborted: set[str] = set()  # boots abandoned after the unclean bit, journal off
         self._unrecoverable: set[int] = set()  # ledgers exempt from liveness (see heal)
         self.trace(
@@ -482,6 +485,11 @@ class Simulation:
         await self.heal_and_check()
         self.counts.update(self.net.counts)
 
+    def oracle_outcome(self, task: asyncio.Future[Any]) -> None:
+        """A finished task of the workload's own: no exception that is not a protocol
+        outcome (``NoUnexpectedError``)."""
+        self._outcome(task)
+
     def _outcome(self, task: asyncio.Future[Any]) -> None:
         detail = task_error(task)
         if detail is not None:
@@ -620,10 +628,66 @@ class Simulation:
                 return rng.choice(aimed_at)
         return rng.choice(up)
 
-    def _may_lose(self, bid: str) -> bool:
-        if self.bookie_settings["journal_write_data"] or bid in self._lossy:
+    # -- what compound aims (simcombos.py) ask of the cluster ---------------------------------
+
+    def combo_rng(self, what: str) -> random.Random:
+        rng = self._combo_rngs.get(what)
+        if rng is None:
+            rng = self._combo_rngs[what] = seeded(self.seed, "combo", what)
+        return rng
+
+    def serving(self, bid: str) -> bool:
+        return self._serving(bid) is not None
+
+    def writable(self, bid: str) -> bool:
+        b = self._serving(bid)
+        return b is not None and not b.readonly
+
+    def is_busy(self, bid: str) -> bool:
+        return bid in self._busy
+
+    def held_by_combo(self, bid: str) -> bool:
+        return bid in self._combo_held
+
+    def busy(self, bid: str, busy: bool) -> None:
+        """Keep the nemeses (crashes, disk faults) and the strikes off ``bid`` (or let them
+        at it again): a compound aim holds it."""
+        if busy:
+            self._busy.add(bid)
+            self._combo_held.add(bid)
+        else:
+            self._busy.discard(bid)
+            self._combo_held.discard(bid)
+
+    def may_take_down(self) -> bool:
+        """Whether one more bookie may go down (the ensemble leaves a spare)."""
+        return len(self.down()) < self._max_down
+
+    def may_wipe(self, bid: str) -> bool:
+        """Whether ``bid`` may lose its disks within the lossy budget."""
+        if bid in self._lossy or bid in self._reserved:
             return True
-        return len(self._lossy) < self.scenario.lossy_bookies
+        return len(self._lossy | self._reserved) < self.scenario.lossy_bookies
+
+    def reserve_lossy(self, bid: str | None) -> None:
+        """Hold the lossy budget for ``bid`` (None: release it): a compound aim is about to
+        wipe it, and a crash elsewhere meanwhile would spend the budget."""
+        self._reserved = {bid} if bid is not None else set()
+
+    async def take_down(self, bid: str, *, wipe: bool) -> None:
+        """Crash ``bid`` (stop it, beyond the lossy budget), and wipe its disks if asked
+        and the budget allows (else maybe, as the nemesis does)."""
+        if self._may_lose(bid):
+            self.crash(bid)
+        else:
+            await self.stop(bid)
+        if not (wipe and self.disk_faults.wipe(bid)):
+            self.disk_faults.after_down(bid)
+
+    def _may_lose(self, bid: str) -> bool:
+        if self.bookie_settings["journal_write_data"]:
+            return True
+        return self.may_wipe(bid)
 
     async def heal_and_check(self) -> None:
         """The end of every history: heal the network, bring every bookie back, let repair

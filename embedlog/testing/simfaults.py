@@ -52,17 +52,22 @@ class DiskNemesis:
 
     def after_down(self, bid: str) -> None:
         """``bid`` just crashed or stopped: maybe its disks are replaced."""
-        sim = self.sim
         if self.rng.random() >= self.wipe_probability:
             return
-        if bid not in sim._lossy and len(sim._lossy) >= sim.scenario.lossy_bookies:
-            return
+        self.wipe(bid)
+
+    def wipe(self, bid: str) -> bool:
+        """Replace the disks of ``bid`` (down) with empty ones, if the lossy budget allows."""
+        sim = self.sim
+        if not sim.may_wipe(bid):
+            return False
         sim._lossy.add(bid)
         sim.disks[bid].wipe()
         self._wiped.add(bid)
         self._unsettled.add(bid)
         sim.counts["fault.wipe"] += 1
         sim.trace("wipe", bid)
+        return True
 
     def booted(self, bid: str) -> None:
         """``bid`` booted; after a wipe, what it acknowledged before is judged anew."""
@@ -85,7 +90,10 @@ class DiskNemesis:
                 return
             # Without the journal a disk fault can cost acknowledged entries (a failed final
             # flush at a stop loses the write cache): such a bookie is lossy, in the budget.
-            candidates = [b for b in sorted(sim.disks) if sim._may_lose(b)]
+            # (Not the bookies a compound aim holds: simcombos.py.)
+            candidates = [
+                b for b in sorted(sim.disks) if sim._may_lose(b) and not sim.held_by_combo(b)
+            ]
             if not candidates:
                 continue
             bid = rng.choice(candidates)

@@ -88,6 +88,10 @@ class SimNetwork(Transport):
         # once, then "spent", or "all"; until when).
         self._blind: dict[tuple[str, int], tuple[str, str, float]] = {}
         self._fenced: set[tuple[str, int]] = set()  # (bookie, ledger) a fence was sent to
+        # (client, ledger) whose requests the aimed losses spare (a compound aim's own)
+        self.spared: set[tuple[str, int]] = set()
+        # (client, bookie, ledger) -> extra delay of the client's next add there (hold_next)
+        self._holds: dict[tuple[str, str, int], float] = {}
         self.gates = Gates()
         self._serving: set[asyncio.Task[Response]] = set()
         self.counts: dict[str, int] = {}
@@ -98,6 +102,7 @@ class SimNetwork(Transport):
     def heal(self) -> None:
         self.profile = CALM
         self._blind.clear()
+        self._holds.clear()
         for deliver in self.gates.open_all():
             deliver()
 
@@ -113,9 +118,19 @@ class SimNetwork(Transport):
 
     def blind(self, src: str, bookie: str, ledger: int, what: str, until: float) -> None:
         """Until virtual time ``until``, lose ``src``'s requests for ``ledger`` to ``bookie``:
-        its first fence (``what`` is "fence") or every one ("all"); the aimed losses spare
-        its other requests for ``ledger`` meanwhile, so that only that bookie is missed."""
+        its first fence (``what`` is "fence") or every one ("all"); or those to every other
+        bookie ("others"). The aimed losses spare its other requests for ``ledger``
+        meanwhile, so that only the bookies named are missed."""
         self._blind[(src, ledger)] = (bookie, what, until)
+
+    def unblind(self, src: str, ledger: int) -> None:
+        """End ``src``'s blind spot for ``ledger`` now."""
+        self._blind.pop((src, ledger), None)
+
+    def hold_next(self, src: str, bookie: str, ledger: int, delay: float) -> None:
+        """Hold ``src``'s next add for ``ledger`` to ``bookie`` up for ``delay`` more
+        seconds (what follows it on that connection waits behind it)."""
+        self._holds[(src, bookie, ledger)] = delay
 
     def gate(self, bookie: str, ledger: int, until: float) -> None:
         """Hold the writes for ``ledger`` that reach ``bookie`` until it answered a recovery
@@ -141,6 +156,8 @@ class SimNetwork(Transport):
 
     def _blinded(self, src: str, bookie: str, req: Request) -> bool:
         spot = self._blind_spot(src, req.ledger_id)
+        if spot is not None and spot[1] == "others":
+            return spot[0] != bookie  # cut off from every bookie but that one
         if spot is None or spot[0] != bookie or spot[1] == "spent":
             return False
         if spot[1] == "fence":
@@ -174,6 +191,11 @@ class SimNetwork(Transport):
         ):
             delay += rng.uniform(*prof.late)
             self._count("net.held_fenced")
+        if self._holds and req is not None and req.kind == "add":
+            held = self._holds.pop((src, dst, req.ledger_id), None)
+            if held is not None:
+                delay += held
+                self._count("net.held_add")
         link = (src, dst)
         at = max(loop.time() + delay, self._last.get(link, 0.0) + _FIFO_GAP)
         self._last[link] = at
@@ -202,7 +224,8 @@ class SimNetwork(Transport):
             self._count(f"net.blind.{req.kind}")
             self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
         elif self._aimed_loss(req) and not (
-            self._blind and self._blind_spot(src, req.ledger_id) is not None
+            (self._blind and self._blind_spot(src, req.ledger_id) is not None)
+            or (src, req.ledger_id) in self.spared
         ):
             lost = True
             self._count(f"net.aimed_loss.{req.kind}")

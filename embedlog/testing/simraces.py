@@ -36,6 +36,8 @@ mix, some of them none):
 * **late refusals**: an add to a bookie that a recovery or a takeover fenced is held
   up, so the refusal reaches the old writer after what its unfenced bookies answer
   (a refusal that came first would end the writer before it could be acknowledged);
+* **compound aims** (simcombos.py): several of these in one order at one ledger, for
+  the histories that need them all (BP-46 scenario 1; issue #12's dirty leftover);
 * for streams, a probe at the end: every bookie of an acknowledged entry's write set
   is asked for it, so that a negative for an entry a bookie acknowledged
   (``NoNegativeForAckedEntry``) does not hide behind a reader that asked another.
@@ -86,6 +88,12 @@ HOLD_FENCED_RATES = (0.0, 0.5, 1.0)  # how often an add to a fenced bookie is he
 # the writer still takes the answer of what it held.
 GATE_FOR = 0.9
 GATED = ("add", "write_lac")  # what a gate holds: the old writer's requests, not recovery's
+# Compound aims (simcombos.py): how often a bounded ledger's writer goes quiet once, early,
+# for a recovery blind to one bookie and a wiped reboot of another.
+WIPED_REBOOT_RATES = (0.3, 0.7, 0.0, 0.0)
+# ... and how often a stream's term writer (E > WQ > AQ) is cut off from all but one
+# bookie while another client takes the stream over (the dirty leftover).
+DIRTY_LEFTOVER_RATES = (0.0, 0.0, 0.3, 0.7)
 
 
 @frozen
@@ -102,6 +110,8 @@ class RaceProfile:
     wipe: float
     blind: str  # BLIND_MODES
     hold_fenced: float  # probability an add to a bookie fenced for its ledger is held up
+    wiped_reboot: float  # probability per writer of simcombos' wiped reboot (bounded ledgers)
+    dirty_leftover: float  # probability per term writer of simcombos' dirty leftover (streams)
 
     @classmethod
     def draw(cls, rng: random.Random) -> RaceProfile:
@@ -119,6 +129,9 @@ class RaceProfile:
             # Drawn last: the draws above stay what they were before these knobs.
             blind=rng.choice(BLIND_MODES),
             hold_fenced=rng.choice(HOLD_FENCED_RATES),
+            # The compound aims: drawn after every knob above, which keep their draws.
+            wiped_reboot=rng.choice(WIPED_REBOOT_RATES),
+            dirty_leftover=rng.choice(DIRTY_LEFTOVER_RATES),
         )
 
 

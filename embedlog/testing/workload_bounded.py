@@ -19,6 +19,7 @@ from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.testing.oracle import Oracle
+from embedlog.testing.simcombos import quiet_writer_wiped_reboot, wiped_reboot_at
 from embedlog.testing.workload import (
     DIGEST,
     PASSWORD,
@@ -89,7 +90,9 @@ class BoundedWorkload:
         writer = LedgerWriter(client.ctx, md, PASSWORD)
         self._writers.append(writer)
         futures: list[asyncio.Future[int]] = []
-        for _ in range(rng.randint(*sim.scenario.entries)):
+        n_adds = rng.randint(*sim.scenario.entries)
+        quiet_at = wiped_reboot_at(sim, n_adds)
+        for i in range(n_adds):
             if writer.error is not None:
                 break
             eid = writer.next_entry_id
@@ -101,6 +104,8 @@ class BoundedWorkload:
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.expovariate(100.0))
             await maybe_pause(sim, name, lid)
+            if i == quiet_at:
+                await quiet_writer_wiped_reboot(self, name, lid, writer)
         if futures:
             await asyncio.wait(futures)
         if writer.error is None and rng.random() < 0.5:

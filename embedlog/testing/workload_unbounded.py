@@ -25,6 +25,7 @@ from embedlog.errors import BKError, InvalidTermError, NoSuchEntryError, NoSuchL
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
+from embedlog.testing.simcombos import dirty_leftover, dirty_leftover_at, dirty_leftover_ready
 from embedlog.testing.workload import (
     DIGEST,
     PASSWORD,
@@ -54,6 +55,7 @@ class UnboundedWorkload:
         self._followers: list[Follower] = []
         self._writing = 0  # streams still being written (followers stop when none are)
         self._quiet = asyncio.Event()
+        self._held: dict[int, asyncio.Event] = {}  # streams a compound aim holds (hold)
         # Whether takeovers write the truncate no-op (off only under an unsafe switch):
         # with it, the new term owns the no-op's id and everything above.
         self._noop = not sim.client_options.get("unsafe_takeover_without_noop", False)
@@ -148,8 +150,20 @@ class UnboundedWorkload:
                 return
             await asyncio.sleep(rng.uniform(0.1, 1.0))
 
-    async def take_over(self, client: Client, name: str, lid: int) -> UnboundedLedger | None:
+    def hold(self, lid: int) -> asyncio.Event:
+        """Keep other takeovers of ``lid`` waiting until the event returned is set (a
+        compound aim's takeover runs alone: simcombos.py)."""
+        done = self._held[lid] = asyncio.Event()
+        return done
+
+    async def take_over(
+        self, client: Client, name: str, lid: int, *, holder: bool = False
+    ) -> UnboundedLedger | None:
         sim = self.sim
+        held = self._held.get(lid)
+        if held is not None and not holder and not held.is_set():
+            sim.trace("take-over-waits", name, lid)
+            await held.wait()
         sim.counts["takeover"] += 1
         sim.trace("take-over", name, lid)
         try:
@@ -178,9 +192,19 @@ class UnboundedWorkload:
         lid, term = handle.ledger_id, handle.term
         who = f"{name}@t{term}"
         futures: list[asyncio.Future[int]] = []
-        for seq in range(rng.randint(*sim.scenario.entries)):
+        n_adds = rng.randint(*sim.scenario.entries)
+        leftover_at = dirty_leftover_at(sim, n_adds)
+        combos: list[asyncio.Future[None]] = []
+        for seq in range(n_adds):
             if writer.error is not None:
                 break
+            if (
+                leftover_at is not None
+                and seq >= leftover_at
+                and not combos
+                and dirty_leftover_ready(sim, writer)
+            ):
+                combos.append(asyncio.ensure_future(dirty_leftover(self, name, lid, writer)))
             payload = b"%d:%s:%d:%08x" % (lid, who.encode(), seq, rng.getrandbits(32))
             self.oracle.append(who, payload)
             fut = writer.add(payload)
@@ -192,8 +216,25 @@ class UnboundedWorkload:
             await maybe_pause(sim, who, lid)
         if futures:
             await asyncio.wait(futures)
+        if combos:
+            await asyncio.wait(combos)
+        for combo in combos:
+            sim.oracle_outcome(combo)
         sim.counts["rollover"] += writer.rollovers
         return isinstance(writer.error, InvalidTermError)
+
+    def append(self, handle: UnboundedLedger, name: str, payload: bytes) -> asyncio.Future[int]:
+        """One append of ``name`` in ``handle``'s term, known to the oracle as
+        ``write_term``'s are."""
+        assert handle.writer is not None
+        lid, term = handle.ledger_id, handle.term
+        who = f"{name}@t{term}"
+        payload = b"%d:%s:0:%s" % (lid, who.encode(), payload)
+        self.oracle.append(who, payload)
+        fut = handle.writer.add(payload)
+        fut.add_done_callback(functools.partial(self._add_done, who, lid, term, payload))
+        self.sim.counts["add"] += 1
+        return fut
 
     def _add_done(
         self, who: str, lid: int, term: int, payload: bytes, f: asyncio.Future[int]

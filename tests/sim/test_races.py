@@ -25,6 +25,16 @@ FIRST = {
     # A lost add, the bookie struck (crashed, wiped) before the resend, limbo cleared up
     # to the resent id: the end probe reads NoSuchEntry for entries it acknowledged.
     "limbo-clears-at-first-resend": 58,
+    # BP-46 scenario 1 (simcombos' wiped reboot): a recovery blind to bookie-4 closes the
+    # ledger at 4 while its writer is quiet; bookie-1, which the recovery fenced, is wiped
+    # and reboots unfenced; the writer's entry 5 is acknowledged by the two unfenced
+    # bookies after the close (NoDivergenceBetweenClientAndMetaData).
+    "no-fence-on-boot": 323,
+    # Issue #12 race 1 (simcombos' dirty leftover, E4/WQ3/AQ2): the old term's appends
+    # reach bookie-2 only; the takeover's no-op at 8 leaves bookie-2 (outside its write
+    # set) holding the old term's entry 9; the new term's 9 is acknowledged while its add
+    # to bookie-2 is held up, and a read there gets the old payload (NoLogDivergence).
+    "dirty-entries-outside-noop-write-set": 47,
 }
 
 

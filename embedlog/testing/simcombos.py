@@ -1,0 +1,261 @@
+"""Compound aims of the race scenarios: several aimed faults in one chosen order.
+
+The single aimed faults (simraces.py) each make one coincidence likely; a few
+histories need three or four of them in a particular order, at one ledger, before
+anything else happens to it, and independent draws hardly ever line them up. A
+compound aim lines them up once its (rare, per-seed) draw fires; each step is still a
+fault the simulation draws anyway (a recovery blind to one bookie, a wiped disk, a
+quick reboot), only placed where the protocol decides something. Their draws come
+from streams of their own (``seeded(seed, "combo", ...)``), so a seed whose rate is
+0 runs exactly the history it ran before they existed.
+
+* **a wiped reboot under a quiet writer** (BP-46 scenario 1, ``no-fence-on-boot``):
+  a bounded ledger's writer goes quiet after an add; another client recovers its
+  ledger, blind to one bookie of the writer's next write set (that bookie stays
+  unfenced); once the recovery ended, another bookie of that write set, one the
+  recovery fenced, is taken down, its disks are wiped, and it boots at once (the
+  operator's cookie fix); then the writer writes again. The only thing that keeps
+  its next entry from being acknowledged after the close is the fence that bookie's
+  suspicious boot puts on the ledger.
+* **the dirty leftover** (issue #12 race 1, ``dirty-entries-outside-noop-write-set``;
+  E > WQ > AQ): a stream's term writer is cut off from every bookie of its last
+  fragment but one, and goes on appending (what reaches that bookie completes
+  nowhere); another client takes the stream over, alone. Its recovery finds the
+  first id that bookie lacks absent and writes the no-op there, whose truncate does
+  not reach that bookie: only clearing the last fragment drops the old term's entries
+  it holds above. The new term's first append to it is held up, acknowledged by the
+  others, and a reader asks that bookie for it.
+
+While a compound aim runs it holds the bookies of the ledger's ensemble
+(``Simulation.busy``): the nemesis, the strikes and the disk faults leave them alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from embedlog.errors import BKError
+from embedlog.ledger.quorum import write_set_bookies
+from embedlog.metadata.ledger_metadata import LedgerState
+from embedlog.testing.simraces import BLIND_FOR
+from embedlog.testing.workload import PASSWORD
+from embedlog.wire.messages import OpCode
+
+if TYPE_CHECKING:
+    from embedlog.client import Client
+    from embedlog.ledger.writer import LedgerWriter
+    from embedlog.testing.sim import Simulation
+    from embedlog.testing.workload_bounded import BoundedWorkload
+    from embedlog.testing.workload_unbounded import UnboundedWorkload
+    from embedlog.unbounded.writer import TermWriter
+
+# How long a quiet writer waits at most for the recovery and the reboot it is quiet for.
+QUIET_LIMIT = 5.0
+WIPED_REBOOT_WITHIN = 10  # a writer's first adds: the lossy budget is likely unspent
+SETTLE = (0.005, 0.05)  # seconds after its last acknowledgement, for the stragglers
+RECOVERY_TRIES = 3
+BOOT_TRIES = 3
+# The dirty leftover: how long the old writer stays cut off from all but one bookie, how
+# long after the cut the takeover starts (the old writer's appends reach that bookie
+# meanwhile), and how long the new term's first append to it is held up.
+CUT_OFF_FOR = 10.0  # at most: it ends once the takeover ended
+CUT_OFF_WAIT = 0.5
+POLL = 0.005
+HELD_ADD = (0.05, 0.8)
+TAKEOVER_TRIES = 3  # a wiped bookie's boot (its cookie fix) may meet a metadata fault
+
+
+def wiped_reboot_at(sim: Simulation, adds: int) -> int | None:
+    """After which of a writer's ``adds`` adds (counted from 0) it goes quiet for the wiped
+    reboot, if it does: early, before the nemesis spent the lossy budget elsewhere."""
+    races = sim.races
+    if races is None or not races.wiped_reboot or adds < 2:
+        return None
+    rng = sim.combo_rng("wiped-reboot")
+    if rng.random() >= races.wiped_reboot:
+        return None
+    return rng.randrange(min(adds - 1, WIPED_REBOOT_WITHIN))
+
+
+async def quiet_writer_wiped_reboot(
+    work: BoundedWorkload, name: str, lid: int, writer: LedgerWriter
+) -> None:
+    """Run the wiped reboot under a quiet writer (module docstring) on ``name``'s ledger
+    ``lid`` before the writer adds again."""
+    sim = work.sim
+    rng = sim.combo_rng("wiped-reboot")
+    # Quiet means nothing of the writer's in flight: a late answer of an add sent before
+    # the recovery's fence would be a refusal that ends the writer.
+    drained = asyncio.ensure_future(writer.drain())
+    await asyncio.wait([drained], timeout=QUIET_LIMIT)
+    if not drained.done():
+        drained.cancel()
+        sim.counts["combo.wiped_reboot.missed.busy_writer"] += 1
+        return
+    await asyncio.sleep(rng.uniform(*SETTLE))
+    md = writer.md
+    eid = writer.next_entry_id
+    ws = write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
+    # The bookie to wipe must be within the lossy budget (a wipe loses what it held).
+    wipeable = [b for b in ws if sim.may_wipe(b) and sim.serving(b) and not sim.is_busy(b)]
+    if writer.error is not None or not wipeable:
+        sim.counts["combo.wiped_reboot.missed.no_victim"] += 1
+        return
+    victim = rng.choice(wipeable)
+    sim.reserve_lossy(victim)
+    blind = rng.choice([b for b in ws if b != victim])
+    sim.counts["combo.wiped_reboot"] += 1
+    who = f"q{sim.counts['combo.wiped_reboot']}"
+    sim.trace("combo", "wiped-reboot", name, lid, eid, "blind", blind, "wipe", victim)
+    # The nemesis and the strikes leave the ensemble alone meanwhile: a wipe or a crash of
+    # another of its bookies would end the history this aims at before it happened.
+    held = [b for b in md.last_fragment[1] if not sim.is_busy(b)]
+    for b in held:
+        sim.busy(b, True)
+    try:
+        client = sim.client(who)
+        sim.net.blind(who, blind, lid, "all", sim.loop.time() + rng.uniform(*BLIND_FOR))
+        recovery = asyncio.ensure_future(_recover(work, client, lid, who))
+        await asyncio.wait([recovery], timeout=QUIET_LIMIT)
+        if not recovery.done() or not recovery.result():
+            sim.counts["combo.wiped_reboot.missed.recovery"] += 1
+            return  # the writer goes on where it was
+        if not (sim.serving(victim) and sim.may_wipe(victim) and sim.may_take_down()):
+            sim.counts["combo.wiped_reboot.missed.victim"] += 1
+            return
+        await sim.take_down(victim, wipe=True)
+        for _ in range(BOOT_TRIES):
+            sim.counts["fault.restart"] += 1
+            sim.trace("restart", victim)
+            if await sim.boot(victim):
+                sim.counts["combo.wiped_reboot.done"] += 1
+                break
+            await asyncio.sleep(rng.uniform(0.01, 0.1))
+    finally:
+        sim.reserve_lossy(None)
+        for b in held:
+            sim.busy(b, False)
+
+
+async def _recover(work: BoundedWorkload, client: Client, lid: int, who: str) -> bool:
+    """Recover (close) ``lid``, tried again while it fails; whether it closed. No read
+    back: the writer is waiting."""
+    sim = work.sim
+    rng = sim.combo_rng("wiped-reboot")
+    for _ in range(RECOVERY_TRIES):
+        sim.counts["recovery"] += 1
+        sim.trace("recover", who, lid)
+        try:
+            rh = await client.open_ledger_aio(lid, password=PASSWORD, recover=True)
+        except BKError as exc:
+            sim.counts[f"recovery.failed.{type(exc).__name__}"] += 1
+            sim.trace("recover-failed", who, lid, type(exc).__name__, exc)
+            await asyncio.sleep(rng.uniform(0.05, 0.3))
+            continue
+        md = rh.metadata
+        if md.state is not LedgerState.CLOSED:
+            work.oracle.violate("LedgerIsClosed", f"{who} recovered {lid} but it is {md.state}")
+            return False
+        sim.counts["recovery.ok"] += 1
+        sim.trace("recovered", who, lid, md.last_entry_id, md.fragments)
+        work.oracle.ledger_closed(lid, md.last_entry_id, who)
+        return True
+    return False
+
+
+def dirty_leftover_at(sim: Simulation, adds: int) -> int | None:
+    """After which of a stream writer's ``adds`` appends (from 0) the dirty leftover
+    starts, if it does (E > WQ > AQ only: with WQ = AQ no add completes without a bookie
+    of its write set, and with E = WQ every bookie is in the no-op's)."""
+    races = sim.races
+    if races is None or not races.dirty_leftover or adds < 2:
+        return None
+    if not sim.ensemble > sim.write_quorum > sim.ack_quorum:
+        return None
+    rng = sim.combo_rng("dirty-leftover")
+    if rng.random() >= races.dirty_leftover:
+        return None
+    return rng.randrange(adds - 1)
+
+
+def dirty_leftover_ready(sim: Simulation, writer: TermWriter) -> bool:
+    """Whether the dirty leftover may start at ``writer`` now: every bookie of its last
+    fragment up, writable, and held by nothing else."""
+    md = sim.truth.read_ledger(writer.md.ledger_id)
+    if md.term != writer.term or md.state is not LedgerState.OPEN:
+        return False  # displaced already, or a takeover under way
+    return all(sim.writable(b) and not sim.is_busy(b) for b in writer.md.last_fragment[1])
+
+
+async def dirty_leftover(
+    work: UnboundedWorkload, client_name: str, lid: int, writer: TermWriter
+) -> None:
+    """The dirty leftover (module docstring), against ``client_name``'s term writer of
+    stream ``lid``, which keeps appending meanwhile."""
+    sim = work.sim
+    rng = sim.combo_rng("dirty-leftover")
+    md = writer.md
+    ensemble = md.last_fragment[1]
+    keep = rng.choice(ensemble)
+    sim.counts["combo.dirty_leftover"] += 1
+    n = sim.counts["combo.dirty_leftover"]
+    who = f"d{n}"
+    sim.trace("combo", "dirty-leftover", client_name, lid, "keep", keep)
+    held = [b for b in ensemble if not sim.is_busy(b)]
+    for b in held:
+        sim.busy(b, True)
+    alone = work.hold(lid)
+    try:
+        # The old term's appends reach only ``keep`` from now on (none completes).
+        sim.net.blind(client_name, keep, lid, "others", sim.loop.time() + CUT_OFF_FOR)
+        # The takeover starts once the old writer sent a few ids more (some of them reach
+        # ``keep`` only, the others nothing), or a while later at most.
+        cut_at, waited = writer.next_entry_id, 0.0
+        while writer.next_entry_id <= cut_at + md.ensemble_size and waited < CUT_OFF_WAIT:
+            await asyncio.sleep(POLL)
+            waited += POLL
+        client = sim.client(who)
+        sim.net.spared.add((who, lid))
+        handle = None
+        for _ in range(TAKEOVER_TRIES):
+            handle = await work.take_over(client, who, lid, holder=True)
+            if handle is not None:
+                break
+            await asyncio.sleep(rng.uniform(0.05, 0.3))
+        # The old writer's connections heal (it learns of the new term as they do).
+        sim.net.unblind(client_name, lid)
+        if handle is None or handle.writer is None:
+            sim.counts["combo.dirty_leftover.missed.takeover"] += 1
+            return
+        new = handle.writer
+        eid = new.next_entry_id
+        nmd = new.md
+        ws = write_set_bookies(eid, nmd.ensemble_for(eid), nmd.write_quorum)
+        noop_ws = write_set_bookies(eid - 1, nmd.ensemble_for(eid - 1), nmd.write_quorum)
+        if keep not in ws or keep in noop_ws:
+            # The no-op's truncate reached it, or the next id is not its to hold.
+            sim.counts["combo.dirty_leftover.missed.write_set"] += 1
+            return
+        # The new term's first append reaches ``keep`` late: acknowledged by the others,
+        # while ``keep`` still holds whatever the old term left at that id.
+        sim.net.hold_next(who, keep, lid, rng.uniform(*HELD_ADD))
+        acked = work.append(handle, who, b"dirty-leftover")
+        await asyncio.wait([acked])
+        if acked.exception() is not None or acked.result() != eid:
+            sim.counts["combo.dirty_leftover.missed.append"] += 1
+            return
+        sim.counts["combo.dirty_leftover.read"] += 1
+        sim.trace("combo-read", who, keep, lid, eid)
+        # A reader of its own: on the new term's connection the read would wait behind
+        # the held add.
+        reader = sim.client(f"{who}-reader")
+        try:
+            await reader.ctx.bookies.call(keep, OpCode.READ, lid, eid)
+        except BKError:
+            pass  # unknown: the oracle judged whatever the bookie answered
+    finally:
+        alone.set()
+        sim.net.spared.discard((who, lid))
+        for b in held:
+            sim.busy(b, False)
