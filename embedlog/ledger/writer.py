@@ -1,11 +1,12 @@
-"""The writing side of a ledger: pipelined adds, in-order acknowledgement, ensemble changes.
+"""The writing side of a ledger: pipelined adds, in-order acknowledgement, closing.
 
 One LedgerWriter drives a ledger's writes on the runtime loop. Entries are sent
 as soon as they are added (pipelining); entry e is acknowledged to the caller
 once ack-quorum bookies of its write set hold it AND every earlier entry was
 acknowledged. A bookie that fails (timeout, unreachable, error) is replaced by
-an ensemble change: a new fragment from the first unacknowledged entry, made
-durable by compare-and-swap before anything is resent.
+an ensemble change (ensemble_change.py, a mixin of the writer): a new fragment
+from the first unacknowledged entry, made durable by compare-and-swap before
+anything is resent. One add on its way is a ``PendingAdd`` (pending.py).
 
 Ledger recovery reuses the writer to write recovered entries back
 (``recovery=True``): adds carry the recovery flag and a fixed LAC, and ensemble
@@ -19,7 +20,6 @@ import concurrent.futures
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
 
 from embedlog.errors import (
     BKError,
@@ -27,20 +27,20 @@ from embedlog.errors import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataVersionError,
-    NotEnoughBookiesError,
     TlsHandshakeError,
     UnauthorizedAccessError,
 )
 from embedlog.ledger.admission import AddBudget
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
+from embedlog.ledger.ensemble_change import EnsembleChange
+from embedlog.ledger.pending import Completion, PendingAdd
 from embedlog.ledger.quorum import write_set
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, master_key
 from embedlog.wire.limits import MAX_BATCH_BYTES, split_batches
 from embedlog.wire.messages import (
-    ENTRY_FRAME,
     NO_TERM,
     RESULT_SIZE,
     AddFlags,
@@ -62,78 +62,7 @@ _ALREADY_DONE = (asyncio.InvalidStateError, concurrent.futures.InvalidStateError
 MAX_BATCH = 64
 
 
-# Where an add's outcome goes: an asyncio future (callers on the loop), or the blocking
-# API's concurrent future, completed directly (no asyncio future and callback between).
-# A concurrent future must already be RUNNING (set_running_or_notify_cancel), so that the
-# caller can no longer cancel it under the writer.
-Completion = asyncio.Future[int] | concurrent.futures.Future[int]
-
-
-class PendingAdd:
-    __slots__ = (
-        "acked",
-        "acks",
-        "cost",
-        "created",
-        "entry_id",
-        "flags",
-        "framed",
-        "future",
-        "sent",
-        "settled",
-    )
-
-    def __init__(
-        self, entry_id: int, framed: bytes, future: Completion, flags: int, cost: int = -1
-    ) -> None:
-        self.entry_id = entry_id
-        self.flags = flags
-        # The payload bytes this add holds of the writer's AddBudget until it settles; -1
-        # for adds the budget does not count (recovery's write-back, a takeover's no-op).
-        self.cost = cost
-        # The packed entry as an ADD_BATCH body frames it (``frame_entry``): batches join
-        # these as they are, a plain ADD sends ``packed``.
-        self.framed = framed
-        self.future = future
-        # Ensemble indexes that acknowledged, as bits (a set would be one more object per
-        # entry for the garbage collector to scan), and how many there are.
-        self.acks = 0
-        self.acked = 0
-        self.sent = False
-        # Acknowledged to the caller, or failed. Kept here rather than asked of the future:
-        # a concurrent future's done() takes a lock, and answers ask it for every ack.
-        self.settled = False
-        self.created = time.monotonic()
-
-    def ack(self, idx: int) -> None:
-        bit = 1 << idx
-        if not self.acks & bit:
-            self.acks |= bit
-            self.acked += 1
-
-    def unack(self, idx: int) -> None:
-        bit = 1 << idx
-        if self.acks & bit:
-            self.acks &= ~bit
-            self.acked -= 1
-
-    def has_ack(self, idx: int) -> bool:
-        return bool(self.acks >> idx & 1)
-
-    @property
-    def packed(self) -> bytes:
-        """The entry as a plain ADD carries it (``framed`` without its frame)."""
-        return self.framed[ENTRY_FRAME.size :]
-
-
-def error_for_state(md: LedgerMetadata, what: str) -> BKError:
-    """The error a writer raises once the ledger is no longer its to write."""
-    if md.state is LedgerState.CLOSED:
-        return LedgerClosedError(f"{what}: ledger {md.ledger_id} was closed")
-    return LedgerFencedError(f"{what}: ledger {md.ledger_id} is being recovered by another client")
-
-
-class LedgerWriter:
+class LedgerWriter(EnsembleChange):
     def __init__(
         self,
         ctx: ClientContext,
@@ -623,233 +552,6 @@ class LedgerWriter:
         self._drained.set()
         if self._lac_timer is not None:
             self._lac_timer.cancel()
-
-    # -- ensemble change ---------------------------------------------------------------------
-
-    def _bookie_failed(self, bookie: str) -> None:
-        if self.error is not None or bookie in self._retrying:
-            return
-        if bookie not in self.md.last_fragment[1]:
-            return  # already replaced; its entries were resent to the replacement
-        self._failed.add(bookie)
-        if self._changing is None:
-            self._changing = asyncio.get_running_loop().create_task(self._change_ensemble())
-
-    async def _change_ensemble(self) -> None:
-        try:
-            while self._failed and self.error is None:
-                await self._replace_failed()
-        except BKError as exc:
-            self.fail(exc)
-        except Exception as exc:  # a bug must not leave adds hanging forever
-            log.exception("ensemble change of ledger %s failed", self.md.ledger_id)
-            self.fail(NotEnoughBookiesError(f"ensemble change failed: {exc}"))
-        finally:
-            self._changing = None
-            self._send_queued()
-
-    async def _replace_failed(self) -> None:
-        md = self.md
-        ensemble = list(md.last_fragment[1])
-        failed = {b for b in self._failed if b in ensemble}
-        # The rest already left the ensemble; keeping them would spin _change_ensemble's
-        # loop for ever without awaiting.
-        self._failed.clear()
-        first = max(self._fragment_start(), md.last_fragment[0])
-        pinned = {b for b in failed if self._pinned(ensemble.index(b), first)}
-        for b in pinned:
-            self._retry_later(b)
-        failed -= pinned
-        if not failed:
-            return
-        self._replacing += 1
-        try:
-            await self._replace(md, ensemble, failed, first)
-        finally:
-            self._replacing -= 1
-            if self.error is None:
-                self._resumed()
-
-    async def _replace(
-        self, md: LedgerMetadata, ensemble: list[str], failed: set[str], first: int
-    ) -> None:
-        """Replace ``failed`` bookies of ``ensemble`` by a fragment starting at ``first``."""
-        available = await self.ctx.writable_bookies()
-        replaced: dict[int, str] = {}
-        for idx, b in enumerate(ensemble):
-            if b in failed:
-                try:
-                    nb = self.ctx.placement.replace_bookie(
-                        ensemble, idx, md.write_quorum, available, exclude=failed | self._avoid()
-                    )
-                except NotEnoughBookiesError:
-                    continue
-                ensemble[idx] = nb
-                replaced[idx] = nb
-        if replaced:
-            # Readied before the metadata lists them: an entry already acknowledged moves
-            # to its replacement with this change, and a replacement still holding an
-            # older term's entry at its id would serve readers that payload.
-            ready = await self.prepare_bookies(set(replaced.values()), first)
-            for idx in [i for i, nb in replaced.items() if nb not in ready]:
-                ensemble[idx] = md.last_fragment[1][idx]
-                del replaced[idx]
-        if replaced:
-            new_md = md.with_ensemble(first, tuple(ensemble))
-            if not self.recovery:
-                try:
-                    new_md = await self.ctx.meta(self.ctx.metadata.write_ledger, new_md)
-                except MetadataVersionError:
-                    fresh = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
-                    if fresh.state is not LedgerState.OPEN:
-                        raise error_for_state(fresh, "ensemble change") from None
-                    if fresh.term != self.term and self.term != NO_TERM:
-                        raise InvalidTermError(
-                            f"ledger {md.ledger_id}: term {fresh.term} took over from {self.term}"
-                        ) from None
-                    self.md = fresh
-                    self._failed |= failed  # try again against the fresh metadata
-                    return
-            log.info(
-                "ledger %s: ensemble change at entry %s: %s -> %s",
-                md.ledger_id,
-                first,
-                list(md.last_fragment[1]),
-                ensemble,
-            )
-            self.md = new_md
-            self.ctx.metrics.ensemble_changes += 1
-            # The replaced bookies' acks of entries from ``first`` on count no more (their
-            # slots now belong to the replacements), also those that arrived during the
-            # compare-and-swap: nothing completed meanwhile (see _complete).
-            moved = [p for p in self._unconfirmed() if p.entry_id >= first and p.sent]
-            for p in moved:
-                ws = self._write_set(p.entry_id)
-                for idx in replaced:
-                    if idx in ws and not self.ctx.unsafe_ack_from_replaced_bookie:
-                        p.unack(idx)
-            for p in moved:
-                ws = self._write_set(p.entry_id)
-                for idx, bookie in replaced.items():
-                    if idx in ws and bookie in ready and not p.has_ack(idx):
-                        self._send(p, idx, bookie)
-        for b in failed - set(replaced.values()) - {md.last_fragment[1][i] for i in replaced}:
-            self._retry_later(b)
-
-    # Hooks of the ensemble change, overridden by the unbounded writer, which follows the
-    # guaranteed-write-quorum model: an entry stays tracked until its whole write set has it.
-
-    def _resumed(self) -> None:
-        """A replacement ended: count what was held back meanwhile."""
-        self._complete()
-
-    def _fragment_start(self) -> int:
-        """Where a replacement fragment starts: the first entry not acknowledged (the
-        LAC + 1), as in BookKeeper; everything below keeps the fragment it was written in."""
-        return self.pending[0].entry_id if self.pending else self.next_entry_id
-
-    def _unconfirmed(self) -> Iterable[PendingAdd]:
-        """Entries whose bytes are kept because some bookie may still need them, in order."""
-        return self.pending
-
-    def _pinned(self, idx: int, first: int) -> bool:
-        """Whether slot ``idx`` must not be replaced from ``first`` on yet: its ack counted
-        for an entry already acknowledged to the caller at or above ``first``."""
-        return False
-
-    def _avoid(self) -> set[str]:
-        """Bookies not to pick as replacements (those this writer is waiting to retry)."""
-        return set(self._retrying)
-
-    async def prepare_bookies(self, bookies: set[str], first: int) -> set[str]:
-        """Ready new members of a fragment starting at ``first``; returns those that are.
-
-        Nothing to do for bounded ledgers (unbounded ones clean stale entries, see
-        ``embedlog/unbounded/writer.py``).
-        """
-        return bookies
-
-    def _retry_later(self, bookie: str) -> None:
-        """No replacement for ``bookie``: resend its missing entries after a pause."""
-        if bookie in self._retrying:
-            return
-        self._retrying.add(bookie)
-
-        async def retry() -> None:
-            try:
-                await asyncio.sleep(min(self.ctx.bookies.request_timeout, 0.5))
-            finally:
-                self._retrying.discard(bookie)
-            if self.error is not None:
-                return
-            oldest = self.pending[0] if self.pending else None
-            refused = self._refused_by_tls(oldest)
-            if refused is not None:
-                self.fail(refused)
-                return
-            if (
-                oldest is not None
-                and (
-                    oldest.acked < self._needed_acks()
-                    or (self._unprepared and self._held_back(oldest))
-                )
-                and time.monotonic() - oldest.created > self.ctx.add_entry_quorum_timeout
-            ):
-                self.fail(
-                    NotEnoughBookiesError(
-                        f"entry {self.md.ledger_id}:{oldest.entry_id} could not reach its ack "
-                        f"quorum in {self.ctx.add_entry_quorum_timeout}s and no replacement "
-                        "bookie is available"
-                    )
-                )
-                return
-            first, ensemble = self.md.last_fragment
-            if bookie not in ensemble:
-                return
-            if bookie in self._unprepared:
-                # The cut it missed, not this fragment's start: below that cut it may
-                # already hold entries this term wrote back (the end of a takeover readies
-                # bookies above its no-op), which are older terms' by their payload.
-                try:
-                    ready = await self.prepare_bookies({bookie}, self._unprepared[bookie])
-                except BKError as exc:  # another term took over, or the key was refused
-                    self.fail(exc)
-                    return
-                if bookie not in ready:  # (readied: prepare_bookies completed what waited)
-                    self._retry_later(bookie)  # still not readied: its entries wait
-                    return
-            idx = ensemble.index(bookie)
-            for p in self._unconfirmed():
-                if (
-                    p.sent
-                    and p.entry_id >= first
-                    and idx in self._write_set(p.entry_id)
-                    and not p.has_ack(idx)
-                ):
-                    self._send(p, idx, bookie)
-
-        task = asyncio.get_running_loop().create_task(retry())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _refused_by_tls(self, p: PendingAdd | None) -> TlsHandshakeError | None:
-        """The error to fail with if TLS refusals alone keep ``p`` from its ack quorum: a
-        configuration error, which waiting out add_entry_quorum_timeout would not mend."""
-        if p is None or not self._tls_refused or p.acked >= self._needed_acks():
-            return None
-        ensemble = self.md.ensemble_for(p.entry_id)
-        slots = self._write_set(p.entry_id)
-        refused = [
-            self._tls_refused[ensemble[i]]
-            for i in slots
-            if not p.has_ack(i) and ensemble[i] in self._tls_refused
-        ]
-        if not refused or len(slots) - len(refused) >= self._needed_acks():
-            return None
-        return TlsHandshakeError(
-            f"entry {self.md.ledger_id}:{p.entry_id} cannot reach its ack quorum and no "
-            f"replacement bookie is available: {refused[0]}"
-        )
 
     # -- explicit LAC ------------------------------------------------------------------------
 

@@ -39,8 +39,9 @@ from embedlog.errors import (
 )
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
+from embedlog.ledger.pending import Completion, PendingAdd
 from embedlog.ledger.quorum import write_set_bookies
-from embedlog.ledger.writer import Completion, LedgerWriter, PendingAdd
+from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata import streams
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.unbounded import layout, rules

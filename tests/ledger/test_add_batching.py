@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 
 from embedlog.errors import LedgerFencedError, NoSuchEntryError
+from embedlog.ledger.pending import PendingAdd
 from embedlog.ledger.quorum import write_set_bookies
-from embedlog.ledger.writer import PendingAdd
 from embedlog.wire.messages import OpCode
 
 

@@ -401,7 +401,7 @@ def test_recovery_keeps_its_ensemble_changes_from_a_concurrent_recovery(make_clu
     written to the metadata before its close, recovery "b", starting meanwhile, would take
     the new fragment (spares that hold nothing of entries 10..29 yet) for the ledger's last
     and close it at entry 9: twenty acknowledged entries lost."""
-    caplog.set_level(logging.INFO, logger="embedlog.ledger.writer")
+    caplog.set_level(logging.INFO, logger="embedlog.ledger")
     cluster = make_cluster(5)
     wh, _, spares = _write_back_through_replacements(cluster)
     lid = wh.ledger_id
