@@ -7,6 +7,13 @@ closed ledger, and exempts histories with data loss; here the exemption is per e
 when more than AQ - 1 bookies of its write set lost their disks (a crash without the
 journal, a wiped disk), nothing can promise AQ copies any more.
 
+Streams (unbounded ledgers) drop entries on purpose: a trim takes every entry below the
+first fragment it keeps, so only acknowledged ids at or above the metadata's first
+fragment are held to the rule. A takeover's truncation drops only older terms'
+entries that were never acknowledged, so it needs no exemption: an acknowledged entry
+it took is a loss. A stored stream entry carries its term before the payload; the
+reader (``entry_payload``) compares the application's payload only.
+
 ``short_of_ack_quorum`` is the rule; ``missing_copies`` applies it to a whole history.
 """
 
@@ -19,6 +26,8 @@ from attrs import frozen
 from embedlog.errors import BookieIOError, NoSuchLedgerInMetadataError
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.unbounded import layout
+from embedlog.wire.entry import FLAG_NOOP, HEADER, split_term
 
 
 def exempt(write_set: Collection[str], ack_quorum: int, lost_disks: Collection[str]) -> bool:
@@ -77,8 +86,9 @@ def missing_copies(
         except NoSuchLedgerInMetadataError:
             continue  # deleted: nothing is promised of it any more
         closed_at = md.last_entry_id if md.state is LedgerState.CLOSED else None
+        first = layout.first_entry(md) if md.unbounded else 0  # below: trimmed on purpose
         for eid, payload in sorted(acked[lid].items()):
-            if closed_at is not None and eid > closed_at:
+            if (closed_at is not None and eid > closed_at) or eid < first:
                 continue
             ws = write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
             holders = [b for b in ws if stored(b, lid, eid) == payload]
@@ -87,8 +97,17 @@ def missing_copies(
     return out
 
 
+def entry_payload(data: bytes, skip: int) -> bytes | None:
+    """The application's payload of a stored entry (``skip``: its header and digest), its
+    term taken off; None for a no-op, which is nobody's payload."""
+    flags = HEADER.unpack_from(data)[3]
+    if flags & FLAG_NOOP:
+        return None
+    return split_term(flags, data[skip:])[1]
+
+
 def storage_reader(
-    storages: Callable[[str], object | None], payload_of: Callable[[bytes], bytes]
+    storages: Callable[[str], object | None], payload_of: Callable[[bytes], bytes | None]
 ) -> Stored:
     """``stored`` for ``missing_copies`` from each running bookie's ``LedgerStorage``
     (``storages(bookie)``, None when it is down): asked directly, no request involved."""

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from embedlog.testing.decisions import SuppressError, parse_suppress
 from embedlog.testing.limits import KNOBS, Limits, LimitsError
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, choices
 
@@ -76,6 +77,11 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " what a shrunk history's replay command gives",
     )
     p.add_argument(
+        "--suppress",
+        help="leave these numbered fault decisions out of the history, e.g. 3,17,40 (with "
+        "--seeds 1): what a shrunk history's replay command gives",
+    )
+    p.add_argument(
         "--shrink",
         action="store_true",
         help="shrink every violating seed (default: the first one only)",
@@ -130,22 +136,38 @@ def run(args: argparse.Namespace) -> int:
         limits = Limits.parse(args.limit) if args.limit is not None else Limits()
     except LimitsError as exc:
         return _error(str(exc))
+    try:
+        suppress = parse_suppress(args.suppress) if args.suppress is not None else frozenset()
+    except SuppressError as exc:
+        return _error(str(exc))
+    if suppress and seeds != 1:
+        return _error(f"--suppress names decisions of one history: give --seeds 1, not {seeds}")
     if os.environ.get("PYTHONHASHSEED") != "0":
         # Iteration over sets of strings follows the hash seed: a history replays exactly
         # only under the same one, so every chaos run uses 0.
         argv = list(getattr(args, "argv", None) or sys.argv[1:])
         env = dict(os.environ, PYTHONHASHSEED="0")
         return subprocess.call([sys.executable, "-m", "embedlog", *argv], env=env)
-    return _run_seeds(args, start, seeds, jobs, limits)
+    return _run_seeds(args, start, seeds, jobs, limits, suppress)
 
 
-def replay_command(seed: int, scenario: str, unsafe: str | None, limits: str = "") -> str:
+def replay_command(
+    seed: int, scenario: str, unsafe: str | None, limits: str = "", suppress: str = ""
+) -> str:
     cmd = f"embedlog chaos --seeds 1 --start {seed} --scenario {scenario}"
     cmd += f" --unsafe {unsafe}" if unsafe else ""
-    return cmd + (f" --limit {limits}" if limits else "") + " --trace"
+    cmd += f" --limit {limits}" if limits else ""
+    return cmd + (f" --suppress {suppress}" if suppress else "") + " --trace"
 
 
-def _run_seeds(args: argparse.Namespace, start: int, seeds: int, jobs: int, limits: Limits) -> int:
+def _run_seeds(
+    args: argparse.Namespace,
+    start: int,
+    seeds: int,
+    jobs: int,
+    limits: Limits,
+    suppress: frozenset[int],
+) -> int:
     from embedlog.testing.parallel import run_seeds
 
     scenario, unsafe = args.scenario, args.unsafe
@@ -153,6 +175,7 @@ def _run_seeds(args: argparse.Namespace, start: int, seeds: int, jobs: int, limi
         f"embedlog chaos: scenario {scenario}"
         + (f", unsafe {unsafe}" if unsafe else "")
         + (f", limits {limits}" if limits else "")
+        + (f", suppressed decisions {args.suppress}" if suppress else "")
         + f", seeds {start}..{start + seeds - 1}, {jobs} job{'s' if jobs > 1 else ''}",
         flush=True,
     )
@@ -169,6 +192,7 @@ def _run_seeds(args: argparse.Namespace, start: int, seeds: int, jobs: int, limi
         jobs=jobs,
         keep_trace=args.trace,
         quiet=not args.verbose,
+        suppress=suppress,
     )
     for n, result in enumerate(results, 1):
         seed = result.seed
@@ -178,9 +202,9 @@ def _run_seeds(args: argparse.Namespace, start: int, seeds: int, jobs: int, limi
             print(f"seed {seed}: trace hash {result.trace_hash}, {result.events} events")
         if not result.ok:
             failed.append(seed)
-            _report_failure(_with_trace(result, limits, not args.verbose))
+            _report_failure(_with_trace(result, limits, not args.verbose, suppress))
             if args.shrink or (len(failed) == 1 and not args.no_shrink):
-                _report_shrunk(result, limits)
+                _report_shrunk(result, limits, suppress)
             if not args.keep_going:
                 results.close()  # stops the workers
                 break
@@ -225,11 +249,15 @@ def _report_failure(result: object) -> None:
     for line in shown:
         print(f"  {line}")
     print(f"whole trace: {out}")
-    replay = replay_command(result.seed, result.scenario, result.unsafe, result.limits)
+    replay = replay_command(
+        result.seed, result.scenario, result.unsafe, result.limits, result.suppress
+    )
     print(f"replay: {replay}")
 
 
-def _with_trace(result: object, limits: Limits, quiet: bool) -> object:
+def _with_trace(
+    result: object, limits: Limits, quiet: bool, suppress: frozenset[int] = frozenset()
+) -> object:
     """The result again with its whole trace (workers keep none): the seed runs once more,
     which also shows it replays (the same hash)."""
     from embedlog.testing.sim import SeedResult, run_seed
@@ -238,7 +266,12 @@ def _with_trace(result: object, limits: Limits, quiet: bool) -> object:
     if result.trace:
         return result
     again = run_seed(
-        result.seed, result.scenario, unsafe=result.unsafe, quiet=quiet, limits=limits or None
+        result.seed,
+        result.scenario,
+        unsafe=result.unsafe,
+        quiet=quiet,
+        limits=limits or None,
+        suppress=suppress,
     )
     if again.trace_hash != result.trace_hash:
         print(
@@ -248,18 +281,79 @@ def _with_trace(result: object, limits: Limits, quiet: bool) -> object:
     return again
 
 
-def _report_shrunk(result: object, limits: Limits) -> None:
+def _report_shrunk(result: object, limits: Limits, suppress: frozenset[int]) -> None:
+    """Shrink a violating seed: first its limits (shrink.py; not when decisions are
+    suppressed already, whose numbers the limits would change), then its fault decisions
+    one group at a time (shrink_events.py); print the shrunk history and its replay."""
     from embedlog.testing.shrink import shrink
+    from embedlog.testing.shrink_events import shrink_events
     from embedlog.testing.sim import SeedResult
 
     assert isinstance(result, SeedResult)
     print(f"shrinking seed {result.seed} ...", flush=True)
-    shrunk = shrink(result.seed, result.scenario, result.unsafe, start=limits or None)
-    print(
-        f"shrunk seed {result.seed} ({shrunk.invariant}) in {shrunk.tries} runs: limits "
-        f"{shrunk.limits or 'none'}; {shrunk.events} trace events, of {shrunk.original_events}"
+    invariant = result.violations[0].invariant
+    if not suppress:
+        by_limits = shrink(result.seed, result.scenario, result.unsafe, start=limits or None)
+        invariant, limits = by_limits.invariant, by_limits.limits
+        print(
+            f"shrunk seed {result.seed} ({invariant}) in {by_limits.tries} runs: limits "
+            f"{limits or 'none'}; {by_limits.events} trace events, of "
+            f"{by_limits.original_events}",
+            flush=True,
+        )
+    shrunk = shrink_events(
+        result.seed,
+        result.scenario,
+        result.unsafe,
+        limits=limits or None,
+        invariant=invariant,
+        start=suppress,
     )
+    print(
+        f"shrunk seed {result.seed}'s fault decisions ({shrunk.invariant}) in {shrunk.tries} "
+        f"runs: {len(shrunk.decisions)} carried out, of {shrunk.original_decisions}; "
+        f"{shrunk.events} trace events, of {shrunk.original_events}"
+    )
+    _print_shrunk_history(shrunk)
     print(f"replay shrunk: {shrunk.command()}")
+
+
+def _print_shrunk_history(shrunk: object) -> None:
+    """The shrunk history: the decisions it carries out, and its trace (run once more,
+    which shows the replay is exact: the same hash)."""
+    from embedlog.testing.shrink_events import EventsShrunk
+    from embedlog.testing.sim import run_seed
+
+    assert isinstance(shrunk, EventsShrunk)
+    print(f"the shrunk history's {len(shrunk.decisions)} fault decisions:")
+    for d in shrunk.decisions:
+        print(f"  {d}")
+    again = run_seed(
+        shrunk.seed,
+        shrunk.scenario,
+        unsafe=shrunk.unsafe,
+        limits=shrunk.limits or None,
+        suppress=shrunk.suppress,
+    )
+    if again.trace_hash != shrunk.trace_hash:
+        print(
+            f"WARNING: the shrunk history did not replay: trace hash {again.trace_hash}, "
+            f"{shrunk.trace_hash} while shrinking"
+        )
+    out = Path(tempfile.gettempdir()) / (
+        f"embedlog-chaos-{shrunk.scenario}-{shrunk.unsafe or 'safe'}-{shrunk.seed}-shrunk.trace"
+    )
+    out.write_text("\n".join(again.trace) + "\n")
+    last = len(again.trace) - 1
+    first = next((i for i, line in enumerate(again.trace) if " VIOLATION " in line), last)
+    shown = again.trace[max(0, first + 1 - TRACE_TAIL) : first + 1]
+    print(
+        f"the shrunk history's {len(shown)} trace events up to its first violation, of "
+        f"{again.events} (trace hash {again.trace_hash}):"
+    )
+    for line in shown:
+        print(f"  {line}")
+    print(f"whole shrunk trace: {out}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:  # for python -m embedlog.testing.chaos

@@ -17,8 +17,8 @@ from embedlog.testing.limits import Limits
 from embedlog.testing.sim import SeedResult, run_seed
 
 
-def _one(job: tuple[int, str, str | None, str, bool, bool]) -> SeedResult:
-    seed, scenario, unsafe, limits, keep_trace, quiet = job
+def _one(job: tuple[int, str, str | None, str, bool, bool, frozenset[int]]) -> SeedResult:
+    seed, scenario, unsafe, limits, keep_trace, quiet, suppress = job
     return run_seed(
         seed,
         scenario,
@@ -26,6 +26,7 @@ def _one(job: tuple[int, str, str | None, str, bool, bool]) -> SeedResult:
         keep_trace=keep_trace,
         quiet=quiet,
         limits=Limits.parse(limits) if limits else None,
+        suppress=suppress,
     )
 
 
@@ -38,10 +39,11 @@ def run_seeds(
     jobs: int = 1,
     keep_trace: bool = False,
     quiet: bool = True,
+    suppress: frozenset[int] = frozenset(),
 ) -> Generator[SeedResult, None, None]:
     """Each seed's result, in seed order; with ``jobs`` > 1 in that many processes.
     Closing the iterator early stops the workers."""
-    work = [(s, scenario, unsafe, str(limits or ""), keep_trace, quiet) for s in seeds]
+    work = [(s, scenario, unsafe, str(limits or ""), keep_trace, quiet, suppress) for s in seeds]
     if jobs <= 1 or len(work) <= 1:
         for job in work:
             yield _one(job)

@@ -41,7 +41,8 @@ from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.memory import MemoryMetadataStore
 from embedlog.metadata.store import MetadataStore
 from embedlog.runtime import Runtime
-from embedlog.testing.ackquorum import describe, missing_copies, storage_reader
+from embedlog.testing.ackquorum import describe, entry_payload, missing_copies, storage_reader
+from embedlog.testing.decisions import Decision, Decisions, format_suppress
 from embedlog.testing.limits import Limits
 from embedlog.testing.oracle import Violation
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
@@ -126,6 +127,8 @@ class SeedResult:
     virtual_seconds: float
     trace: list[str]
     limits: str = ""  # the --limit it ran under ("" : none)
+    suppress: str = ""  # the --suppress it ran under ("": none)
+    decisions: list[Decision] = attrs.Factory(list)  # the fault decisions carried out
 
     @property
     def ok(self) -> bool:
@@ -157,9 +160,10 @@ def run_seed(
     keep_trace: bool = True,
     quiet: bool = True,
     limits: Limits | None = None,
+    suppress: frozenset[int] = frozenset(),
 ) -> SeedResult:
     """Run one seeded history and check its invariants (``limits``: bounds on what the
-    seed draws, limits.py)."""
+    seed draws, limits.py; ``suppress``: numbered fault decisions left out, decisions.py)."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; scenarios: {', '.join(SCENARIOS)}")
     if unsafe is not None and unsafe not in UNSAFE:
@@ -170,7 +174,7 @@ def run_seed(
     # Protocol code that draws from the module's generator (unbounded ensemble choices).
     random.seed(f"{seed}:global")
     sc = limits.apply(SCENARIOS[scenario]) if limits else SCENARIOS[scenario]
-    sim = Simulation(seed, sc, unsafe, root, loop, keep_trace)
+    sim = Simulation(seed, sc, unsafe, root, loop, keep_trace, suppress)
     try:
         with virtual_clock(loop), _quiet(quiet):
             asyncio.set_event_loop(loop)
@@ -193,6 +197,8 @@ def run_seed(
         virtual_seconds=loop.time(),
         trace=sim.trace.events,
         limits=str(limits or ""),
+        suppress=format_suppress(suppress),
+        decisions=sim.decide.carried(),
     )
 
 
@@ -212,6 +218,7 @@ class Simulation:
         root: Path,
         loop: VirtualClockLoop,
         keep_trace: bool,
+        suppress: frozenset[int] = frozenset(),
     ) -> None:
         self.seed = seed
         self.scenario = scenario
@@ -219,6 +226,8 @@ class Simulation:
         self.loop = loop
         self.trace = Trace(loop, keep_trace)
         self.counts: Counter[str] = Counter()
+        # Every fault (and leavable workload step) is a numbered decision: suppressible.
+        self.decide = Decisions(loop.time, self.trace, self.counts, suppress)
         self.store = MemoryMetadataStore()
         # What the store holds, for the oracle; clients and bookies reach it through a
         # connection that is slow and fails (simmeta.py).
@@ -229,6 +238,7 @@ class Simulation:
             self.trace,
             self.counts,
             budget=scenario.meta_budget,
+            decide=self.decide,
         )
         self.meta = MetadataClient(FaultyMetadataStore(self.store, self.metafaults))
         loop.set_default_executor(SimMetadataExecutor(loop, self.metafaults))
@@ -292,6 +302,8 @@ class Simulation:
             self.trace,
             profile,
             watch=self._watched if self.races is not None else None,
+            decide=self.decide,
+            spare=seeded(seed, "network-spared"),
         )
         self.runtime = SimRuntime(loop)
         self.bookies: dict[str, Bookie] = {}
@@ -512,6 +524,8 @@ class Simulation:
             action = rng.random()
             if down and (action < 0.4 or len(self.down()) >= max_down):
                 bid = rng.choice(down)
+                if not self.decide("restart", bid):
+                    continue
                 self.counts["fault.restart"] += 1
                 self.trace("restart", bid)
                 self._busy.add(bid)  # a strike leaves a bookie alone while it boots
@@ -523,9 +537,13 @@ class Simulation:
                 continue  # what is down is a strike's to bring back
             elif up:
                 bid = self._victim(rng, up)
+                crash = action < 0.85 and self._may_lose(bid)
+                if not self.decide("crash" if crash else "stop", bid):
+                    self.disk_faults.pass_over()
+                    continue
                 self._busy.add(bid)
                 try:
-                    if action < 0.85 and self._may_lose(bid):
+                    if crash:
                         self.crash(bid)
                     else:
                         await self.stop(bid)
@@ -575,6 +593,8 @@ class Simulation:
             return
         now = self.loop.time()
         until = now + self._blind_rng.uniform(*BLIND_FOR)
+        if not self.decide("blind", who, bookie, lid, races.blind):
+            return
         self.counts[f"recovery.blind.{races.blind}"] += 1
         self.trace("blind", who, bookie, lid, races.blind, f"{until:.6f}")
         self.net.blind(who, bookie, lid, races.blind, until)
@@ -603,6 +623,9 @@ class Simulation:
             await asyncio.sleep(rng.uniform(*STRIKE_AFTER))
             if self._serving(bid) is None:
                 return
+            if not self.decide("strike", bid):
+                rng.uniform(*STRIKE_DOWN)  # drawn all the same: later strikes keep theirs
+                return
             self.counts["fault.strike"] += 1
             self.trace("strike", bid)
             if self._may_lose(bid):
@@ -611,7 +634,7 @@ class Simulation:
                 await self.stop(bid)
             self.disk_faults.after_down(bid)
             await asyncio.sleep(rng.uniform(*STRIKE_DOWN))
-            if bid in self.down():
+            if bid in self.down() and self.decide("restart", bid):
                 self.counts["fault.restart"] += 1
                 self.trace("restart", bid)
                 await self.boot(bid)
@@ -724,11 +747,12 @@ class Simulation:
         return set(self._lossy)
 
     def check_ack_quorum_copies(self) -> None:
-        """Invariant 4 (ackquorum.py), asking every bookie's storage directly."""
+        """Invariant 4 (ackquorum.py), asking every bookie's storage directly: bounded
+        ledgers and streams (above their trim point)."""
         skip = HEADER.size + Digester(DIGEST).digest_len
         stored = storage_reader(
             lambda b: self.bookies[b].storage if self._serving(b) else None,
-            lambda data: data[skip:],
+            lambda data: entry_payload(data, skip),
         )
         # A ledger left unrecoverable by lossy bookies cannot be repaired either: what the
         # others lost stays lost until it is recovered.

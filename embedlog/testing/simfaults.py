@@ -61,6 +61,8 @@ class DiskNemesis:
         sim = self.sim
         if not sim.may_wipe(bid):
             return False
+        if not sim.decide("wipe", bid):
+            return False
         sim._lossy.add(bid)
         sim.disks[bid].wipe()
         self._wiped.add(bid)
@@ -68,6 +70,11 @@ class DiskNemesis:
         sim.counts["fault.wipe"] += 1
         sim.trace("wipe", bid)
         return True
+
+    def pass_over(self) -> None:
+        """A crash or stop was suppressed (decisions.py): the draw ``after_down`` makes is
+        made all the same, so the later wipes keep theirs."""
+        self.rng.random()
 
     def booted(self, bid: str) -> None:
         """``bid`` booted; after a wipe, what it acknowledged before is judged anew."""
@@ -97,11 +104,14 @@ class DiskNemesis:
             if not candidates:
                 continue
             bid = rng.choice(candidates)
+            fill = rng.random() < 0.5
+            until = sim.loop.time() + rng.uniform(0.01, 1.5) if fill else 0.0
+            if not sim.decide("disk-fill" if fill else "disk-fail-sync", bid):
+                continue
             if not sim.bookie_settings["journal_write_data"]:
                 sim._lossy.add(bid)
             disk = sim.disks[bid]
-            if rng.random() < 0.5:
-                until = sim.loop.time() + rng.uniform(0.01, 1.5)
+            if fill:
                 disk.fill(until)
                 sim.trace("disk-fill", bid, f"{until:.6f}")
             else:

@@ -31,6 +31,7 @@ from attrs import frozen
 
 from embedlog.errors import MetadataError
 from embedlog.metadata.store import ANY_VERSION, MetadataStore, SessionView
+from embedlog.testing.decisions import always
 
 T = TypeVar("T")
 
@@ -82,8 +83,10 @@ class MetadataFaults:
         trace: Callable[..., None],
         counts: Counter[str],
         budget: int | None = None,
+        decide: Callable[..., bool] = always,
     ) -> None:
         self.rng = rng
+        self.decide_fault = decide  # numbered decisions (decisions.py): suppressible
         self.profile = profile
         self._trace = trace
         self.counts = counts
@@ -121,11 +124,14 @@ class MetadataFaults:
         rng, p = self.rng, self.profile
         before, after = rng.uniform(*p.delay), rng.uniform(*p.delay)
         if p.slow > 0 and rng.random() < p.slow and self._spend():
-            self.counts["fault.meta_slow"] += 1
-            if rng.random() < 0.5:
-                before += rng.uniform(*p.slow_delay)
-            else:
-                after += rng.uniform(*p.slow_delay)  # applied, the caller not told yet
+            early = rng.random() < 0.5
+            extra = rng.uniform(*p.slow_delay)
+            if self.decide_fault("meta-slow", "before" if early else "after", f"{extra:.6f}"):
+                self.counts["fault.meta_slow"] += 1
+                if early:
+                    before += extra
+                else:
+                    after += extra  # applied, the caller not told yet
         return before, after
 
     def decide(self, op: str, path: str, *, write: bool) -> str:
@@ -133,6 +139,8 @@ class MetadataFaults:
             return OK
         outcome = fate(self.rng, self.profile, write=write)
         if outcome == OK or not self._spend():
+            return OK
+        if not self.decide_fault("meta-error", op, path, outcome):
             return OK
         self.counts["fault.meta_applied_error" if outcome == APPLIED else "fault.meta_error"] += 1
         self._trace("meta-fault", op, path, outcome)
@@ -167,6 +175,8 @@ class MetadataFaults:
             bid = self.rng.choice(candidates)
             if not self._spend():
                 return
+            if not self.decide_fault("session-expired", bid):
+                continue
             self.counts["fault.session_expired"] += 1
             self._trace("session-expired", bid)
             expire(bid)

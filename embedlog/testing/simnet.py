@@ -11,6 +11,11 @@ other freely. A bookie that is down when a request arrives refuses the connectio
 An ``Observer`` sees every request as it leaves its client and every answer as its
 bookie gives it (delivered or not): the simulation's oracle checks its invariants
 there.
+
+Each loss, delay spike and held-up add is a numbered decision (decisions.py): drawn as
+always, then carried out unless suppressed. A message whose loss is suppressed is
+delivered with its delay drawn from a stream of its own, so the network's stream
+draws for every other message what it drew without the suppression.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Protocol
 from attrs import field, frozen
 
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
+from embedlog.testing.decisions import always
 from embedlog.testing.simraces import Gates, aimed_loss, fences
 from embedlog.transport.base import Transport
 from embedlog.transport.server import RequestHandler, serve_frame
@@ -74,9 +80,14 @@ class SimNetwork(Transport):
         trace: Tracer,
         profile: NetProfile = CALM,
         watch: Callable[[str, Request, str], None] | None = None,
+        decide: Callable[..., bool] = always,
+        spare: random.Random | None = None,
     ) -> None:
         self._lookup = lookup
         self._rng = rng
+        self._decide = decide
+        # Draws for messages delivered only because their loss was suppressed.
+        self._spare = spare if spare is not None else random.Random(0)
         self._observer = observer
         self._trace = trace
         self.profile = profile
@@ -170,18 +181,25 @@ class SimNetwork(Transport):
             )
         return True
 
-    def _arrival(self, src: str, dst: str, req: Request | None = None) -> float:
+    def _arrival(
+        self, src: str, dst: str, req: Request | None = None, rng: random.Random | None = None
+    ) -> float:
         loop = asyncio.get_running_loop()
-        prof, rng = self.profile, self._rng
+        prof = self.profile
+        rng = rng or self._rng
         delay = rng.uniform(*prof.delay)
         if prof.spike_probability and rng.random() < prof.spike_probability:
-            delay += rng.uniform(*prof.spike)
-            self._count("net.delay_spike")
+            extra = rng.uniform(*prof.spike)
+            if self._decide("delay-spike", src, dst, f"{extra:.6f}"):
+                delay += extra
+                self._count("net.delay_spike")
         self._late = False
         if prof.late_add and req is not None and req.kind == "add" and rng.random() < prof.late_add:
-            delay += rng.uniform(*prof.late)
-            self._late = True
-            self._count("net.late_add")
+            extra = rng.uniform(*prof.late)
+            if self._decide("late-add", src, dst, req.ledger_id, req.entry_id, f"{extra:.6f}"):
+                delay += extra
+                self._late = True
+                self._count("net.late_add")
         elif (
             prof.hold_fenced
             and req is not None
@@ -189,8 +207,10 @@ class SimNetwork(Transport):
             and (dst, req.ledger_id) in self._fenced
             and rng.random() < prof.hold_fenced
         ):
-            delay += rng.uniform(*prof.late)
-            self._count("net.held_fenced")
+            extra = rng.uniform(*prof.late)
+            if self._decide("held-fenced", src, dst, req.ledger_id, req.entry_id, f"{extra:.6f}"):
+                delay += extra
+                self._count("net.held_fenced")
         if self._holds and req is not None and req.kind == "add":
             held = self._holds.pop((src, dst, req.ledger_id), None)
             if held is not None:
@@ -215,25 +235,31 @@ class SimNetwork(Transport):
         path = protocol_path(req)
         if path is not None:
             self._count(path)
-        lost = self._lost()
-        if lost:
-            self._count("net.request_lost")
-            self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
+        lost = spared = False
+        what = (bookie_id, req.op.name, req.ledger_id, req.entry_id)
+        if self._lost():
+            lost = self._decide("request-lost", src, *what)
+            spared = not lost
+            if lost:
+                self._count("net.request_lost")
         elif self._blind and self._blinded(src, bookie_id, req):
+            # The blind spot is the decision (Simulation.blind): its losses follow from it.
             lost = True
             self._count(f"net.blind.{req.kind}")
-            self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
         elif self._aimed_loss(req) and not (
             (self._blind and self._blind_spot(src, req.ledger_id) is not None)
             or (src, req.ledger_id) in self.spared
         ):
-            lost = True
-            self._count(f"net.aimed_loss.{req.kind}")
-            self._trace("lost", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
+            lost = self._decide("aimed-loss", src, *what)
+            spared = not lost
+            if lost:
+                self._count(f"net.aimed_loss.{req.kind}")
+        if lost:
+            self._trace("lost", src, *what)
         else:
             if self.profile.hold_fenced and fences(req):
                 self._fenced.add((bookie_id, req.ledger_id))
-            at = self._arrival(src, bookie_id, req)
+            at = self._arrival(src, bookie_id, req, self._spare if spared else None)
             loop.call_at(at, self._deliver, src, bookie_id, req, answer)
         if self._watch is not None:
             self._watch(bookie_id, req, "lost" if lost else "late" if self._late else "sent")
@@ -283,11 +309,15 @@ class SimNetwork(Transport):
             self._trace(
                 "answer", src, bookie_id, req.op.name, req.ledger_id, req.entry_id, resp.status
             )
+            spared = False
             if self._lost():
-                self._count("net.answer_lost")
-                self._trace("lost-answer", src, bookie_id, req.op.name, req.ledger_id, req.entry_id)
-                return
-            self._reply_later(src, bookie_id, answer, resp)
+                what = (bookie_id, req.op.name, req.ledger_id, req.entry_id)
+                if self._decide("answer-lost", src, *what):
+                    self._count("net.answer_lost")
+                    self._trace("lost-answer", src, *what)
+                    return
+                spared = True
+            self._reply_later(src, bookie_id, answer, resp, self._spare if spared else None)
 
         task = serve_frame(bookie, req.encode(), reply)
         if task is not None:
@@ -300,9 +330,10 @@ class SimNetwork(Transport):
         bookie_id: str,
         answer: asyncio.Future[Response],
         outcome: Response | BaseException,
+        rng: random.Random | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
-        loop.call_at(self._arrival(bookie_id, src), self._complete, answer, outcome)
+        loop.call_at(self._arrival(bookie_id, src, None, rng), self._complete, answer, outcome)
 
     def _complete(
         self, answer: asyncio.Future[Response], outcome: Response | BaseException

@@ -74,6 +74,8 @@ async def maybe_pause(sim: Simulation, who: str, lid: int) -> None:
     rate = races.pause_on_late if sim.took_late(lid) else races.pause
     if rng.random() < rate:
         pause = rng.uniform(*PAUSE)
+        if not sim.decide("pause", who, f"{pause:.6f}"):
+            return
         sim.counts["writer.pause"] += 1
         sim.trace("pause", who, f"{pause:.6f}")
         await asyncio.sleep(pause)

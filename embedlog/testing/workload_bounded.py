@@ -151,6 +151,8 @@ class BoundedWorkload:
         if not self.ledgers:
             return
         lid = aimed if aimed in self.ledgers else rng.choice(self.ledgers)
+        if not sim.decide("recovery", name, lid):
+            return
         for _attempt in range(3):
             sim.counts["recovery"] += 1
             sim.trace("recover", name, lid)

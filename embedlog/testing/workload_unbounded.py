@@ -135,7 +135,8 @@ class UnboundedWorkload:
             aimed = await aimed_ledger(sim, name)
             if self.ledgers:
                 lid = aimed if aimed in self.ledgers else rng.choice(self.ledgers)
-                await self.take_over_and_write(client, name, lid)
+                if sim.decide("takeover", name, lid):
+                    await self.take_over_and_write(client, name, lid)
         finally:
             self._writing -= 1
             if not self._writing:
@@ -264,6 +265,8 @@ class UnboundedWorkload:
         lid = rng.choice(self.ledgers)
         acked = self.oracle.stream_acked.get(lid, {})
         before = rng.randint(0, max(acked, default=0) + 1)
+        if not sim.decide("trim", name, lid, before):
+            return
         sim.counts["trim"] += 1
         sim.trace("trim", name, lid, before)
         try:

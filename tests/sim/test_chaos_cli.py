@@ -29,6 +29,9 @@ def _hash_seed(monkeypatch):
         (["--seeds", "1", "--limit", "loss=1"], "limit loss takes only 0 (none)"),
         (["--seeds", "1", "--limit", "faults"], "--limit takes knob=value pairs"),
         (["--seeds", "1", "--shrink", "--no-shrink"], "exclude each other"),
+        (["--seeds", "1", "--suppress", "3,x"], "--suppress takes decision numbers >= 0"),
+        (["--seeds", "1", "--suppress", ""], "--suppress takes decision numbers >= 0"),
+        (["--seeds", "2", "--suppress", "3"], "give --seeds 1, not 2"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_valid_choices(argv, says, capsys):

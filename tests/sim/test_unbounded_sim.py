@@ -96,3 +96,22 @@ def test_stream_seeds_that_found_a_bug_stay_clean(scenario):
     for seed in FOUND[scenario]:
         result = run_seed(seed, scenario, keep_trace=False)
         assert result.ok, (seed, [str(v) for v in result.violations])
+
+
+# A seed of `unbounded` whose history, with `ack-from-replaced-bookie`, acknowledges
+# stream entries with one copy in their metadata write set (the replaced bookie held
+# the other). Every entry still reads back, so only invariant 4 sees it.
+STREAM_UNDER_REPLICATED_SEED = 45
+
+
+def test_invariant_4_catches_a_stream_entry_acknowledged_with_fewer_than_aq_copies():
+    bad = run_seed(
+        STREAM_UNDER_REPLICATED_SEED,
+        "unbounded",
+        unsafe="ack-from-replaced-bookie",
+        keep_trace=False,
+    )
+    assert [v.invariant for v in bad.violations] == ["AllCommittedEntriesReachAckQuorum"]
+    assert "fewer than AQ = 2" in bad.violations[0].detail
+    good = run_seed(STREAM_UNDER_REPLICATED_SEED, "unbounded", keep_trace=False)
+    assert good.ok and good.counts["check.ack_quorum_entries"] > 0
