@@ -104,10 +104,16 @@ class EnsembleChange:
         self._replacing += 1
         try:
             await self._replace(md, ensemble, failed, first)
-        finally:
+        except BaseException:
+            # Nothing completes on the old ensemble: the compare-and-swap may have been
+            # applied though its answer was lost (a ZooKeeper ConnectionLoss), and then
+            # the metadata lists replacements for acks that still count here. The writer
+            # fails (its callers learn an unknown outcome), as BookKeeper's does.
             self._replacing -= 1
-            if self.error is None:
-                self._resumed()
+            raise
+        self._replacing -= 1
+        if self.error is None:
+            self._resumed()
 
     async def _replace(
         self, md: LedgerMetadata, ensemble: list[str], failed: set[str], first: int

@@ -78,3 +78,48 @@ def test_acks_during_an_ensemble_change_never_count_the_replaced_bookie(make_clu
     held = {i: copies(cluster, md, i, b"e%d" % i) for i in ids}
     assert all(n >= md.ack_quorum for n in held.values()), (md.fragments, held)
     handle.close()
+
+
+def test_an_ensemble_change_whose_answer_was_lost_completes_nothing(make_cluster, monkeypatch):
+    """The compare-and-swap that lists a replacement is applied, but its answer is lost (a
+    ZooKeeper ConnectionLoss). Entries held back during the change must not complete on
+    the old ensemble afterwards: e0 here has the acks of b3, replaced in the metadata
+    now, and of b1, and the bookies the metadata lists for it hold one copy (found by the
+    simulator: seed 7853 of ``bounded``, 3473 of ``bounded-nojournal``). The writer fails
+    instead, and its callers learn an unknown outcome."""
+    from embedlog.errors import MetadataError
+    from embedlog.metadata.client import MetadataClient
+
+    cluster = make_cluster(4)
+    client = cluster.client("c1", request_timeout=5.0)
+    handle = client.create_ledger(3, 3, 2)
+    lid = handle.ledger_id
+    b1, b2, b3 = cluster.metadata.read_ledger(lid).last_fragment[1]
+    write = MetadataClient.write_ledger
+
+    def applied_then_lost(self, md):
+        monkeypatch.setattr(MetadataClient, "write_ledger", write)
+        write(self, md)
+        raise MetadataError("ZooKeeper ConnectionLoss on set (after it was applied)")
+
+    monkeypatch.setattr(MetadataClient, "write_ledger", applied_then_lost)
+    net = cluster.network
+    net.delay("c1", b1, 0.5)  # b1's ack of e0 comes during the change
+    net.drop_next("c1", b2, "add")  # b2 never gets e0
+    net.delay_metadata(1.0)
+    e0 = handle.add_async(b"e0")
+    time.sleep(0.2)  # b3 acknowledged e0
+    cluster.crash_bookie(b3)
+    e1 = handle.add_async(b"e1")  # fails on b3 at once: the change starts
+    outcomes = []
+    for f in (e0, e1):
+        try:
+            outcomes.append(f.result(timeout=30))
+        except BKError as exc:
+            outcomes.append(type(exc).__name__)
+    net.heal()
+    md = cluster.metadata.read_ledger(lid)
+    assert b3 not in md.ensemble_for(0)  # the swap was applied
+    if outcomes[0] == 0:  # acknowledged: then it must be on AQ bookies the metadata lists
+        assert copies(cluster, md, 0, b"e0") >= md.ack_quorum, (md.fragments, outcomes)
+    assert outcomes == ["MetadataError", "MetadataError"]
