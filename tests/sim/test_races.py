@@ -83,36 +83,3 @@ def test_the_everyday_scenarios_draw_no_aimed_fault():
     aimed = [k for k in result.counts if k.startswith(("net.aimed", "fault.strike", "writer.p"))]
     assert aimed == []
     assert not SCENARIOS["bounded-nojournal"].races
-
-
-# Race seeds that found a bug, each with the fix it needed: they stay clean.
-FOUND = {
-    # A bookie without the journal acknowledged a recovery's write-back (an ensemble
-    # change the recovery kept in memory), crashed and lost even the ledger's record; its
-    # suspicious boot did not protect the ledger (the metadata did not list it yet) and it
-    # answered NoSuchLedger once the recovery closed the ledger with it in the ensemble
-    # (integrity.must_protect: ledgers IN_RECOVERY are protected too).
-    # 132: a full disk under the repair's last step (the flush, the records clearing
-    # limbo) ended the repair until the next boot; what the bookie lost stayed below its
-    # ack quorum (Repairer.run tries that step again after its interval).
-    "bounded-nojournal-races": (132, 189),
-    # 864: a journal group that filled the disk part way, and a torn add whose entry
-    # header (id 4, LAC -1) reads as a valid frame: both made a boot suspicious with
-    # nothing lost, and two bookies of a write set in limbo kept a ledger unrecoverable
-    # (journal.py: nothing written after a failed group; records.well_formed).
-    "bounded-races": (864,),
-    # 332, 951: a member whose TRIM ABOVE at the end of a takeover was lost was readied
-    # again from its fragment's start, dropping the write-backs and the older term's
-    # acknowledged entries it held (LedgerWriter._unprepared keeps the cut it missed).
-    # 333: an ephemeral registration whose create had an unknown outcome outlived its
-    # bookie's crash, and the cookie fix of the wiped bookie kept refusing
-    # (metadata/store.py: SessionView.create).
-    "unbounded-nojournal-races": (332, 333, 951),
-}
-
-
-@pytest.mark.parametrize("scenario", sorted(FOUND))
-def test_race_seeds_that_found_a_bug_stay_clean(scenario):
-    for seed in FOUND[scenario]:
-        result = run_seed(seed, scenario, keep_trace=False)
-        assert result.ok, (seed, [str(v) for v in result.violations])
