@@ -1,16 +1,20 @@
 """Seeds run in worker processes: ``embedlog chaos --jobs N``.
 
 A simulation owns its process while it runs (one loop, the clock patched), so seeds run
-side by side only in processes. Workers are new interpreters (spawned, not forked: a
-process that ran a simulation may hold LevelDB's background thread mid-work, and a fork
-of it can deadlock), started with the environment of the chaos command, which runs
-under PYTHONHASHSEED=0: a seed's history (and its hash) is the same in a worker as in
-the command itself. Results come back in seed order, whatever order workers finish in.
+side by side only in processes. Workers are forks of the command when it runs one
+thread only (they start with its modules imported: a spawned worker spends a third of
+a CPU second importing them, more than five seeds' work), and new interpreters
+(spawned) otherwise, since a fork of a process whose other threads hold locks can
+deadlock. Either way they run under the command's PYTHONHASHSEED=0, and a seed's
+history depends on nothing a process keeps between seeds: its hash is the same in a
+worker as in the command itself. Results come back in seed order, whatever order
+workers finish in.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections.abc import Generator, Iterable
 
 from embedlog.testing.limits import Limits
@@ -30,6 +34,12 @@ def _one(job: tuple[int, str, str | None, str, bool, bool, frozenset[int]]) -> S
     )
 
 
+def start_method(threads: int) -> str:
+    """How workers start: forked from a process of one thread (no other thread can hold a
+    lock across the fork), spawned otherwise."""
+    return "fork" if threads == 1 else "spawn"
+
+
 def run_seeds(
     seeds: Iterable[int],
     scenario: str,
@@ -40,13 +50,16 @@ def run_seeds(
     keep_trace: bool = False,
     quiet: bool = True,
     suppress: frozenset[int] = frozenset(),
+    method: str | None = None,
 ) -> Generator[SeedResult, None, None]:
-    """Each seed's result, in seed order; with ``jobs`` > 1 in that many processes.
+    """Each seed's result, in seed order; with ``jobs`` > 1 in that many processes
+    (started by ``method``, "fork" or "spawn"; by default ``start_method``'s choice).
     Closing the iterator early stops the workers."""
     work = [(s, scenario, unsafe, str(limits or ""), keep_trace, quiet, suppress) for s in seeds]
     if jobs <= 1 or len(work) <= 1:
         for job in work:
             yield _one(job)
         return
-    with multiprocessing.get_context("spawn").Pool(min(jobs, len(work))) as pool:
+    method = method or start_method(threading.active_count())
+    with multiprocessing.get_context(method).Pool(min(jobs, len(work))) as pool:
         yield from pool.imap(_one, work, chunksize=1)
