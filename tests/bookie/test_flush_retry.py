@@ -112,18 +112,27 @@ def test_a_transient_flush_failure_is_retried_and_writes_resume(harness: Any, mo
     h.boot()
     for eid in range(5):
         assert h.add(1, eid, b"acked%d" % eid).status == StatusCode.EOK
-    flaky = failing(3, emfile, LedgerStorage._flush_sync)
+    real = LedgerStorage._flush_sync
+    descriptors = {"out": True, "calls": 0}
+
+    def flaky(*args: Any) -> None:  # fails until the descriptors come back (below)
+        descriptors["calls"] += 1
+        if descriptors["out"]:
+            raise emfile()
+        real(*args)
+
     monkeypatch.setattr(LedgerStorage, "_flush_sync", flaky)
     # Work for the next flush, whether or not the five went out before the patch (an idle
     # bookie skips its flushes): refused if a flush already failed, else cached.
     assert h.add(9, 0, b"nudge").status in (StatusCode.EOK, StatusCode.EREADONLY)
-    wait(h, lambda: h.bookie.readonly)
+    wait(h, lambda: descriptors["calls"] >= 3)  # retried, with backoff
+    assert h.bookie.readonly
     assert h.meta.readonly_bookies() == ["b1"] and h.meta.writable_bookies() == []
     assert h.add(1, 5, b"refused").status == StatusCode.EREADONLY
     for eid in range(5):
         assert h.read(1, eid).body.endswith(b"acked%d" % eid)  # kept in the write cache
+    descriptors["out"] = False
     wait(h, lambda: not h.bookie.readonly)
-    assert flaky.calls >= 4  # three failures, then the flush that got through
     assert h.meta.writable_bookies() == ["b1"] and h.meta.readonly_bookies() == []
     assert flushed(h, 1, range(5))
     assert h.add(1, 5, b"acked5").status == StatusCode.EOK
@@ -253,12 +262,23 @@ def test_a_cluster_bookie_out_of_file_descriptors_comes_back(make_cluster: Any) 
     client = cluster.client("w")
     wh = client.create_ledger(3, 3, 3)
     payloads = [b"acked %d" % i for i in range(20)]
+    storage = cluster.bookie("bookie-1").storage
+    real = storage._flush_sync
+    broken = failing(3, emfile, real)
+
+    def flaky(snapshot: dict[int, dict[int, bytes]], *args: Any) -> None:
+        # Descriptors run out under the flush that holds the last add: one before it would
+        # make the bookie refuse that add, one after would find nothing left to write
+        # (an idle bookie skips its flushes).
+        if len(payloads) - 1 in snapshot.get(wh.ledger_id, {}) or broken.calls:
+            broken(snapshot, *args)
+        else:
+            real(snapshot, *args)
+
+    cluster.runtime.call(setattr, storage, "_flush_sync", flaky)
     for p in payloads:
         wh.add(p)
     wh.close()
-    storage = cluster.bookie("bookie-1").storage
-    flaky = failing(3, emfile, storage._flush_sync)
-    cluster.runtime.call(setattr, storage, "_flush_sync", flaky)
 
     def until(cond: Callable[[], bool]) -> None:  # no deadline: pytest's timeout applies
         while not cond():
@@ -266,7 +286,7 @@ def test_a_cluster_bookie_out_of_file_descriptors_comes_back(make_cluster: Any) 
 
     until(lambda: "bookie-1" in cluster.metadata.readonly_bookies())
     until(lambda: "bookie-1" in cluster.metadata.writable_bookies())
-    assert flaky.calls >= 4 and "bookie-1" not in cluster.metadata.readonly_bookies()
+    assert broken.calls >= 4 and "bookie-1" not in cluster.metadata.readonly_bookies()
     for bid in cluster.bookie_ids:
         for eid, p in enumerate(payloads):
             assert cluster.read_from_bookie(bid, wh.ledger_id, eid) == p
