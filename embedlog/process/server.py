@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from embedlog.bookie import cookie as cookies
 from embedlog.bookie.config import BookieConfig
+from embedlog.cluster_bookies import server_ssl as bookie_server_ssl
 from embedlog.errors import BKError, MetadataError
 from embedlog.process.settings import RunSettings, SettingError, choose_bookie_id
 
@@ -199,7 +200,7 @@ class BookieService:
         try:
             bid = choose_bookie_id(s.bookie_id, disk_bookie_id(s.data_dir), s.advertise)
             config = BookieConfig.from_settings(bid, s.data_dir, address=s.advertise, **s.bookie)
-            server_ssl = self._server_tls(config)
+            server_ssl = bookie_server_ssl(config)
             client_ssl = self._client_tls(config)
         except (SettingError, ValueError) as exc:
             raise StartError(str(exc), kind="ValueError") from None
@@ -276,22 +277,6 @@ class BookieService:
             self._server = self._bookie = None
             runtime.run(bookie.stop())  # it served nothing: leave as cleanly as it came
             raise StartError(listen_error(host, port, exc)) from None
-
-    @staticmethod
-    def _server_tls(config: BookieConfig) -> ssl.SSLContext | None:
-        if not config.tls:
-            return None
-        from embedlog.transport import tls
-        from embedlog.transport.tcp import parse_address
-
-        assert config.tls_cert is not None and config.tls_key is not None
-        return tls.server_context(
-            config.tls_cert,
-            config.tls_key,
-            ca=config.tls_ca,
-            require_client_cert=config.tls_require_client_cert,
-            host=parse_address(config.address)[0],
-        )
 
     @staticmethod
     def _client_tls(config: BookieConfig) -> ssl.SSLContext | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from embedlog.testing.decisions import SuppressError, parse_suppress
 from embedlog.testing.limits import KNOBS, Limits, LimitsError
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, choices
+from embedlog.testing.shrink import replay_command
 
 TRACE_TAIL = 60  # events of a failing seed printed inline (the whole trace goes to a file)
 
@@ -151,15 +152,6 @@ def run(args: argparse.Namespace) -> int:
     return _run_seeds(args, start, seeds, jobs, limits, suppress)
 
 
-def replay_command(
-    seed: int, scenario: str, unsafe: str | None, limits: str = "", suppress: str = ""
-) -> str:
-    cmd = f"embedlog chaos --seeds 1 --start {seed} --scenario {scenario}"
-    cmd += f" --unsafe {unsafe}" if unsafe else ""
-    cmd += f" --limit {limits}" if limits else ""
-    return cmd + (f" --suppress {suppress}" if suppress else "") + " --trace"
-
-
 def _run_seeds(
     args: argparse.Namespace,
     start: int,
@@ -240,14 +232,7 @@ def _report_failure(result: object) -> None:
     print(f"\nseed {result.seed} VIOLATED {len(result.violations)} invariant check(s):")
     for v in result.violations[:10]:
         print(f"  {v}")
-    first = next(i for i, line in enumerate(result.trace) if " VIOLATION " in line)
-    shown = result.trace[max(0, first + 1 - TRACE_TAIL) : first + 1]
-    print(
-        f"the {len(shown)} trace events up to the first violation, of {result.events} "
-        f"(trace hash {result.trace_hash}):"
-    )
-    for line in shown:
-        print(f"  {line}")
+    _show_until_violation(result.trace, "", result.events, result.trace_hash)
     print(f"whole trace: {out}")
     replay = replay_command(
         result.seed, result.scenario, result.unsafe, result.limits, result.suppress
@@ -344,15 +329,7 @@ def _print_shrunk_history(shrunk: object) -> None:
         f"embedlog-chaos-{shrunk.scenario}-{shrunk.unsafe or 'safe'}-{shrunk.seed}-shrunk.trace"
     )
     out.write_text("\n".join(again.trace) + "\n")
-    last = len(again.trace) - 1
-    first = next((i for i, line in enumerate(again.trace) if " VIOLATION " in line), last)
-    shown = again.trace[max(0, first + 1 - TRACE_TAIL) : first + 1]
-    print(
-        f"the shrunk history's {len(shown)} trace events up to its first violation, of "
-        f"{again.events} (trace hash {again.trace_hash}):"
-    )
-    for line in shown:
-        print(f"  {line}")
+    _show_until_violation(again.trace, "shrunk history's ", again.events, again.trace_hash)
     print(f"whole shrunk trace: {out}")
 
 
@@ -360,3 +337,16 @@ def main(argv: Sequence[str] | None = None) -> int:  # for python -m embedlog.te
     from embedlog.cli import main as cli_main
 
     return cli_main(["chaos", *(argv if argv is not None else sys.argv[1:])])
+
+
+def _show_until_violation(trace: list[str], whose: str, events: int, trace_hash: str) -> None:
+    """The last TRACE_TAIL events up to the trace's first violation (or its end)."""
+    last = len(trace) - 1
+    first = next((i for i, line in enumerate(trace) if " VIOLATION " in line), last)
+    shown = trace[max(0, first + 1 - TRACE_TAIL) : first + 1]
+    print(
+        f"the {whose}{len(shown)} trace events up to the first violation, of {events} "
+        f"(trace hash {trace_hash}):"
+    )
+    for line in shown:
+        print(f"  {line}")

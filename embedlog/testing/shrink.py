@@ -44,12 +44,17 @@ class Shrunk:
     tries: int
 
     def command(self) -> str:
-        cmd = f"embedlog chaos --seeds 1 --start {self.seed} --scenario {self.scenario}"
-        if self.unsafe:
-            cmd += f" --unsafe {self.unsafe}"
-        if self.limits:
-            cmd += f" --limit {self.limits}"
-        return cmd + " --trace"
+        return replay_command(self.seed, self.scenario, self.unsafe, str(self.limits))
+
+
+def replay_command(
+    seed: int, scenario: str, unsafe: str | None, limits: str = "", suppress: str = ""
+) -> str:
+    """The ``embedlog chaos`` command that replays one history exactly."""
+    cmd = f"embedlog chaos --seeds 1 --start {seed} --scenario {scenario}"
+    cmd += f" --unsafe {unsafe}" if unsafe else ""
+    cmd += f" --limit {limits}" if limits else ""
+    return cmd + (f" --suppress {suppress}" if suppress else "") + " --trace"
 
 
 def fails_alike(result: SeedResult, invariant: str) -> bool:

@@ -23,7 +23,7 @@ from attrs import frozen
 
 from embedlog.testing.decisions import Decision, format_suppress
 from embedlog.testing.limits import Limits
-from embedlog.testing.shrink import fails_alike
+from embedlog.testing.shrink import fails_alike, replay_command
 from embedlog.testing.sim import SeedResult, run_seed
 
 Runner = Callable[[frozenset[int]], SeedResult]
@@ -47,14 +47,8 @@ class EventsShrunk:
     tries: int
 
     def command(self) -> str:
-        cmd = f"embedlog chaos --seeds 1 --start {self.seed} --scenario {self.scenario}"
-        if self.unsafe:
-            cmd += f" --unsafe {self.unsafe}"
-        if self.limits:
-            cmd += f" --limit {self.limits}"
-        if self.suppress:
-            cmd += f" --suppress {format_suppress(self.suppress)}"
-        return cmd + " --trace"
+        suppress = format_suppress(self.suppress) if self.suppress else ""
+        return replay_command(self.seed, self.scenario, self.unsafe, str(self.limits), suppress)
 
 
 def next_position(carried: list[int], group: list[int]) -> int:

@@ -107,7 +107,8 @@ def test_chaos_prints_the_shrunk_history_and_a_command_that_replays_exactly_it(c
     listed = out.split("the shrunk history's")[1].splitlines()[1 : kept + 1]
     assert len(listed) == kept and all(re.match(r"  #\d+ \d+\.\d+ \w", x) for x in listed)
     assert "whole shrunk trace: " in out
-    shown_hash = re.search(r"up to its first violation, of \d+ \(trace hash (\w+)\)", out)[1]
+    shown = r"history's \d+ trace events up to the first violation, of \d+ \(trace hash (\w+)\)"
+    shown_hash = re.search(shown, out)[1]
     replay = next(x for x in out.splitlines() if x.startswith("replay shrunk: "))
     command = replay.removeprefix("replay shrunk: embedlog ").split()
     assert "--suppress" in command and command[-1] == "--trace"
