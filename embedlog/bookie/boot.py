@@ -16,7 +16,7 @@ from embedlog.bookie import cookie as cookies
 from embedlog.bookie import records
 from embedlog.bookie.flushing import Flushing
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
-from embedlog.bookie.integrity import protection_for, suspicion_reasons
+from embedlog.bookie.integrity import suspicion_reasons
 from embedlog.bookie.journal import Journal, Replay
 from embedlog.bookie.repair_services import RepairServices
 from embedlog.bookie.storage import LedgerStorage
@@ -123,8 +123,7 @@ class Boot(RepairServices, Flushing):
         )
         ledgers = await self.ledgers_to_protect()
         assert self.journal is not None
-        for md in ledgers:
-            plan = protection_for(md, skip_fence=cfg.unsafe_skip_fence_on_boot)
+        for md, plan in ledgers:
             info = self.storage.info(md.ledger_id) or LedgerInfo()
             if not info.master_key:
                 # The metadata's key, never a request's: a record whose key is empty

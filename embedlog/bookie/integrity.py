@@ -46,17 +46,33 @@ class Protection:
     term: int | None  # unbounded ledgers: raise the stored term to this one
 
 
-def protection_for(md: LedgerMetadata, *, skip_fence: bool = False) -> Protection:
-    """Phase one for one ledger whose ensembles contain this bookie.
+def protection_for(md: LedgerMetadata, *, owes: bool, skip_fence: bool = False) -> Protection:
+    """Phase one for one ledger of the cluster (``owes``: ``owes_entries`` says this
+    bookie may owe entries of it).
 
-    Every ledger goes into limbo, closed ones too: we may have lost entries of a
-    ledger closed just before the crash, and a read that says NoSuchEntry for an
-    entry this bookie acknowledged breaks the rule every reader relies on. Closed
-    ledgers are fenced as well (BP scenario 1 happens on a closed ledger: an empty
-    disk must not acknowledge the old writer). Unbounded ledgers are not fenced,
-    since their fence is the term: raising the stored term to the metadata's
-    refuses every writer displaced by a takeover and keeps the current one working.
+    A ledger it may owe entries of goes into limbo, closed ones too: we may have lost
+    entries of a ledger closed just before the crash, and a read that says NoSuchEntry
+    for an entry this bookie acknowledged breaks the rule every reader relies on. It is
+    fenced as well (BP scenario 1 happens on a closed ledger: an empty disk must not
+    acknowledge the old writer). Unbounded ledgers are not fenced, since their fence is
+    the term: raising the stored term to the metadata's refuses every writer displaced
+    by a takeover and keeps the current one working.
+
+    Every other closed ledger is fenced (no limbo: nothing of it is owed here), and
+    every other open stream gets its term, as the BP-46 design fences every ledger of
+    the cluster: a recovery may have fenced this bookie, then replaced it in its
+    write-back, and closed the ledger without it. The disk lost that fence, and the
+    displaced writer, which still counts this bookie in its ensemble, would get entries
+    acknowledged after the close (simulator seed 924 of ``bounded-nojournal-races``).
+    An open bounded ledger that does not list it has no such writer (a writer's own
+    ensemble changes are its to know): nothing to do.
     """
+    if not owes:
+        if md.is_closed:
+            return Protection(fence=not skip_fence, limbo=False, term=None)
+        if md.unbounded:
+            return Protection(fence=False, limbo=False, term=None if skip_fence else md.term)
+        return Protection(fence=False, limbo=False, term=None)
     if md.unbounded and not md.is_closed:
         return Protection(fence=False, limbo=True, term=None if skip_fence else md.term)
     return Protection(fence=not skip_fence, limbo=True, term=None)
@@ -87,9 +103,9 @@ def assigned_entries(
                 yield eid, [b for b in ws if b != bookie_id]
 
 
-def must_protect(md: LedgerMetadata, bookie_id: str, *, held: bool) -> bool:
-    """Whether BP-46 phase one protects (fences, puts in limbo) this ledger: ``held``
-    says whether the bookie still holds any state of it.
+def owes_entries(md: LedgerMetadata, bookie_id: str, *, held: bool) -> bool:
+    """Whether this bookie may owe entries of the ledger, so that BP-46 phase one puts it
+    in limbo (and fences it): ``held`` says whether the bookie still holds any state of it.
 
     Every ledger whose metadata lists the bookie; an open ledger it holds state of that
     does not list it (yet): an ensemble change adding it may be in flight; and any ledger

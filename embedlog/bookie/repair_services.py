@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from embedlog.bookie.base import BookieBase, BookieState
 from embedlog.bookie.index import REPAIR, LedgerInfo
-from embedlog.bookie.integrity import must_protect
+from embedlog.bookie.integrity import Protection, owes_entries, protection_for
 from embedlog.bookie.repair import Repairer
 from embedlog.errors import BookieIOError, NoSuchLedgerInMetadataError
 from embedlog.metadata.ledger_metadata import LedgerMetadata
@@ -31,12 +31,19 @@ class RepairServices(BookieBase):
         """Metadata of every ledger whose ensembles (any fragment) contain this bookie."""
         return await self._scan_metadata(lambda md: self.bookie_id in md.bookies())
 
-    async def ledgers_to_protect(self) -> list[LedgerMetadata]:
-        """The ledgers BP-46 phase one protects (``integrity.must_protect``)."""
+    async def ledgers_to_protect(self) -> list[tuple[LedgerMetadata, Protection]]:
+        """What BP-46 phase one does to each ledger of the cluster (``integrity``:
+        ``owes_entries`` and ``protection_for``), for those it does something to."""
         assert self.storage is not None
         held = set(self.storage.ledger_ids())
-        me = self.bookie_id
-        return await self._scan_metadata(lambda md: must_protect(md, me, held=md.ledger_id in held))
+        me, skip = self.bookie_id, self.config.unsafe_skip_fence_on_boot
+        plans = []
+        for md in await self._scan_metadata(lambda md: True):
+            owes = owes_entries(md, me, held=md.ledger_id in held)
+            plan = protection_for(md, owes=owes, skip_fence=skip)
+            if plan.fence or plan.limbo or plan.term is not None:
+                plans.append((md, plan))
+        return plans
 
     async def _scan_metadata(self, keep: Callable[[LedgerMetadata], bool]) -> list[LedgerMetadata]:
         """The metadata of every ledger ``keep`` accepts, in one pass over the store."""

@@ -8,7 +8,7 @@ from embedlog.bookie.integrity import (
     Protection,
     assigned_entries,
     fragment_ranges,
-    must_protect,
+    owes_entries,
     protection_for,
     repair_target,
     suspicion_reasons,
@@ -51,23 +51,31 @@ def test_suspicion(unclean, nojournal, cookies, pending, suspicious):
 
 
 @pytest.mark.parametrize(
-    ("state", "unbounded", "skip", "expected"),
+    ("state", "unbounded", "owes", "skip", "expected"),
     [
-        (LedgerState.OPEN, False, False, Protection(fence=True, limbo=True, term=None)),
-        (LedgerState.IN_RECOVERY, False, False, Protection(True, True, None)),
+        (LedgerState.OPEN, False, True, False, Protection(fence=True, limbo=True, term=None)),
+        (LedgerState.IN_RECOVERY, False, True, False, Protection(True, True, None)),
         # Closed ledgers are fenced too: BP scenario 1 happens on a closed ledger.
-        (LedgerState.CLOSED, False, False, Protection(True, True, None)),
+        (LedgerState.CLOSED, False, True, False, Protection(True, True, None)),
         # Unbounded: the term is the fence; the current writer keeps writing.
-        (LedgerState.OPEN, True, False, Protection(False, True, 5)),
-        (LedgerState.CLOSED, True, False, Protection(True, True, None)),
+        (LedgerState.OPEN, True, True, False, Protection(False, True, 5)),
+        (LedgerState.CLOSED, True, True, False, Protection(True, True, None)),
+        # Nothing of it owed here: a closed ledger is fenced all the same (a recovery
+        # that fenced this bookie may have closed it without it; seed 924), an open
+        # stream gets its term, an open bounded ledger nothing.
+        (LedgerState.CLOSED, False, False, False, Protection(True, False, None)),
+        (LedgerState.CLOSED, True, False, False, Protection(True, False, None)),
+        (LedgerState.OPEN, True, False, False, Protection(False, False, 5)),
+        (LedgerState.OPEN, False, False, False, Protection(False, False, None)),
         # The unsafe switch drops the fence, never the limbo.
-        (LedgerState.OPEN, False, True, Protection(False, True, None)),
-        (LedgerState.OPEN, True, True, Protection(False, True, None)),
+        (LedgerState.OPEN, False, True, True, Protection(False, True, None)),
+        (LedgerState.OPEN, True, True, True, Protection(False, True, None)),
+        (LedgerState.CLOSED, False, False, True, Protection(False, False, None)),
     ],
 )
-def test_protection(state, unbounded, skip, expected):
+def test_protection(state, unbounded, owes, skip, expected):
     m = md(state=state, unbounded=unbounded, term=5 if unbounded else -1)
-    assert protection_for(m, skip_fence=skip) == expected
+    assert protection_for(m, owes=owes, skip_fence=skip) == expected
 
 
 def test_fragment_ranges_clip_to_last_entry():
@@ -138,6 +146,6 @@ def test_takeover_needed(state, bookie, settled, needed):
         (LedgerState.IN_RECOVERY, "z", False, True),
     ],
 )
-def test_must_protect(state, bookie, held, protect):
+def test_owes_entries(state, bookie, held, protect):
     m = md(state=state, last_entry_id=12 if state is LedgerState.CLOSED else -1)
-    assert must_protect(m, bookie, held=held) is protect
+    assert owes_entries(m, bookie, held=held) is protect
