@@ -199,16 +199,19 @@ class Oracle:
                     f"{by} read {got!r} at acknowledged entry {lid}:{eid}, which was {payload!r}",
                 )
 
-    # -- wiped disks ---------------------------------------------------------------------------
+    # -- lost disks and crashes without the journal -------------------------------------------
 
-    def wiped(self, bookie_id: str, protected: Callable[[int], bool]) -> list[int]:
-        """``bookie_id`` lost its disks and booted after the BP-46 cookie fix: its boot
-        protected (fenced, put in limbo) the ledgers ``protected`` names. For those,
-        NoNegativeForAckedEntry still holds: limbo answers "unknown" until repair copies
-        the entries back. Acknowledgements it gave before the wipe for any other ledger
-        (one the metadata did not list it for when it booted: an ensemble change whose
-        CAS had not landed) went with the disk, and nothing on it can know of them: they
-        no longer forbid a negative. Returns those ledgers."""
+    def forget_lost(self, bookie_id: str, protected: Callable[[int], bool]) -> list[int]:
+        """``bookie_id`` booted after losing data (wiped disks and the BP-46 cookie fix, or
+        a crash without the journal): its boot put the ledgers ``protected`` names in
+        limbo. For those, NoNegativeForAckedEntry still holds: limbo answers "unknown"
+        until repair copies the entries back. Acknowledgements it gave before for any
+        other ledger went with what it lost, and nothing on it can know of them: the
+        metadata did not list it for that ledger when it booted (an ensemble change had
+        replaced it, its acks no longer counting; or one adding it had not landed), nor
+        was the ledger in recovery. They no longer forbid a negative; the ledger's
+        safety rests on its other copies, which invariants 1, 2 and 4 still check.
+        Returns those ledgers."""
         gone = sorted(
             lid for (b, lid) in self._bookie_acked if b == bookie_id and not protected(lid)
         )

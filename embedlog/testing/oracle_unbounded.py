@@ -197,9 +197,9 @@ class StreamOracle(Oracle):
 
     # -- what the clients see ------------------------------------------------------------------
 
-    def wiped(self, bookie_id: str, protected: Callable[[int], bool]) -> list[int]:
-        """As ``Oracle.wiped``, for what this oracle holds of a bookie's own acks."""
-        gone = super().wiped(bookie_id, protected)
+    def forget_lost(self, bookie_id: str, protected: Callable[[int], bool]) -> list[int]:
+        """As ``Oracle.forget_lost``, for what this oracle holds of a bookie's own acks."""
+        gone = super().forget_lost(bookie_id, protected)
         for b, lid in list(self._held):
             if b == bookie_id and not protected(lid):
                 del self._held[(b, lid)]

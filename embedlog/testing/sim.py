@@ -308,6 +308,7 @@ class Simulation:
         self.runtime = SimRuntime(loop)
         self.bookies: dict[str, Bookie] = {}
         self._sessions: dict[str, MetadataStore] = {}
+        self._settled: dict[str, Bookie] = {}  # the incarnation _settle last saw of each
         self._disks: dict[str, list[SimDisk]] = {}
         # Each bookie's disks, for the whole history: they outlive its incarnations.
         self.disks: dict[str, MemoryDisk] = {}
@@ -339,7 +340,18 @@ class Simulation:
 
     def _serving(self, bookie_id: str) -> Bookie | None:
         b = self.bookies.get(bookie_id)
-        return b if b is not None and b.state is BookieState.SERVING else None
+        if b is None or b.state is not BookieState.SERVING:
+            return None
+        self._settle(bookie_id, b)
+        return b
+
+    def _settle(self, bookie_id: str, bookie: Bookie) -> None:
+        """Once per incarnation, as soon as it serves (before ``boot`` returns: a boot
+        still publishes its status): the oracle learns what a boot after lost data put
+        in limbo, before it judges any answer of it (``DiskNemesis.booted``)."""
+        if self._settled.get(bookie_id) is not bookie:
+            self._settled[bookie_id] = bookie
+            self.disk_faults.booted(bookie_id)
 
     def client(self, name: str) -> Client:
         self._clients += 1
@@ -421,7 +433,7 @@ class Simulation:
             self.oracle.violate("BookieBoots", f"{bid} could not boot: {exc!r}")
             return False
         self.counts["bookie.boot"] += 1
-        self.disk_faults.booted(bid)
+        self._settle(bid, bookie)
         if bookie.suspicion:
             self.counts["bp46.phase_one"] += 1
         self.trace("booted", bid, bookie.suspicion or "clean", bookie.protected_ledgers)

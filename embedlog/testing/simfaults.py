@@ -77,14 +77,21 @@ class DiskNemesis:
         self.rng.random()
 
     def booted(self, bid: str) -> None:
-        """``bid`` booted; after a wipe, what it acknowledged before is judged anew."""
-        if bid not in self._unsettled:
+        """``bid`` booted; after a wipe, or a suspicious boot (a crash without the journal
+        lost what was not flushed), what it acknowledged before is judged anew: only the
+        ledgers its boot put in limbo still forbid a negative (``Oracle.forget_lost``)."""
+        bookie = self.sim.bookies[bid]
+        if bid not in self._unsettled and not bookie.suspicion:
             return
         self._unsettled.discard(bid)
-        bookie = self.sim.bookies[bid]
-        gone = self.sim.oracle.wiped(bid, lambda lid: bookie.ledger_info(lid) is not None)
+
+        def in_limbo(lid: int) -> bool:
+            info = bookie.ledger_info(lid)
+            return info is not None and info.limbo
+
+        gone = self.sim.oracle.forget_lost(bid, in_limbo)
         if gone:
-            self.sim.trace("wiped-acks-forgotten", bid, gone)
+            self.sim.trace("lost-acks-forgotten", bid, gone)
 
     async def run(self) -> None:
         sim, rng = self.sim, self.rng

@@ -106,11 +106,17 @@ FOUND = {
     # change the recovery kept in memory), crashed and lost even the ledger's record; its
     # suspicious boot did not protect the ledger (the metadata did not list it yet) and it
     # answered NoSuchLedger once the recovery closed the ledger with it in the ensemble
-    # (integrity.must_protect: ledgers IN_RECOVERY are protected too).
+    # (integrity.owes_entries: ledgers IN_RECOVERY are protected too).
     # 132: a full disk under the repair's last step (the flush, the records clearing
     # limbo) ended the repair until the next boot; what the bookie lost stayed below its
     # ack quorum (Repairer.run tries that step again after its interval).
-    "bounded-nojournal-races": (132, 189),
+    # 924, 1922, 6514, 8701: a recovery fenced a bookie, replaced it in its write-back and
+    # closed the ledger without it; the bookie was wiped and its boot fenced only the
+    # ledgers listing it, so the displaced writer got entries acknowledged after the
+    # close (integrity.protection_for: every closed ledger is fenced). 2078, 3659: what
+    # such a boot did not put in limbo was judged before the boot ended (the oracle
+    # learns what a boot protected as soon as the bookie serves).
+    "bounded-nojournal-races": (132, 189, 924, 1922, 2078, 3659, 6514, 8701),
     # 864: a journal group that filled the disk part way, and a torn add whose entry
     # header (id 4, LAC -1) reads as a valid frame: both made a boot suspicious with
     # nothing lost, and two bookies of a write set in limbo kept a ledger unrecoverable

@@ -92,12 +92,12 @@ def test_a_negative_from_a_bookie_the_metadata_no_longer_makes_responsible():
     assert names(o) == ["NoNegativeForAckedEntry"] * 2
 
 
-def test_a_wiped_bookie_keeps_its_duty_for_the_ledgers_its_boot_protected_only():
+def test_a_bookie_that_lost_data_keeps_its_duty_for_the_ledgers_its_boot_protected_only():
     o = oracle()
     add(o, "b1", 0, 3, b"x")  # ledger 0: the metadata listed b1 when it booted again
     add(o, "b1", 1, 5, b"y")  # ledger 1: it did not (an ensemble change still in flight)
     add(o, "b2", 1, 5, b"y")
-    assert o.wiped("b1", protected=lambda lid: lid == 0) == [1]
+    assert o.forget_lost("b1", protected=lambda lid: lid == 0) == [1]
     read(o, "b1", 1, 5, StatusCode.ENOENTRY)  # gone with the disk, and nothing can know
     read(o, "b1", 1, 5, StatusCode.ENOLEDGER)
     read(o, "b2", 1, 5, StatusCode.ENOENTRY)  # another bookie keeps its duty
