@@ -75,6 +75,7 @@ from embedlog.wire.messages import Request
 REQUEST_TIMEOUT = 1.0  # virtual seconds
 WORKLOAD_LIMIT = 120.0  # virtual seconds the writers get before the cluster is healed
 SETTLE_LIMIT = 10.0  # virtual seconds for BP-46 repair to finish once healed
+REPAIR_BACKOFF_LIMIT = 31.0  # the longest pause between a repair's takeovers, and a bit
 
 
 class SimRuntime(Runtime):
@@ -734,14 +735,21 @@ class Simulation:
         self.metafaults.heal()
         for bid in self.down():
             await self.boot(bid)
-        deadline = self.loop.time() + SETTLE_LIMIT
+        await self._settle_repairs(SETTLE_LIMIT)
+        await self.workload.check_end()
+        # A repair that must take a stream over backs off between failed takeovers (up to
+        # 30 s, bookie/repair.py): once check_end settled every ledger, it gets that long
+        # to copy what the bookie owes before invariant 4 counts copies.
+        await self._settle_repairs(REPAIR_BACKOFF_LIMIT)
+        self.check_ack_quorum_copies()
+        self.workload.stop()
+
+    async def _settle_repairs(self, limit: float) -> None:
+        deadline = self.loop.time() + limit
         while self.loop.time() < deadline and not all(
             self.bookies[b].wait_repaired_nowait() for b in self.up()
         ):
             await asyncio.sleep(0.2)
-        await self.workload.check_end()
-        self.check_ack_quorum_copies()
-        self.workload.stop()
 
     def lossy_fragments(self, md: LedgerMetadata) -> list[tuple[str, ...]]:
         """The ensembles of ``md`` in which AQ bookies lost what they acknowledged (crashed
