@@ -104,14 +104,13 @@ class EnsembleChange:
         self._replacing += 1
         try:
             await self._replace(md, ensemble, failed, first)
-        except BaseException:
-            # Nothing completes on the old ensemble: the compare-and-swap may have been
-            # applied though its answer was lost (a ZooKeeper ConnectionLoss), and then
-            # the metadata lists replacements for acks that still count here. The writer
-            # fails (its callers learn an unknown outcome), as BookKeeper's does.
+        finally:
             self._replacing -= 1
-            raise
-        self._replacing -= 1
+        # Not reached when the replacement raised: nothing completes on the old ensemble
+        # then. The compare-and-swap may have been applied though its answer was lost (a
+        # ZooKeeper ConnectionLoss), and then the metadata lists replacements for acks
+        # that still count here. The writer fails (its callers learn an unknown outcome),
+        # as BookKeeper's does.
         if self.error is None:
             self._resumed()
 
