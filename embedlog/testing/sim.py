@@ -55,22 +55,13 @@ from embedlog.testing.simmeta import (
     MetaProfile,
     SimMetadataExecutor,
 )
+from embedlog.testing.simnemesis import Nemesis
 from embedlog.testing.simnet import NetProfile, SimNetwork
-from embedlog.testing.simraces import (
-    BLIND_FOR,
-    GATE_FOR,
-    STRIKE_AFTER,
-    STRIKE_DOWN,
-    RaceProfile,
-    Targets,
-    aimed,
-    strikes_at,
-)
+from embedlog.testing.simraces import RaceProfile
 from embedlog.testing.workload import DIGEST, Workload, task_error
 from embedlog.testing.workload_bounded import BoundedWorkload
 from embedlog.testing.workload_unbounded import UnboundedWorkload
 from embedlog.wire.entry import HEADER, Digester
-from embedlog.wire.messages import Request
 
 REQUEST_TIMEOUT = 1.0  # virtual seconds
 WORKLOAD_LIMIT = 120.0  # virtual seconds the writers get before the cluster is healed
@@ -245,7 +236,6 @@ class Simulation:
         loop.set_default_executor(SimMetadataExecutor(loop, self.metafaults))
         switch = UNSAFE[unsafe] if unsafe is not None else None
         self.rng = seeded(seed, "workload")
-        self._fault_rng = seeded(seed, "faults")
         self._disk_rng = seeded(seed, "disk")
         cfg_rng = seeded(seed, "config")
         sc = scenario
@@ -272,20 +262,13 @@ class Simulation:
         # The race scenarios' aimed faults, drawn from a stream of their own so that the
         # other scenarios' histories stay as they were.
         self.races = RaceProfile.draw(seeded(seed, "races")) if sc.races else None
-        self._targets = Targets()
-        self._busy: set[str] = set()  # bookies a strike is taking down and bringing back
-        self._strikes: set[asyncio.Future[None]] = set()
-        self._moments: list[asyncio.Future[int]] = []  # aimed recoveries waiting
-        self._late_ledgers: set[int] = set()  # ledgers an add was held up to, lately
-        self._late_bookie: dict[int, str] = {}  # ledger -> the bookie of its last late add
-        self._blind_rng = seeded(seed, "blind")
-        self._strike_rng = seeded(seed, "strikes")
+        self._busy: set[str] = set()  # bookies a nemesis step is taking down or bringing back
         self._combo_rngs: dict[str, random.Random] = {}  # simcombos.py
         self._combo_held: set[str] = set()  # bookies a compound aim holds (busy)
-        self._max_down = max(1, sc.bookies - self.ensemble)
+        self.max_down = max(1, sc.bookies - self.ensemble)
         if self.races is not None:
             self.ensemble, self.write_quorum = self.races.shape
-            self._max_down = max(1, sc.bookies - self.ensemble)
+            self.max_down = max(1, sc.bookies - self.ensemble)
             profile = attrs.evolve(
                 profile,
                 aimed_loss=self.races.aimed_loss,
@@ -294,6 +277,7 @@ class Simulation:
             )
             if sc.journal == "off":
                 self.bookie_settings["flush_interval"] = self.races.flush_interval
+        self.nemesis = Nemesis(self, seed)
         self.workload: Workload = make_workload(self)
         self.oracle = self.workload.oracle
         self.net = SimNetwork(
@@ -302,7 +286,7 @@ class Simulation:
             self.oracle,
             self.trace,
             profile,
-            watch=self._watched if self.races is not None else None,
+            watch=self.nemesis.watched if self.races is not None else None,
             decide=self.decide,
             spare=seeded(seed, "network-spared"),
         )
@@ -318,7 +302,7 @@ class Simulation:
             self.disk_faults.wipe_probability = self.races.wipe
         self._clients = 0
         self._healed = False
-        self._workload_done = False
+        self.workload_done = False
         # Bookies that crashed while adds skipped the journal: each may have lost entries it
         # acknowledged. Once AQ of one ensemble did, BP-46 rightly leaves the ledger
         # unrecoverable (an acknowledged entry may be gone everywhere): no liveness then.
@@ -456,7 +440,7 @@ class Simulation:
         self.bookies[bid].crash()
         self.disks[bid].power_cut()
         if not self.bookie_settings["journal_write_data"]:
-            self._lossy.add(bid)
+            self.lost_data(bid)
         self._sessions.pop(bid).expire()  # type: ignore[attr-defined]
         self.counts["fault.crash"] += 1
         self.trace("crash", bid, "disk-ops-lost", lost)
@@ -485,12 +469,12 @@ class Simulation:
         for n in range(1, self.scenario.bookies + 1):
             await self.boot(f"bookie-{n}")
         work = self.workload.start()
-        nemesis = asyncio.ensure_future(self.nemesis()) if self.scenario.crashes else None
+        nemesis = asyncio.ensure_future(self.nemesis.run()) if self.scenario.crashes else None
         disk_nemesis = asyncio.ensure_future(self.disk_faults.run())
         expiries = asyncio.ensure_future(
             self.metafaults.expire_sessions(
                 lambda: [b for b in self.up() if b in self._sessions],
-                lambda: self._workload_done,
+                lambda: self.workload_done,
                 lambda b: self._sessions[b].expire(),  # type: ignore[attr-defined]
             )
         )
@@ -499,9 +483,8 @@ class Simulation:
             t.cancel()
         # The nemesis ends after its current step, never inside one: a stop or a boot cut
         # short by a cancellation would be a fault of the simulator's own making.
-        self._workload_done = True
-        if self._strikes:
-            await asyncio.wait(list(self._strikes))
+        self.workload_done = True
+        await self.nemesis.strikes_done()
         await asyncio.wait(
             [*work, disk_nemesis, expiries, *(x for x in [nemesis] if x is not None)]
         )
@@ -519,150 +502,6 @@ class Simulation:
         detail = task_error(task)
         if detail is not None:
             self.oracle.violate("NoUnexpectedError", detail)
-
-    async def nemesis(self) -> None:
-        rng = self._fault_rng
-        max_down = self._max_down
-        mean_gap = rng.choice((0.1, 0.3, 1.0))
-        self.trace("nemesis", "mean-gap", mean_gap, "max-down", max_down)
-        steps = 0
-        while True:
-            await asyncio.sleep(rng.expovariate(1 / mean_gap))
-            if self._workload_done or steps == self.scenario.fault_budget:
-                return
-            steps += 1
-            # Bookies a strike holds are its own to bring back (none outside the races).
-            up = [b for b in self.up() if b not in self._busy]
-            down = [b for b in self.down() if b not in self._busy]
-            action = rng.random()
-            if down and (action < 0.4 or len(self.down()) >= max_down):
-                bid = rng.choice(down)
-                if not self.decide("restart", bid):
-                    continue
-                self.counts["fault.restart"] += 1
-                self.trace("restart", bid)
-                self._busy.add(bid)  # a strike leaves a bookie alone while it boots
-                try:
-                    await self.boot(bid)
-                finally:
-                    self._busy.discard(bid)
-            elif len(self.down()) >= max_down:
-                continue  # what is down is a strike's to bring back
-            elif up:
-                bid = self._victim(rng, up)
-                crash = action < 0.85 and self._may_lose(bid)
-                if not self.decide("crash" if crash else "stop", bid):
-                    self.disk_faults.pass_over()
-                    continue
-                self._busy.add(bid)
-                try:
-                    if crash:
-                        self.crash(bid)
-                    else:
-                        await self.stop(bid)
-                    self.disk_faults.after_down(bid)
-                finally:
-                    self._busy.discard(bid)
-
-    def _watched(self, bookie: str, req: Request, fate: str) -> None:
-        if aimed(req, fate):
-            self._targets.note(self.loop.time(), bookie)
-        if fate == "late":
-            self._late_ledgers.add(req.ledger_id)
-            self._late_bookie[req.ledger_id] = bookie
-        if fate == "late" and self._moments:
-            for waiting in self._moments:
-                if not waiting.done():
-                    waiting.set_result(req.ledger_id)
-            self._moments.clear()
-        if strikes_at(req, fate):
-            self._maybe_strike(bookie)
-
-    def took_late(self, lid: int) -> bool:
-        """Whether an add to ``lid`` was held up since the last time this was asked."""
-        late = lid in self._late_ledgers
-        self._late_ledgers.discard(lid)
-        return late
-
-    async def late_add(self, limit: float) -> int | None:
-        """The ledger of the next add the network holds up (None after ``limit`` seconds):
-        an aimed recovery or takeover starts there while that add is on its way."""
-        moment: asyncio.Future[int] = self.loop.create_future()
-        self._moments.append(moment)
-        await asyncio.wait([moment], timeout=limit)
-        if not moment.done():
-            moment.cancel()
-            return None
-        return moment.result()
-
-    def blind(self, who: str, lid: int) -> None:
-        """An aimed recovery or takeover by ``who`` starts on ``lid``: in the race scenarios
-        it may lose its fence (or every request, a while) to the bookie the late add it
-        started at is held up for. That bookie stays unfenced while the others cover the
-        fence, and takes the old writer's late add after the recovery read its end."""
-        races = self.races
-        bookie = self._late_bookie.get(lid)
-        if races is None or not races.blind or bookie is None:
-            return
-        now = self.loop.time()
-        until = now + self._blind_rng.uniform(*BLIND_FOR)
-        if not self.decide("blind", who, bookie, lid, races.blind):
-            return
-        self.counts[f"recovery.blind.{races.blind}"] += 1
-        self.trace("blind", who, bookie, lid, races.blind, f"{until:.6f}")
-        self.net.blind(who, bookie, lid, races.blind, until)
-        if races.blind == "fence":
-            self.net.gate(bookie, lid, now + GATE_FOR)
-
-    def _maybe_strike(self, bid: str) -> None:
-        races = self.races
-        assert races is not None
-        if not races.strike or self._workload_done or bid in self._busy:
-            return
-        if self._serving(bid) is None or len(self.down()) >= self._max_down:
-            return
-        if self._strike_rng.random() >= races.strike:
-            return
-        self._busy.add(bid)
-        strike = asyncio.ensure_future(self._strike(bid))
-        self._strikes.add(strike)
-        strike.add_done_callback(self._strikes.discard)
-
-    async def _strike(self, bid: str) -> None:
-        """Take ``bid`` down at once (crashed when the lossy budget allows, else stopped;
-        maybe wiped), then bring it back: the race scenarios' aimed crash."""
-        rng = self._strike_rng
-        try:
-            await asyncio.sleep(rng.uniform(*STRIKE_AFTER))
-            if self._serving(bid) is None:
-                return
-            if not self.decide("strike", bid):
-                rng.uniform(*STRIKE_DOWN)  # drawn all the same: later strikes keep theirs
-                return
-            self.counts["fault.strike"] += 1
-            self.trace("strike", bid)
-            if self._may_lose(bid):
-                self.crash(bid)
-            else:
-                await self.stop(bid)
-            self.disk_faults.after_down(bid)
-            await asyncio.sleep(rng.uniform(*STRIKE_DOWN))
-            if bid in self.down() and self.decide("restart", bid):
-                self.counts["fault.restart"] += 1
-                self.trace("restart", bid)
-                await self.boot(bid)
-        finally:
-            self._busy.discard(bid)
-
-    def _victim(self, rng: random.Random, up: list[str]) -> str:
-        """The bookie a nemesis step takes down: in the race scenarios, often one a
-        recovery or a takeover just asked, or whose request was just lost."""
-        if self.races is not None and rng.random() < self.races.aim:
-            aimed_at = self._targets.among(self.loop.time(), up)
-            if aimed_at:
-                self.counts["fault.aimed"] += 1
-                return rng.choice(aimed_at)
-        return rng.choice(up)
 
     # -- what compound aims (simcombos.py) ask of the cluster ---------------------------------
 
@@ -685,19 +524,21 @@ class Simulation:
     def held_by_combo(self, bid: str) -> bool:
         return bid in self._combo_held
 
-    def busy(self, bid: str, busy: bool) -> None:
+    def busy(self, bid: str, busy: bool, *, combo: bool = True) -> None:
         """Keep the nemeses (crashes, disk faults) and the strikes off ``bid`` (or let them
-        at it again): a compound aim holds it."""
+        at it again): a nemesis step or a compound aim (``combo``) holds it."""
         if busy:
             self._busy.add(bid)
-            self._combo_held.add(bid)
+            if combo:
+                self._combo_held.add(bid)
         else:
             self._busy.discard(bid)
-            self._combo_held.discard(bid)
+            if combo:
+                self._combo_held.discard(bid)
 
     def may_take_down(self) -> bool:
         """Whether one more bookie may go down (the ensemble leaves a spare)."""
-        return len(self.down()) < self._max_down
+        return len(self.down()) < self.max_down
 
     def may_wipe(self, bid: str) -> bool:
         """Whether ``bid`` may lose its disks within the lossy budget."""
@@ -713,14 +554,14 @@ class Simulation:
     async def take_down(self, bid: str, *, wipe: bool) -> None:
         """Crash ``bid`` (stop it, beyond the lossy budget), and wipe its disks if asked
         and the budget allows (else maybe, as the nemesis does)."""
-        if self._may_lose(bid):
+        if self.may_lose(bid):
             self.crash(bid)
         else:
             await self.stop(bid)
         if not (wipe and self.disk_faults.wipe(bid)):
             self.disk_faults.after_down(bid)
 
-    def _may_lose(self, bid: str) -> bool:
+    def may_lose(self, bid: str) -> bool:
         if self.bookie_settings["journal_write_data"]:
             return True
         return self.may_wipe(bid)
@@ -761,6 +602,11 @@ class Simulation:
     def unrecoverable(self, lid: int) -> None:
         """``lid`` was left unrecoverable by lossy bookies: exempt from invariant 4 too."""
         self._unrecoverable.add(lid)
+
+    def lost_data(self, bid: str) -> None:
+        """``bid`` may have lost what it acknowledged (wiped, or a disk fault without the
+        journal): it counts against the lossy budget, and for liveness and invariant 4."""
+        self._lossy.add(bid)
 
     def lost_disks(self) -> set[str]:
         """Bookies that lost what their disks held: wiped, or crashed without the journal."""

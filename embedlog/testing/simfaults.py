@@ -63,7 +63,7 @@ class DiskNemesis:
             return False
         if not sim.decide("wipe", bid):
             return False
-        sim._lossy.add(bid)
+        sim.lost_data(bid)
         sim.disks[bid].wipe()
         self._wiped.add(bid)
         self._unsettled.add(bid)
@@ -100,13 +100,13 @@ class DiskNemesis:
         sim.trace("disk-nemesis", "mean-gap", self.mean_gap, "wipe", self.wipe_probability)
         while True:
             await asyncio.sleep(rng.expovariate(1 / self.mean_gap))
-            if sim._workload_done:
+            if sim.workload_done:
                 return
             # Without the journal a disk fault can cost acknowledged entries (a failed final
             # flush at a stop loses the write cache): such a bookie is lossy, in the budget.
             # (Not the bookies a compound aim holds: simcombos.py.)
             candidates = [
-                b for b in sorted(sim.disks) if sim._may_lose(b) and not sim.held_by_combo(b)
+                b for b in sorted(sim.disks) if sim.may_lose(b) and not sim.held_by_combo(b)
             ]
             if not candidates:
                 continue
@@ -116,7 +116,7 @@ class DiskNemesis:
             if not sim.decide("disk-fill" if fill else "disk-fail-sync", bid):
                 continue
             if not sim.bookie_settings["journal_write_data"]:
-                sim._lossy.add(bid)
+                sim.lost_data(bid)
             disk = sim.disks[bid]
             if fill:
                 disk.fill(until)

@@ -71,7 +71,7 @@ async def maybe_pause(sim: Simulation, who: str, lid: int) -> None:
     races, rng = sim.races, sim.rng
     if races is None:
         return
-    rate = races.pause_on_late if sim.took_late(lid) else races.pause
+    rate = races.pause_on_late if sim.nemesis.took_late(lid) else races.pause
     if rng.random() < rate:
         pause = rng.uniform(*PAUSE)
         if not sim.decide("pause", who, f"{pause:.6f}"):
@@ -89,10 +89,10 @@ async def aimed_ledger(sim: Simulation, who: str) -> int | None:
     races, rng = sim.races, sim.rng
     if races is None or rng.random() >= races.aim_recovery:
         return None
-    lid = await sim.late_add(AIM_RECOVERY_WAIT)
+    lid = await sim.nemesis.late_add(AIM_RECOVERY_WAIT)
     sim.counts["recovery.aimed" if lid is not None else "recovery.aim_missed"] += 1
     if lid is not None:
-        sim.blind(who, lid)
+        sim.nemesis.blind(who, lid)
     return lid
 
 
