@@ -6,7 +6,8 @@ once ack-quorum bookies of its write set hold it AND every earlier entry was
 acknowledged. A bookie that fails (timeout, unreachable, error) is replaced by
 an ensemble change (ensemble_change.py, a mixin of the writer): a new fragment
 from the first unacknowledged entry, made durable by compare-and-swap before
-anything is resent. One add on its way is a ``PendingAdd`` (pending.py).
+anything is resent. One add on its way is a ``PendingAdd`` (pending.py); what each
+bookie's answer means is answers.py (a mixin too).
 
 Ledger recovery reuses the writer to write recovered entries back
 (``recovery=True``): adds carry the recovery flag and a fixed LAC, and ensemble
@@ -23,32 +24,26 @@ from collections import deque
 
 from embedlog.errors import (
     BKError,
-    InvalidTermError,
     LedgerClosedError,
     LedgerFencedError,
     MetadataVersionError,
     TlsHandshakeError,
-    UnauthorizedAccessError,
 )
 from embedlog.ledger.admission import AddBudget
+from embedlog.ledger.answers import AddAnswers, AnswerFor, BatchAnswerFor
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.ensemble_change import EnsembleChange
 from embedlog.ledger.pending import Completion, PendingAdd
 from embedlog.ledger.quorum import write_set
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
-from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, master_key
 from embedlog.wire.limits import MAX_BATCH_BYTES, split_batches
 from embedlog.wire.messages import (
     NO_TERM,
-    RESULT_SIZE,
     AddFlags,
-    FrameError,
     OpCode,
-    Response,
     frame_entry,
-    unpack_results,
 )
 
 log = logging.getLogger(__name__)
@@ -62,7 +57,7 @@ _ALREADY_DONE = (asyncio.InvalidStateError, concurrent.futures.InvalidStateError
 MAX_BATCH = 64
 
 
-class LedgerWriter(EnsembleChange):
+class LedgerWriter(AddAnswers, EnsembleChange):
     def __init__(
         self,
         ctx: ClientContext,
@@ -311,7 +306,7 @@ class LedgerWriter(EnsembleChange):
             body=p.packed,
             lafr=self._lafr_for_adds(),
         )
-        fut.add_done_callback(_AnswerFor(self, p, idx, bookie))
+        fut.add_done_callback(AnswerFor(self, p, idx, bookie))
 
     def _send_batch(self, bookie: str, idx: int, run: list[PendingAdd], flags: int) -> None:
         fut = self.ctx.bookies.add_batch_nowait(
@@ -324,120 +319,7 @@ class LedgerWriter(EnsembleChange):
             master_key=self.key,
             lafr=self._lafr_for_adds(),
         )
-        fut.add_done_callback(_BatchAnswerFor(self, run, idx, bookie))
-
-    def _on_add_answer(
-        self, fut: asyncio.Future[Response], p: PendingAdd, idx: int, bookie: str
-    ) -> None:
-        if fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self._no_answer(exc, p, bookie)
-            return
-        resp = fut.result()
-        self._on_results([p], idx, bookie, [(resp.status, resp.term)])
-
-    def _on_batch_answer(
-        self, fut: asyncio.Future[Response], run: list[PendingAdd], idx: int, bookie: str
-    ) -> None:
-        if fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is None:
-            body = fut.result().body
-            one = body[:RESULT_SIZE]
-            if len(one) == RESULT_SIZE and body == one * len(run):  # one verdict for all
-                status, term = unpack_results(one)[0]
-                if status == StatusCode.EOK:
-                    self._on_all_ok(run, idx, bookie, term)
-                    return
-            try:
-                results = unpack_results(body)
-            except FrameError as bad:
-                exc = bad
-            else:
-                if len(results) != len(run):
-                    exc = FrameError(f"{len(results)} results for a batch of {len(run)}")
-        if exc is not None:
-            self._no_answer(exc, run[0], bookie)
-            return
-        self._on_results(run, idx, bookie, results)
-
-    def _on_all_ok(self, run: list[PendingAdd], idx: int, bookie: str, term: int) -> None:
-        """``bookie`` (slot ``idx``) answered EOK of ``term`` for every entry of ``run``: the
-        common answer, counted without a verdict per entry (``_on_results`` says why)."""
-        if self._counts(term):
-            first, ensemble = self.md.fragments[-1]
-            # A run is in entry order unless resends joined it: its lowest id is asked.
-            lowest = min([p.entry_id for p in run])
-            if lowest >= first and ensemble[idx] == bookie and self._plain_acks:
-                bit = 1 << idx  # PendingAdd.ack and _acked, inlined: this is per entry
-                for p in run:
-                    if not (p.acks & bit or p.settled):
-                        p.acks |= bit
-                        p.acked += 1
-            else:
-                ok = StatusCode.EOK
-                self._on_results(run, idx, bookie, [(ok, term)] * len(run))
-                return
-        self._complete()
-
-    def _on_results(
-        self, run: list[PendingAdd], idx: int, bookie: str, results: list[tuple[int, int]]
-    ) -> None:
-        """``bookie``'s (status, term) for each entry of ``run`` it was sent as slot ``idx``."""
-        md = self.md
-        # An ack from a bookie that was replaced meanwhile counts for nothing. Most answers
-        # are about the last fragment: whether the bookie still holds the slot there is
-        # asked once, not per entry.
-        last_first, last_ensemble = md.fragments[-1]
-        holds_last = last_ensemble[idx] == bookie
-        counted_term, counts = NO_TERM - 1, False
-        for p, (status, term) in zip(run, results, strict=True):
-            if status != StatusCode.EOK:
-                self._on_refusal(p, bookie, status, term)
-                if self.error is not None:
-                    return
-                continue
-            if term != counted_term:
-                counted_term, counts = term, self._counts(term)
-            eid = p.entry_id
-            if counts and (
-                holds_last if eid >= last_first else md.ensemble_for(eid)[idx] == bookie
-            ):
-                self._acked(p, idx)
-        self._complete()
-
-    def _no_answer(self, exc: BaseException, p: PendingAdd, bookie: str) -> None:
-        if isinstance(exc, TlsHandshakeError):
-            self._tls_refused[bookie] = exc
-        else:
-            self._tls_refused.pop(bookie, None)
-        if isinstance(exc, UNKNOWN_OUTCOMES):
-            log.debug("add %s:%s to %s: %s", self.md.ledger_id, p.entry_id, bookie, exc)
-        else:
-            log.error("add %s:%s to %s failed: %r", self.md.ledger_id, p.entry_id, bookie, exc)
-        self._bookie_failed(bookie)
-
-    def _on_refusal(self, p: PendingAdd, bookie: str, status: int, term: int) -> None:
-        """One bookie refused one entry."""
-        if status == StatusCode.EINVALIDTERM:
-            self.fail(
-                InvalidTermError(
-                    f"ledger {self.md.ledger_id}: {bookie} has term {term}, above this "
-                    f"writer's {self.term}: another client took over"
-                )
-            )
-        elif p.settled:
-            return
-        elif status == StatusCode.EFENCED:
-            self.fail(LedgerFencedError(f"ledger {self.md.ledger_id} was fenced ({bookie})"))
-        elif status == StatusCode.EUA:
-            self.fail(UnauthorizedAccessError(f"ledger {self.md.ledger_id}: wrong password"))
-        else:
-            log.info("add %s:%s refused by %s: %s", self.md.ledger_id, p.entry_id, bookie, status)
-            self._bookie_failed(bookie)
+        fut.add_done_callback(BatchAnswerFor(self, run, idx, bookie))
 
     # Hooks the unbounded writer overrides (embedlog/unbounded/writer.py).
 
@@ -644,33 +526,3 @@ class LedgerWriter(EnsembleChange):
         if self._lac_timer is not None:
             self._lac_timer.cancel()
 
-
-class _BatchAnswerFor:
-    """Routes one bookie's answer to a batch of adds back to the writer."""
-
-    __slots__ = ("bookie", "idx", "run", "writer")
-
-    def __init__(self, writer: LedgerWriter, run: list[PendingAdd], idx: int, bookie: str) -> None:
-        self.writer = writer
-        self.run = run
-        self.idx = idx
-        self.bookie = bookie
-
-    def __call__(self, fut: asyncio.Future[Response]) -> None:
-        self.writer._on_batch_answer(fut, self.run, self.idx, self.bookie)
-
-
-class _AnswerFor:
-    """Routes one bookie's answer to an add back to the writer (an object, not a closure:
-    see embedlog/bookie/adds.py _AddPlan)."""
-
-    __slots__ = ("bookie", "idx", "p", "writer")
-
-    def __init__(self, writer: LedgerWriter, p: PendingAdd, idx: int, bookie: str) -> None:
-        self.writer = writer
-        self.p = p
-        self.idx = idx
-        self.bookie = bookie
-
-    def __call__(self, fut: asyncio.Future[Response]) -> None:
-        self.writer._on_add_answer(fut, self.p, self.idx, self.bookie)
