@@ -402,7 +402,7 @@ class Client:
                     b, OpCode.DELETE_LEDGER, ledger_id, master_key=key
                 )
             except UNKNOWN_OUTCOMES:
-                return  # the auditor's garbage collection finds orphans later
+                return  # the bookie's garbage collection drops it later (bookie/gc.py)
             if resp.status == StatusCode.EUA:
                 log.warning(
                     "bookie %s kept ledger %s: it holds another key for it than the metadata "

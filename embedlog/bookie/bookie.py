@@ -21,6 +21,7 @@ from embedlog.bookie.boot import Boot
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK, Disk
 from embedlog.bookie.flushing import FlushHealth
+from embedlog.bookie.gc import GarbageCollector
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.repair import Repairer
 from embedlog.bookie.requests import Requests
@@ -73,6 +74,8 @@ class Bookie(Requests, Boot):
         self.first_live = {}
         self.repairer = Repairer(self, client_factory, config.repair_retry_interval)
         self._repair_task = None
+        self.gc = GarbageCollector(self, config.gc_interval)
+        self._gc_task = None
         self.readonly = config.readonly
         self.storage = None
         self.journal = None
@@ -130,7 +133,7 @@ class Bookie(Requests, Boot):
                 self.metadata.unregister_bookie(self.session, self.bookie_id)
             except Exception as exc:  # the end of its session removes the registration too
                 log.warning("bookie %s: could not unregister: %s", self.bookie_id, exc)
-            for task in (self._flusher, self._repair_task):
+            for task in (self._flusher, self._repair_task, self._gc_task):
                 if task is not None:
                     task.cancel()
             try:
@@ -169,7 +172,7 @@ class Bookie(Requests, Boot):
         if self._state not in (BookieState.SERVING, BookieState.BOOTING):
             return
         self._state = BookieState.CRASHED
-        for task in (self._flusher, self._background_flush, self._repair_task):
+        for task in (self._flusher, self._background_flush, self._repair_task, self._gc_task):
             if task is not None:
                 task.cancel()
         if self.journal is not None:

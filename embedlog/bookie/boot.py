@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 from embedlog.bookie import cookie as cookies
 from embedlog.bookie import records
 from embedlog.bookie.flushing import Flushing
+from embedlog.bookie.gc import GarbageCollector
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
 from embedlog.bookie.integrity import suspicion_reasons
 from embedlog.bookie.journal import Journal, Replay
@@ -32,6 +33,8 @@ class Boot(RepairServices, Flushing):
     protected_ledgers: int  # ledgers phase one fenced or put in limbo
     _journal_exec: Executor  # the journal's disk work (writes, fsyncs)
     _flush_exec: Executor  # the flushes' disk work
+    gc: GarbageCollector  # drops deleted ledgers, every gc_interval (gc.py)
+    _gc_task: asyncio.Task[None] | None
 
     async def _boot(self) -> None:
         cfg, disk = self.config, self.disk
@@ -97,6 +100,8 @@ class Boot(RepairServices, Flushing):
         )
         if index.marker(REPAIR) and cfg.run_repair:
             self._repair_task = asyncio.get_running_loop().create_task(self._run_repair())
+        if cfg.gc_interval:
+            self._gc_task = asyncio.get_running_loop().create_task(self.gc.run())
 
     def _replay(self, checkpoint: int) -> tuple[int, list[str]]:
         """Apply the journal from ``checkpoint``; returns the LSN after its end and the damage

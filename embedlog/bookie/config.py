@@ -64,6 +64,9 @@ class BookieConfig:
     # auditor check --data-dir`) must show the bookie as it is, not as repair makes it.
     run_repair: bool = True
     repair_retry_interval: float = field(default=1.0, validator=_positive)  # seconds
+    # Seconds between garbage collection rounds: ledgers whose metadata is gone are dropped
+    # (embedlog/bookie/gc.py); 0 turns it off.
+    gc_interval: float = field(default=600.0, validator=_non_negative)
     # TLS on the TCP transport, from the operator's PEM files (docs/security.md). tls_cert
     # and tls_key turn it on; tls_ca verifies the client certificates presented, and
     # tls_require_client_cert refuses clients without one at the handshake.

@@ -213,6 +213,12 @@ class Requests(Adds):
         body = AvailabilityOfEntries.encode(self.storage.entry_ids(req.ledger_id))
         return Response.to(req, StatusCode.EOK, body=body)
 
+    async def drop_ledger(self, lid: int) -> None:
+        """Drop everything this bookie holds of ``lid``, durably: a DELETE_LEDGER that
+        proved the key, or garbage collection once the metadata is gone (gc.py)."""
+        assert self.storage is not None and self.journal is not None
+        await self.storage.cut(lid, "all", 0, self.journal.lsn)
+
     async def _cut(self, req: Request) -> Response:
         assert self.storage is not None and self.journal is not None
         lid = req.ledger_id
@@ -224,7 +230,7 @@ class Requests(Adds):
         if info is None:
             return self._missing(req, None, StatusCode.ENOLEDGER)
         if req.op == OpCode.DELETE_LEDGER:
-            await self.storage.cut(lid, "all", 0, self.journal.lsn)
+            await self.drop_ledger(lid)
         else:
             await self.storage.cut(lid, "below", req.entry_id, self.journal.lsn)
         return Response.to(req, StatusCode.EOK)

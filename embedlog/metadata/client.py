@@ -147,6 +147,18 @@ class MetadataClient:
         except NoNodeError:
             raise NoSuchLedgerInMetadataError(f"ledger {ledger_id} does not exist") from None
 
+    def ledger_is_gone(self, ledger_id: int) -> bool:
+        """Whether the store says, after a sync, that ``ledger_id`` has no metadata: True
+        only on that answer (an error raises). What a bookie's garbage collection asks
+        before it drops a ledger's data (bookie/gc.py)."""
+        path = ledger_path(ledger_id)
+        self.store.sync(path)
+        try:
+            self.store.get(path)
+        except NoNodeError:
+            return True
+        return False
+
     def list_ledgers(self) -> Iterator[int]:
         for name in self.store.children(LEDGERS):
             yield int(name)

@@ -55,6 +55,9 @@ class ReadOnlyStore(MetadataStore):
     def children(self, path: str) -> list[str]:
         return self._inner.children(path)
 
+    def sync(self, path: str) -> None:
+        self._inner.sync(path)
+
     def session(self) -> MetadataStore:
         return self
 

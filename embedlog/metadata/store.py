@@ -59,6 +59,12 @@ class MetadataStore(abc.ABC):
     def children(self, path: str) -> list[str]:
         """Names of the direct children of ``path``, sorted; [] if none."""
 
+    def sync(self, path: str) -> None:
+        """Make this connection's next reads see every change completed anywhere before the
+        call. ZooKeeper serves reads from the server a client is connected to, which may
+        lag the others; a read whose answer decides to drop data (a bookie's garbage
+        collection) syncs first. Local stores' reads are current: nothing to do."""
+
     def exists(self, path: str) -> bool:
         try:
             self.get(path)
@@ -131,6 +137,9 @@ class SessionView(MetadataStore):
 
     def children(self, path: str) -> list[str]:
         return self._inner.children(path)
+
+    def sync(self, path: str) -> None:
+        self._inner.sync(path)
 
     def session(self) -> MetadataStore:
         return SessionView(self._inner)

@@ -136,6 +136,10 @@ class ZooKeeperMetadataStore(MetadataStore):
             data, stat = self._client.retry(self._client.get, self._full(path))
         return bytes(data), int(stat.version)
 
+    def sync(self, path: str) -> None:
+        with _mapped(path):
+            self._client.retry(self._client.sync, self._full(path))
+
     def set(self, path: str, data: bytes, version: int) -> int:
         with _mapped(path):
             stat = self._client.set(self._full(path), bytes(data), version=version)

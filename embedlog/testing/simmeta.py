@@ -224,6 +224,9 @@ class FaultyMetadataStore(MetadataStore):
     def children(self, path: str) -> list[str]:
         return self._read("children", path, lambda: self.inner.children(path))
 
+    def sync(self, path: str) -> None:
+        self._read("sync", path, lambda: self.inner.sync(path))
+
     def session(self) -> MetadataStore:
         return FaultySession(self)
 

@@ -315,3 +315,14 @@ def test_session_sees_the_same_tree(store: MetadataStore) -> None:
         assert not store.exists("/nested-eph")
     finally:
         session.close()
+
+
+def test_a_synced_read_sees_what_another_connection_wrote(store: MetadataStore) -> None:
+    other = store.session()  # ZooKeeper: a connection of its own
+    try:
+        other.create("/synced", b"x")
+        store.sync("/synced")
+        assert store.get("/synced") == (b"x", 0)
+        store.sync("/not-there")  # a path that does not exist syncs all the same
+    finally:
+        other.close()
