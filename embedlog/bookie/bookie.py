@@ -23,6 +23,7 @@ from embedlog.bookie.disk import REAL_DISK, Disk
 from embedlog.bookie.flushing import FlushHealth
 from embedlog.bookie.gc import GarbageCollector
 from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.registration import Registration
 from embedlog.bookie.repair import Repairer
 from embedlog.bookie.requests import Requests
 from embedlog.errors import BookieIOError
@@ -75,6 +76,7 @@ class Bookie(Requests, Boot):
         self.repairer = Repairer(self, client_factory, config.repair_retry_interval)
         self._repair_task = None
         self.gc = GarbageCollector(self, config.gc_interval)
+        self.registration = Registration(self)
         self._gc_task = None
         self.readonly = config.readonly
         self.storage = None
@@ -136,6 +138,7 @@ class Bookie(Requests, Boot):
             for task in (self._flusher, self._repair_task, self._gc_task):
                 if task is not None:
                     task.cancel()
+            self.registration.cancel()
             try:
                 await self._final_flush()
             except Exception as exc:
@@ -175,6 +178,7 @@ class Bookie(Requests, Boot):
         for task in (self._flusher, self._background_flush, self._repair_task, self._gc_task):
             if task is not None:
                 task.cancel()
+        self.registration.cancel()
         if self.journal is not None:
             self.journal.crash()
         if self.storage is not None:
@@ -184,8 +188,10 @@ class Bookie(Requests, Boot):
 
     def _abandon(self) -> None:
         self._state = BookieState.STOPPED
-        if self._flusher is not None:
-            self._flusher.cancel()
+        for task in (self._flusher, self._gc_task):
+            if task is not None:
+                task.cancel()
+        self.registration.cancel()
         if self.journal is not None:
             self.journal.crash()
         if self.storage is not None:

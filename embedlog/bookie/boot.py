@@ -19,6 +19,7 @@ from embedlog.bookie.gc import GarbageCollector
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
 from embedlog.bookie.integrity import suspicion_reasons
 from embedlog.bookie.journal import Journal, Replay
+from embedlog.bookie.registration import Registration
 from embedlog.bookie.repair_services import RepairServices
 from embedlog.bookie.storage import LedgerStorage
 from embedlog.errors import BookieIOError
@@ -34,6 +35,7 @@ class Boot(RepairServices, Flushing):
     _journal_exec: Executor  # the journal's disk work (writes, fsyncs)
     _flush_exec: Executor  # the flushes' disk work
     gc: GarbageCollector  # drops deleted ledgers, every gc_interval (gc.py)
+    registration: Registration  # registers again after a session expiry (registration.py)
     _gc_task: asyncio.Task[None] | None
 
     async def _boot(self) -> None:
@@ -98,6 +100,7 @@ class Boot(RepairServices, Flushing):
             {"address": cfg.advertised_address, "rack": cfg.rack},
             readonly=self.readonly,
         )
+        self.registration.watch()
         if index.marker(REPAIR) and cfg.run_repair:
             self._repair_task = asyncio.get_running_loop().create_task(self._run_repair())
         if cfg.gc_interval:

@@ -279,8 +279,7 @@ class _LevelDBSession(SessionView):
     def session(self) -> MetadataStore:
         return self._inner.session()
 
-    def expire(self) -> None:
-        """End the session abruptly: its ephemeral nodes vanish, as after a crash."""
+    def _end(self) -> None:
         paths, self._ephemeral = self._ephemeral, set()
         self._inner._end_session(self.session_id, paths)
 

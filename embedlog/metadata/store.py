@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import weakref
+from collections.abc import Callable
 
 from embedlog.errors import MetadataError, MetadataVersionError
 
@@ -75,6 +76,12 @@ class MetadataStore(abc.ABC):
     def close(self) -> None:
         """Release the store (ends this session: its ephemeral nodes vanish)."""
 
+    def on_session_expired(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from any thread, so it should only hand the news on) each time
+        this session expires while the store stays in use: a new session takes its place,
+        and the ephemeral nodes made through the old one are gone. A bookie registers
+        again then. Stores without sessions of their own never call it."""
+
     def session(self) -> MetadataStore:
         """A view of this store with a session of its own.
 
@@ -102,6 +109,7 @@ class SessionView(MetadataStore):
         self._ephemeral: set[str] = set()
         self.blocking_io = inner.blocking_io
         self._owners = _OWNERS.setdefault(inner, {})
+        self._on_expiry: list[Callable[[], None]] = []
 
     def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
         if not ephemeral:
@@ -144,8 +152,18 @@ class SessionView(MetadataStore):
     def session(self) -> MetadataStore:
         return SessionView(self._inner)
 
+    def on_session_expired(self, callback: Callable[[], None]) -> None:
+        self._on_expiry.append(callback)
+
     def expire(self) -> None:
-        """End the session abruptly: its ephemeral nodes vanish, as after a crash."""
+        """End the session abruptly: its ephemeral nodes vanish, as after a crash or a
+        ZooKeeper session expiry. The view stays usable (a new session, as a ZooKeeper
+        client that reconnects gets) and says so to ``on_session_expired``'s callbacks."""
+        self._end()
+        for callback in list(self._on_expiry):
+            callback()
+
+    def _end(self) -> None:
         for path in sorted(self._ephemeral):
             if self._owners.get(path) is not self:
                 continue  # deleted and re-created by another session since
@@ -157,7 +175,7 @@ class SessionView(MetadataStore):
         self._ephemeral.clear()
 
     def close(self) -> None:
-        self.expire()
+        self._end()
 
 
 __all__ = [

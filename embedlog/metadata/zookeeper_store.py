@@ -18,10 +18,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
     KazooException,
@@ -41,6 +41,8 @@ from embedlog.metadata.store import (
     NodeExistsError,
     NoNodeError,
 )
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CHROOT = "/embedlog"
 _RESERVED = "zookeeper"  # ZooKeeper's own subtree under "/"
@@ -91,6 +93,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._closed = False
+        self._on_expiry: list[Callable[[], None]] = []
+        self._lost = False  # the session expired; a new one is being made
         self._client = self._connect()
         if self.chroot:
             try:
@@ -109,6 +113,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _connect(self, client_id: tuple[int, bytes] | None = None) -> KazooClient:
         client = KazooClient(hosts=self.hosts, timeout=self._timeout, client_id=client_id)
+        client.add_listener(self._state_changed)
         try:
             client.start(timeout=self._connect_timeout)
         except KazooTimeoutError:
@@ -117,6 +122,22 @@ class ZooKeeperMetadataStore(MetadataStore):
                 f"cannot connect to ZooKeeper at {self.hosts} within {self._connect_timeout:g}s"
             ) from None
         return client
+
+    def _state_changed(self, state: str) -> None:
+        """kazoo's connection states, on its own thread (nothing here may block): LOST is
+        an expired session; kazoo then connects with a new one."""
+        if state == KazooState.LOST:
+            self._lost = True
+        elif state == KazooState.CONNECTED and self._lost:
+            self._lost = False
+            for callback in list(self._on_expiry):
+                try:
+                    callback()
+                except Exception:
+                    log.exception("a session-expiry callback failed")
+
+    def on_session_expired(self, callback: Callable[[], None]) -> None:
+        self._on_expiry.append(callback)
 
     def _full(self, path: str) -> str:
         path = normalize(path)

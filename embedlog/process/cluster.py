@@ -209,7 +209,8 @@ class ProcessCluster(LocalCluster):
     def pause_bookie(self, bookie_id: str) -> None:
         """SIGSTOP: the bookie answers nothing and loses nothing until ``resume_bookie``.
         Its connections stay open; requests wait in them. A pause longer than the
-        ZooKeeper session timeout (10 s) loses its registration, as it would in production."""
+        ZooKeeper session timeout (10 s) expires its session, as it would in production: it
+        is out of placement until it continues and registers again with a new session."""
         with self._lock:
             self._running_process(bookie_id).pause()
 

@@ -130,7 +130,7 @@ FOUND = {
     # 333: an ephemeral registration whose create had an unknown outcome outlived its
     # bookie's crash, and the cookie fix of the wiped bookie kept refusing
     # (metadata/store.py: SessionView.create).
-    "unbounded-nojournal-races": (332, 333, 951),
+    "unbounded-nojournal-races": (332, 333, 951, 9858),
 }
 
 
