@@ -429,10 +429,12 @@ class Simulation:
 
     def _retire(self, bid: str) -> None:
         """Count what this incarnation of the bookie did before it goes."""
-        progress = self.bookies[bid].repairer.progress
+        bookie = self.bookies[bid]
+        progress = bookie.repairer.progress
         if progress.state == "done":
             self.counts["bp46.repair_done"] += 1
         self.counts["bp46.entries_copied"] += progress.entries_copied
+        self.counts["bookie.registered_again"] += bookie.registration.renewals
 
     def crash(self, bid: str) -> None:
         self._retire(bid)
