@@ -116,8 +116,9 @@ def booted_copy(data_dir: Path) -> Iterator[LocalCluster]:
         copy = Path(tmp) / "cluster"
         copy_cluster(data_dir, copy)
         _relocate_cookies(copy, str(data_dir.resolve()))
-        # num_bookies=0: boot exactly the bookies the directory holds, add none.
-        with LocalCluster(0, copy, run_repair=False) as cluster:
+        # num_bookies=0: boot exactly the bookies the directory holds, add none. No repair
+        # and no garbage collection: the copy shows the bookies as they are.
+        with LocalCluster(0, copy, run_repair=False, gc_interval=0) as cluster:
             yield cluster
         shutil.rmtree(copy, ignore_errors=True)
 

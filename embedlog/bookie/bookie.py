@@ -129,16 +129,19 @@ class Bookie(Requests, Boot):
         if self._state is not BookieState.SERVING:
             return
         self._state = BookieState.STOPPED
+        # Before anything awaited: no garbage collection round may start on a stopped bookie.
+        if self._gc_task is not None:
+            self._gc_task.cancel()
+        self.registration.cancel()
         try:
             await self.publish_status()
             try:
                 self.metadata.unregister_bookie(self.session, self.bookie_id)
             except Exception as exc:  # the end of its session removes the registration too
                 log.warning("bookie %s: could not unregister: %s", self.bookie_id, exc)
-            for task in (self._flusher, self._repair_task, self._gc_task):
+            for task in (self._flusher, self._repair_task):
                 if task is not None:
                     task.cancel()
-            self.registration.cancel()
             try:
                 await self._final_flush()
             except Exception as exc:

@@ -8,21 +8,25 @@ ledgers it holds with the metadata's list and drops the ones whose metadata is g
 as BookKeeper's garbage collector does (its scan-and-compare collector, with the
 metadata verified before each deletion).
 
-The list only nominates. A ledger is dropped only when the metadata store answers,
-after a sync, that the ledger's node does not exist (``MetadataClient.ledger_is_gone``).
-ZooKeeper serves reads from the server a bookie is connected to, which may lag: a list
-or a read from a lagging server would miss a ledger created a moment ago whose entries
-the bookie already acknowledged. Any other answer (an error, a lost connection, the
-ledger found) keeps the ledger until the next round. Ledger ids are never reused (the
-metadata store allocates them from a counter), so a ledger whose metadata is gone is
-never written again by a client that follows the protocol.
+The list only nominates. A ledger is dropped only when the metadata store said, after
+a sync, that the ledger's node does not exist (``MetadataClient.ledger_is_gone``) in
+two rounds in a row. ZooKeeper serves reads from the server a bookie is connected to,
+which may lag: a list or a read from a lagging server would miss a ledger created a
+moment ago whose entries the bookie already acknowledged. The sync brings that server
+up to date; the second round covers what a sync cannot (a deposed leader that has not
+noticed yet answers for a while). Any other answer (an error, a lost connection, the
+ledger found) keeps the ledger, and it must be confirmed twice again. Ledger ids are
+never reused (the metadata store allocates them from a counter), so a ledger whose
+metadata is gone is never written again by a client that follows the protocol.
+Restoring the metadata from a backup would make every ledger created since look
+deleted: set ``gc_interval = 0`` on every bookie first (docs/ledgers.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from embedlog.errors import MetadataError
@@ -39,12 +43,18 @@ def unlisted(held: Iterable[int], listed: Iterable[int]) -> list[int]:
     return sorted(set(held) - set(listed))
 
 
+def doomed(gone_now: Iterable[int], gone_before: Collection[int]) -> list[int]:
+    """The ledgers to drop: confirmed gone in this round and in the one before."""
+    return sorted(lid for lid in gone_now if lid in gone_before)
+
+
 class GarbageCollector:
     def __init__(self, bookie: Bookie, interval: float) -> None:
         self.bookie = bookie
         self.interval = interval
         self.rounds = 0  # rounds that ran to the end
         self.collected = 0  # ledgers dropped, in all rounds
+        self._gone_before: frozenset[int] = frozenset()  # confirmed gone last round
 
     async def run(self) -> None:
         """Every ``interval`` seconds, one round; the first one interval after the boot
@@ -59,29 +69,32 @@ class GarbageCollector:
                 log.exception("bookie %s: garbage collection failed", self.bookie.bookie_id)
 
     async def collect(self) -> list[int]:
-        """One round: drop every ledger whose metadata is gone; returns their ids.
+        """One round: drop every ledger confirmed gone in this round and the one before;
+        returns their ids.
 
-        MetadataError if the metadata could not be listed (nothing dropped); a ledger
-        whose confirmation fails is kept, and the round goes on with the others."""
+        MetadataError if the metadata could not be listed (nothing dropped, and the
+        next round starts the confirmations over); a ledger whose confirmation fails is
+        kept, and the round goes on with the others."""
         bookie = self.bookie
         storage = bookie.storage
         if storage is None or bookie.journal is None:
             return []
+        self._gone_before, gone_before = frozenset(), self._gone_before
         # Held first, then listed: a ledger created in between is in the list, and one
         # created after the list was made is not held yet.
         held = storage.ledger_ids()
         listed = await bookie._blocking_meta(lambda: list(bookie.metadata.list_ledgers()))
-        dropped = []
+        gone_now = []
         for lid in unlisted(held, listed):
             try:
-                gone = await bookie._blocking_meta(bookie.metadata.ledger_is_gone, lid)
+                if await bookie._blocking_meta(bookie.metadata.ledger_is_gone, lid):
+                    gone_now.append(lid)
             except MetadataError as exc:
                 log.info("bookie %s: keeping ledger %s for now: %s", bookie.bookie_id, lid, exc)
-                continue
-            if not gone:
-                continue
-            await bookie.drop_ledger(lid)
-            dropped.append(lid)
+        dropped = doomed(gone_now, gone_before)
+        if dropped:
+            await bookie.drop_ledgers(dropped)
+        self._gone_before = frozenset(gone_now)
         self.rounds += 1
         self.collected += len(dropped)
         if dropped:

@@ -18,6 +18,7 @@ from embedlog.bookie.index import REPAIR, LedgerInfo
 from embedlog.bookie.integrity import Protection, owes_entries, protection_for
 from embedlog.bookie.repair import Repairer
 from embedlog.errors import BookieIOError, NoSuchLedgerInMetadataError
+from embedlog.metadata.client import LEDGERS
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,9 @@ class RepairServices(BookieBase):
         """The metadata of every ledger ``keep`` accepts, in one pass over the store."""
 
         def scan() -> list[LedgerMetadata]:
+            # Phase one must see every ledger created before the crash: a lagging
+            # ZooKeeper server could leave out one whose entries this bookie acknowledged.
+            self.metadata.store.sync(LEDGERS)
             out = []
             for lid in self.metadata.list_ledgers():
                 try:

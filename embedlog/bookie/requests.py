@@ -13,6 +13,7 @@ negative for every id it leaves out. A part of the Bookie (embedlog/bookie/base.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 
 from embedlog.bookie.adds import Adds
 from embedlog.bookie.base import BookieState
@@ -213,11 +214,11 @@ class Requests(Adds):
         body = AvailabilityOfEntries.encode(self.storage.entry_ids(req.ledger_id))
         return Response.to(req, StatusCode.EOK, body=body)
 
-    async def drop_ledger(self, lid: int) -> None:
-        """Drop everything this bookie holds of ``lid``, durably: a DELETE_LEDGER that
+    async def drop_ledgers(self, lids: Collection[int]) -> None:
+        """Drop everything this bookie holds of each ledger, durably: a DELETE_LEDGER that
         proved the key, or garbage collection once the metadata is gone (gc.py)."""
         assert self.storage is not None and self.journal is not None
-        await self.storage.cut(lid, "all", 0, self.journal.lsn)
+        await self.storage.drop_ledgers(lids, self.journal.lsn)
 
     async def _cut(self, req: Request) -> Response:
         assert self.storage is not None and self.journal is not None
@@ -230,7 +231,7 @@ class Requests(Adds):
         if info is None:
             return self._missing(req, None, StatusCode.ENOLEDGER)
         if req.op == OpCode.DELETE_LEDGER:
-            await self.drop_ledger(lid)
+            await self.drop_ledgers([lid])
         else:
             await self.storage.cut(lid, "below", req.entry_id, self.journal.lsn)
         return Response.to(req, StatusCode.EOK)

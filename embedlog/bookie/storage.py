@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from concurrent.futures import Executor
 from typing import Literal, cast
 
@@ -429,7 +429,23 @@ class LedgerStorage:
             gone = self.cache.pop(ledger_id, {})  # arrived for a ledger being deleted
             self.cache_bytes -= sum(map(len, gone.values()))
 
-    async def collect_locked(self, ledger_id: int) -> None:
+    async def drop_ledgers(self, ledger_ids: Collection[int], checkpoint: int) -> None:
+        """Durably drop everything of each ledger, its entries and its state: one synced
+        index batch for all of them, with ``checkpoint``, so that journal replay cannot
+        bring any back (a deletion, or garbage collection dropping many at once)."""
+        async with self._flush_lock:
+            for lid in ledger_ids:
+                self.drop_cached(lid, "all", 0)
+                self._infos.pop(lid, None)
+                self._dirty.discard(lid)
+                self._deleted.add(lid)
+            await self._flush_locked(checkpoint)
+            for lid in ledger_ids:
+                gone = self.cache.pop(lid, {})  # arrived for a ledger being dropped
+                self.cache_bytes -= sum(map(len, gone.values()))
+            await self.collect_locked(*ledger_ids)
+
+    async def collect_locked(self, *ledger_ids: int) -> None:
         """After a cut, with ``exclusive()`` still held: free the space it left behind."""
         # Entry logs that only held dropped entries (trimmed unbounded ledgers, deleted
         # ledgers) can go: the index no longer points into them (synced above). Under the
@@ -438,7 +454,8 @@ class LedgerStorage:
         live = await loop.run_in_executor(self._executor, self.index.live_logs)
         await loop.run_in_executor(self._executor, self.index.forget_logs_except, live)
         self.logs.remove_unreferenced(live)
-        await loop.run_in_executor(self._executor, self.index.compact_ledger, ledger_id)
+        for ledger_id in ledger_ids:
+            await loop.run_in_executor(self._executor, self.index.compact_ledger, ledger_id)
 
     def close(self) -> None:
         self._executor.submit(self._close_files).result()  # after any flush still running

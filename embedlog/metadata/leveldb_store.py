@@ -181,6 +181,9 @@ class LevelDBMetadataStore(MetadataStore):
                     batch.delete(_node_key(p))
                     batch.delete(_ephemeral_key(p))
 
+    def sync(self, path: str) -> None:
+        """Reads are served by this process from the store itself: never behind."""
+
     def children(self, path: str) -> list[str]:
         path = normalize(path)
         prefix = _node_key(_child_prefix(path))

@@ -68,6 +68,9 @@ class MemoryMetadataStore(MetadataStore):
                 del self._nodes[p]
             del self._nodes[path]
 
+    def sync(self, path: str) -> None:
+        """Reads are served by this process from the store itself: never behind."""
+
     def children(self, path: str) -> list[str]:
         path = normalize(path)
         prefix = "/" if path == "/" else path + "/"

@@ -60,11 +60,13 @@ class MetadataStore(abc.ABC):
     def children(self, path: str) -> list[str]:
         """Names of the direct children of ``path``, sorted; [] if none."""
 
+    @abc.abstractmethod
     def sync(self, path: str) -> None:
         """Make this connection's next reads see every change completed anywhere before the
         call. ZooKeeper serves reads from the server a client is connected to, which may
-        lag the others; a read whose answer decides to drop data (a bookie's garbage
-        collection) syncs first. Local stores' reads are current: nothing to do."""
+        lag the others; a read whose answer decides what a bookie protects or drops (BP-46
+        phase one, garbage collection) syncs first. Abstract, so that every store says
+        whether its reads can lag."""
 
     def exists(self, path: str) -> bool:
         try:
