@@ -70,6 +70,7 @@ class Bookie(Requests, Boot):
         self.cookie_problem = None
         self.suspicion = []
         self.protected_ledgers = 0
+        self.phase_one_done = False
         # Limbo ledger -> first entry a writer sent after this boot (kept only under
         # unsafe_limbo_clears_at_first_resend).
         self.first_live = {}

@@ -32,6 +32,7 @@ class Boot(RepairServices, Flushing):
     cookie_problem: str | None  # the cookie check's problems, when auto_fix_cookies fixes them
     suspicion: list[str]  # why BP-46 phase one ran on this boot (empty: it did not)
     protected_ledgers: int  # ledgers phase one fenced or put in limbo
+    phase_one_done: bool  # durably, on this boot (which may still fail after it)
     _journal_exec: Executor  # the journal's disk work (writes, fsyncs)
     _flush_exec: Executor  # the flushes' disk work
     gc: GarbageCollector  # drops deleted ledgers, every gc_interval (gc.py)
@@ -152,4 +153,5 @@ class Boot(RepairServices, Flushing):
         index = self.storage.index
         index.set_marker(REPAIR, True)
         index.set_marker(PROTECT, False)
+        self.phase_one_done = True
         log.info("bookie %s: BP-46 phase one done: %d ledgers", self.bookie_id, len(ledgers))

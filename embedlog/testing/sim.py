@@ -403,6 +403,8 @@ class Simulation:
             await bookie.start()
         except Exception as exc:
             session.close()
+            if bookie.phase_one_done:  # protected, though the boot failed after (registering)
+                self.counts["bp46.phase_one"] += 1
             self.trace("boot-failed", bid, type(exc).__name__, exc)
             if mdisk.bitten != bitten:  # a full or failing disk: it stays down for now
                 self.counts["boot.failed_on_disk_fault"] += 1
@@ -419,7 +421,7 @@ class Simulation:
             return False
         self.counts["bookie.boot"] += 1
         self._settle(bid, bookie)
-        if bookie.suspicion:
+        if bookie.phase_one_done:
             self.counts["bp46.phase_one"] += 1
         self.trace("booted", bid, bookie.suspicion or "clean", bookie.protected_ledgers)
         return True

@@ -239,9 +239,9 @@ class FaultySession(SessionView):
         super().__init__(store)
         self._faults = store.faults
 
-    def expire(self) -> None:
+    def _end(self) -> None:
         with self._faults.suspended():
-            super().expire()
+            super()._end()
 
 
 class SimMetadataExecutor(concurrent.futures.ThreadPoolExecutor):

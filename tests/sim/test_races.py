@@ -24,7 +24,7 @@ FIRST = {
     "recovery-reads-without-fence": 187,
     # A lost add, the bookie struck (crashed, wiped) before the resend, limbo cleared up
     # to the resent id: the end probe reads NoSuchEntry for entries it acknowledged.
-    "limbo-clears-at-first-resend": 58,
+    "limbo-clears-at-first-resend": 9,
     # BP-46 scenario 1 (simcombos' wiped reboot): a recovery blind to bookie-4 closes the
     # ledger at 4 while its writer is quiet; bookie-1, which the recovery fenced, is wiped
     # and reboots unfenced; the writer's entry 5 is acknowledged by the two unfenced
