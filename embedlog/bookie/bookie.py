@@ -257,6 +257,8 @@ class Bookie(Requests, Boot):
             "protected_ledgers": self.protected_ledgers,
             "boot_seconds": round(self.boot_seconds, 3),
             "repair": self.repairer.progress.as_dict(),
+            "garbage_collection": {"rounds": self.gc.rounds, "dropped": self.gc.collected},
+            "registered_again": self.registration.renewals,
         }
         if self.storage is not None and self._state is BookieState.SERVING:
             ids = self.storage.ledger_ids()

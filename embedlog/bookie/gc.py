@@ -104,4 +104,5 @@ class GarbageCollector:
                 len(dropped),
                 ", ".join(map(str, dropped)),
             )
+            await bookie.publish_status()  # what `embedlog bookie status` shows
         return dropped

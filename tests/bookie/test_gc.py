@@ -100,7 +100,10 @@ def test_a_bookie_down_during_a_delete_drops_the_ledger_at_its_next_round(make_c
     assert gone in cluster.bookie("bookie-3").storage.ledger_ids()
     assert _collect(cluster, "bookie-3") == [gone]
     assert gone not in cluster.bookie("bookie-3").storage.ledger_ids()
-    assert cluster.bookie("bookie-3").gc.collected == 1
+    status = cluster.bookie("bookie-3").status()
+    assert status["garbage_collection"] == {"rounds": 2, "dropped": 1}
+    published = cluster.metadata.bookie_status("bookie-3")
+    assert published is not None and published["garbage_collection"] == {"rounds": 2, "dropped": 1}
     # Durably: a crash and its journal replay do not bring it back.
     cluster.crash_bookie("bookie-3")
     cluster.start_bookie("bookie-3")

@@ -34,6 +34,7 @@ def test_an_expired_session_is_followed_by_a_new_registration(make_cluster) -> N
     _expire(cluster, "bookie-2")
     _until(lambda: bookie.registration.renewals == 1)
     assert cluster.metadata.writable_bookies() == ["bookie-1", "bookie-2", "bookie-3"]
+    assert bookie.status()["registered_again"] == 1
     # Placement finds it again: an ensemble of all three bookies.
     wh = cluster.client("c").create_ledger(3, 3, 2)
     wh.add(b"placed")
