@@ -19,7 +19,6 @@ from embedlog.bookie.gc import GarbageCollector
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
 from embedlog.bookie.integrity import suspicion_reasons
 from embedlog.bookie.journal import Journal, Replay
-from embedlog.bookie.registration import Registration
 from embedlog.bookie.repair_services import RepairServices
 from embedlog.bookie.storage import LedgerStorage
 from embedlog.errors import BookieIOError
@@ -36,7 +35,6 @@ class Boot(RepairServices, Flushing):
     _journal_exec: Executor  # the journal's disk work (writes, fsyncs)
     _flush_exec: Executor  # the flushes' disk work
     gc: GarbageCollector  # drops deleted ledgers, every gc_interval (gc.py)
-    registration: Registration  # registers again after a session expiry (registration.py)
     _gc_task: asyncio.Task[None] | None
 
     async def _boot(self) -> None:
@@ -95,13 +93,13 @@ class Boot(RepairServices, Flushing):
         if self.suspicion:
             await self._phase_one()
         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        self.registration.watch()  # first: an expiry right after registering is not missed
         self.metadata.register_bookie(
             self.session,
             self.bookie_id,
             {"address": cfg.advertised_address, "rack": cfg.rack},
             readonly=self.readonly,
         )
-        self.registration.watch()
         if index.marker(REPAIR) and cfg.run_repair:
             self._repair_task = asyncio.get_running_loop().create_task(self._run_repair())
         if cfg.gc_interval:

@@ -25,6 +25,7 @@ from attrs import frozen
 
 from embedlog import leveldb as binding  # plyvel or plyvel-next (embedlog/leveldb.py)
 from embedlog.bookie.base import BookieBase, BookieState
+from embedlog.bookie.registration import Registration
 from embedlog.errors import BookieIOError
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,7 @@ class Flushing(BookieBase):
     _flusher: asyncio.Task[None] | None  # the periodic flushes (started by the boot)
     _background_flush: asyncio.Task[None] | None  # an early flush for a full write cache
     flush_health: FlushHealth
+    registration: Registration  # retries a registration that failed (registration.py)
 
     async def _flush_loop(self) -> None:
         while True:
@@ -185,6 +187,9 @@ class Flushing(BookieBase):
                 {"address": self.config.advertised_address, "rack": self.config.rack},
                 readonly=readonly,
             )
-        except Exception:
+        except Exception as exc:
             state = "read-only" if readonly else "writable"
-            log.exception("bookie %s: could not register as %s", self.bookie_id, state)
+            log.warning(
+                "bookie %s: could not register as %s (%s); retrying", self.bookie_id, state, exc
+            )
+            self.registration.refresh()

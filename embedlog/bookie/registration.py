@@ -10,6 +10,12 @@ every ``repair_retry_interval`` until it is registered or stops. Without that, a
 whose session once expired was offered for no new ensemble until its next restart, and
 enough of them left streams that could not be taken over (simulator, seed 9858 of
 ``unbounded-nojournal-races``). BookKeeper's bookies register again the same way.
+
+It does not take the place of another: a registration held by another session (a second
+process with this bookie id) is left alone and retried later, and a bookie whose cookie
+in the metadata changed since it booted (the operator's cookie fix for a new incarnation
+on new disks) stops registering. A read-only change whose registration write failed is
+retried the same way.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from embedlog.bookie.base import BookieState
+from embedlog.errors import CookieError
 
 if TYPE_CHECKING:
     from embedlog.bookie.bookie import Bookie
@@ -31,14 +39,18 @@ log = logging.getLogger(__name__)
 class Registration:
     def __init__(self, bookie: Bookie) -> None:
         self.bookie = bookie
-        self.renewals = 0  # registrations made again after an expiry
+        self.renewals = 0  # registrations made again (after an expiry, or a failed change)
+        self.cookie: tuple[bytes, int] | None = None  # the metadata's cookie when it booted
+        self.on_renewed: Callable[[], None] | None = None  # a bookie process reports it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self._asked = 0  # expiries and failed changes seen: each asks for a registration
 
     def watch(self) -> None:
-        """Once registered at boot (on the bookie's loop): from now on an expiry of its
-        session brings a new registration."""
+        """At boot, before the first registration (on the bookie's loop): from now on an
+        expiry of its session brings a new registration."""
         self._loop = asyncio.get_running_loop()
+        self.cookie = self.bookie.metadata.read_cookie(self.bookie.bookie_id)
         self.bookie.session.on_session_expired(self.lost)
 
     def lost(self) -> None:
@@ -47,51 +59,58 @@ class Registration:
         if loop is None:
             return
         with contextlib.suppress(RuntimeError):  # the loop is closed: the bookie is gone
-            loop.call_soon_threadsafe(self._renew)
+            loop.call_soon_threadsafe(self.refresh)
+
+    def refresh(self) -> None:
+        """On the bookie's loop: make the registration match the bookie again, retrying
+        until it does (after an expiry, or a read-only change whose write failed)."""
+        if self.bookie.state is not BookieState.SERVING:
+            return  # a crash or a stop ended the session: nothing to keep
+        self._asked += 1
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._register_again())
 
     def cancel(self) -> None:
         if self._task is not None:
             self._task.cancel()
-
-    def _renew(self) -> None:
-        if self.bookie.state is not BookieState.SERVING:
-            return  # a crash or a stop ended the session: nothing to keep
-        if self._task is not None and not self._task.done():
-            return  # already at it
-        self._task = asyncio.get_running_loop().create_task(self._register_again())
 
     async def _register_again(self) -> None:
         bookie = self.bookie
         cfg = bookie.config
         info: dict[str, object] = {"address": cfg.advertised_address, "rack": cfg.rack}
         while bookie.state is BookieState.SERVING:
-            readonly = bookie.readonly
+            asked, readonly = self._asked, bookie.readonly
             try:
                 await bookie._blocking_meta(
                     functools.partial(
-                        bookie.metadata.register_bookie,
+                        bookie.metadata.register_again,
                         bookie.session,
                         bookie.bookie_id,
                         info,
                         readonly=readonly,
+                        cookie=self.cookie,
                     )
                 )
+            except CookieError as exc:
+                log.error("bookie %s: %s", bookie.bookie_id, exc)
+                return  # superseded: registering would steal the new incarnation's place
             except Exception as exc:
                 log.warning(
-                    "bookie %s: its metadata session expired and it could not register "
-                    "again yet (%s); retrying in %gs",
+                    "bookie %s: could not register again yet (%s); retrying in %gs",
                     bookie.bookie_id,
                     exc,
                     cfg.repair_retry_interval,
                 )
                 await asyncio.sleep(cfg.repair_retry_interval)
                 continue
-            if bookie.readonly == readonly:
+            # Another expiry (or a read-only change) since this began took this one away.
+            if bookie.readonly == readonly and self._asked == asked:
                 self.renewals += 1
                 log.warning(
-                    "bookie %s: its metadata session expired; registered again as %s",
+                    "bookie %s: registered again as %s",
                     bookie.bookie_id,
                     "read-only" if readonly else "available",
                 )
+                if self.on_renewed is not None:
+                    self.on_renewed()
                 return
-            # It went read-only (or writable) while this registered: once more, as it is now.

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from embedlog.errors import NoSuchLedgerInMetadataError
+from embedlog.errors import CookieError, MetadataError, NoSuchLedgerInMetadataError
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.store import (
     ANY_VERSION,
@@ -51,6 +51,10 @@ def ledger_path(ledger_id: int) -> str:
 # that ``heal()`` releases operations that are already waiting.
 _DELAY_RECHECK = 0.05
 
+
+
+class RegistrationTakenError(MetadataError):
+    """Another session holds the bookie's registration (``register_again``)."""
 
 class MetadataClient:
     def __init__(self, store: MetadataStore, delay: Callable[[], float] | None = None) -> None:
@@ -177,6 +181,33 @@ class MetadataClient:
             except NoNodeError:
                 pass
         store.create(path, json.dumps(info).encode(), ephemeral=True)
+
+    def register_again(
+        self,
+        store: MetadataStore,
+        bookie_id: str,
+        info: dict[str, object],
+        *,
+        readonly: bool,
+        cookie: tuple[bytes, int] | None,
+    ) -> None:
+        """After a session expiry: register as ``register_bookie`` does, unless the
+        bookie's cookie changed since it booted (CookieError: an operator's cookie fix made
+        another incarnation this bookie) or another session holds its registration
+        (RegistrationTakenError: a second process with this id)."""
+        if self.read_cookie(bookie_id) != cookie:
+            raise CookieError(
+                f"bookie {bookie_id}'s cookie in the metadata changed since it booted "
+                "(`embedlog bookie fixcookie` for a new incarnation?): it does not register "
+                "again; stop this process"
+            )
+        for p in (f"{AVAILABLE}/{bookie_id}", f"{READONLY}/{bookie_id}"):
+            if store.held_by_another_session(p):
+                raise RegistrationTakenError(
+                    f"another session holds bookie {bookie_id}'s registration ({p}): a "
+                    "second process with this bookie id? This one retries"
+                )
+        self.register_bookie(store, bookie_id, info, readonly=readonly)
 
     def unregister_bookie(self, store: MetadataStore, bookie_id: str) -> None:
         for p in (f"{AVAILABLE}/{bookie_id}", f"{READONLY}/{bookie_id}"):

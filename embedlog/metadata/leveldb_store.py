@@ -184,6 +184,9 @@ class LevelDBMetadataStore(MetadataStore):
     def sync(self, path: str) -> None:
         """Reads are served by this process from the store itself: never behind."""
 
+    def held_by_another_session(self, path: str) -> bool:
+        return self.exists(path)  # the store itself has no session: every node is another's
+
     def children(self, path: str) -> list[str]:
         path = normalize(path)
         prefix = _node_key(_child_prefix(path))
@@ -281,6 +284,9 @@ class _LevelDBSession(SessionView):
 
     def session(self) -> MetadataStore:
         return self._inner.session()
+
+    def held_by_another_session(self, path: str) -> bool:
+        return normalize(path) not in self._ephemeral and self._inner.exists(path)
 
     def _end(self) -> None:
         paths, self._ephemeral = self._ephemeral, set()

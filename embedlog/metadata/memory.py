@@ -71,6 +71,9 @@ class MemoryMetadataStore(MetadataStore):
     def sync(self, path: str) -> None:
         """Reads are served by this process from the store itself: never behind."""
 
+    def held_by_another_session(self, path: str) -> bool:
+        return self.exists(path)  # the store itself has no session: every node is another's
+
     def children(self, path: str) -> list[str]:
         path = normalize(path)
         prefix = "/" if path == "/" else path + "/"

@@ -58,6 +58,9 @@ class ReadOnlyStore(MetadataStore):
     def sync(self, path: str) -> None:
         self._inner.sync(path)
 
+    def held_by_another_session(self, path: str) -> bool:
+        return self._inner.held_by_another_session(path)
+
     def session(self) -> MetadataStore:
         return self
 

@@ -68,6 +68,12 @@ class MetadataStore(abc.ABC):
         phase one, garbage collection) syncs first. Abstract, so that every store says
         whether its reads can lag."""
 
+    @abc.abstractmethod
+    def held_by_another_session(self, path: str) -> bool:
+        """Whether ``path`` exists and is not an ephemeral node of this session: a bookie
+        registering again after a session expiry leaves such a node alone (a second
+        process with its id holds it)."""
+
     def exists(self, path: str) -> bool:
         try:
             self.get(path)
@@ -150,6 +156,9 @@ class SessionView(MetadataStore):
 
     def sync(self, path: str) -> None:
         self._inner.sync(path)
+
+    def held_by_another_session(self, path: str) -> bool:
+        return self._owners.get(path) is not self and self._inner.exists(path)
 
     def session(self) -> MetadataStore:
         return SessionView(self._inner)

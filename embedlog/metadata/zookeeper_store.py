@@ -161,6 +161,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         with _mapped(path):
             self._client.retry(self._client.sync, self._full(path))
 
+    def held_by_another_session(self, path: str) -> bool:
+        with _mapped(path):
+            stat = self._client.retry(self._client.exists, self._full(path))
+        mine = self._client.client_id
+        return stat is not None and (mine is None or stat.ephemeralOwner != mine[0])
+
     def set(self, path: str, data: bytes, version: int) -> int:
         with _mapped(path):
             stat = self._client.set(self._full(path), bytes(data), version=version)

@@ -198,12 +198,13 @@ class ProcessCluster(LocalCluster):
             self._expire(proc)
 
     def _expire(self, proc: BookieProcess) -> None:
-        if proc.session is None or self.metadata_uri is None:
+        session = proc.current_session()
+        if session is None or self.metadata_uri is None:
             return
         from embedlog.metadata.uri import parse_zk_uri
         from embedlog.metadata.zookeeper_store import expire_session
 
-        expire_session(parse_zk_uri(self.metadata_uri)[0], proc.session)
+        expire_session(parse_zk_uri(self.metadata_uri)[0], session)
         proc.session = None
 
     def pause_bookie(self, bookie_id: str) -> None:

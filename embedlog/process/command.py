@@ -116,16 +116,22 @@ def run(args: argparse.Namespace) -> int:
             service.start()
         except StartError as exc:
             return _error(str(exc), args.ready_file, exc.kind)
-        session = service.session_id
-        _report(
-            args.ready_file,
-            {
-                "bookie_id": service.bookie_id,
-                "address": settings.advertise,
-                "pid": os.getpid(),
-                "session": None if session is None else [session[0], session[1].hex()],
-            },
-        )
+        def report_ready() -> None:
+            # Again after each registration with a new session: the supervisor ends the
+            # session that holds the registration when it kills the process.
+            session = service.session_id
+            _report(
+                args.ready_file,
+                {
+                    "bookie_id": service.bookie_id,
+                    "address": settings.advertise,
+                    "pid": os.getpid(),
+                    "session": None if session is None else [session[0], session[1].hex()],
+                },
+            )
+
+        report_ready()
+        service.on_registration_renewed(report_ready)
         print(
             f"bookie {service.bookie_id} serving at {settings.advertise} (listening on "
             f"{settings.listen[0]}:{settings.listen[1]}, metadata {settings.metadata_uri}); "

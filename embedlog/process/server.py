@@ -14,7 +14,7 @@ import errno
 import logging
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -186,6 +186,12 @@ class BookieService:
     def session_id(self) -> tuple[int, bytes] | None:
         """The ZooKeeper session that holds the bookie's registration."""
         return None if self._session is None else self._session.session_id
+
+    def on_registration_renewed(self, callback: Callable[[], None]) -> None:
+        """``callback()`` (on the bookie's loop) each time the bookie registered again with
+        a new session (``session_id`` changed): the command reports it to its supervisor."""
+        assert self._bookie is not None
+        self._bookie.registration.on_renewed = callback
 
     def start(self) -> None:
         """Boot and serve; StartError (one line: cause and fix) when it cannot."""

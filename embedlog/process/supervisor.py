@@ -51,6 +51,11 @@ def _kill(pid: int) -> None:
             return
 
 
+
+def _session_of(doc: dict[str, Any]) -> tuple[int, bytes] | None:
+    sid = doc.get("session")
+    return None if sid is None else (int(sid[0]), bytes.fromhex(sid[1]))
+
 class BookieProcess:
     def __init__(
         self,
@@ -125,8 +130,7 @@ class BookieProcess:
                             "auto_fix_cookies=True) is --auto-fix-cookies"
                         )
                     raise error
-                sid = doc.get("session")
-                self.session = None if sid is None else (int(sid[0]), bytes.fromhex(sid[1]))
+                self.session = _session_of(doc)
                 return
             if self.proc.poll() is not None:
                 self._reap()
@@ -171,6 +175,17 @@ class BookieProcess:
                 f"bookie {self.bookie_id} stopped, but not cleanly (exit {proc.returncode}); "
                 f"its log {self.dir / LOG_FILE} ends:\n{self.log_tail(5)}"
             )
+
+    def current_session(self) -> tuple[int, bytes] | None:
+        """The ZooKeeper session that holds the registration now: the child reports a new
+        one in its ready file each time it registers again after an expiry."""
+        try:
+            doc = json.loads((self.dir / READY_FILE).read_text())
+        except (OSError, ValueError):
+            return self.session
+        if "error" not in doc:
+            self.session = _session_of(doc)
+        return self.session
 
     def kill(self) -> None:
         """SIGKILL: a crash. Whatever its disks had not made durable is gone."""

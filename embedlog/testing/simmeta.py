@@ -227,6 +227,9 @@ class FaultyMetadataStore(MetadataStore):
     def sync(self, path: str) -> None:
         self._read("sync", path, lambda: self.inner.sync(path))
 
+    def held_by_another_session(self, path: str) -> bool:
+        return self._read("owner", path, lambda: self.inner.held_by_another_session(path))
+
     def session(self) -> MetadataStore:
         return FaultySession(self)
 
