@@ -21,7 +21,7 @@ FIRST = {
     # and gets NoSuchEntry, closes at 5; the old writer's held adds land there afterwards
     # and entries 6.. are acknowledged after the close (NoDivergenceBetweenClientAndMetaData).
     # Seed 9 violates too, but without the switch as well (an open finding).
-    "recovery-reads-without-fence": 187,
+    "recovery-reads-without-fence": 276,
     # A lost add, the bookie struck (crashed, wiped) before the resend, limbo cleared up
     # to the resent id: the end probe reads NoSuchEntry for entries it acknowledged.
     "limbo-clears-at-first-resend": 9,
@@ -29,7 +29,7 @@ FIRST = {
     # ledger at 4 while its writer is quiet; bookie-1, which the recovery fenced, is wiped
     # and reboots unfenced; the writer's entry 5 is acknowledged by the two unfenced
     # bookies after the close (NoDivergenceBetweenClientAndMetaData).
-    "no-fence-on-boot": 323,
+    "no-fence-on-boot": 40,
     # Issue #12 race 1 (simcombos' dirty leftover, E4/WQ3/AQ2): the old term's appends
     # reach bookie-2 only; the takeover's no-op at 8 leaves bookie-2 (outside its write
     # set) holding the old term's entry 9; the new term's 9 is acknowledged while its add
