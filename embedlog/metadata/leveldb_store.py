@@ -27,9 +27,11 @@ still own, given the lock) are swept when the store is opened.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import struct
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from embedlog import leveldb
@@ -74,6 +76,12 @@ class LevelDBMetadataStore(MetadataStore):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
+        # Reads take no lock (a LevelDB get is atomic), but LevelDB must not be closed under
+        # one: closing waits for the reads under way (one that met the close in the middle
+        # crashed the process with a segfault), and refuses the ones after it.
+        self._reads = 0
+        self._reads_done = threading.Condition(threading.Lock())
+        self._closing = False
         self._last_session = 0  # 0 is the store's own session
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -119,8 +127,23 @@ class LevelDBMetadataStore(MetadataStore):
 
     # -- helpers -----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        with self._reads_done:
+            if self._closing:
+                raise RuntimeError(f"metadata store at {self.path} is closed")
+            self._reads += 1
+        try:
+            yield
+        finally:
+            with self._reads_done:
+                self._reads -= 1
+                if not self._reads:
+                    self._reads_done.notify_all()
+
     def _read(self, path: str) -> tuple[bytes, int] | None:
-        raw = self._db.get(_node_key(path))
+        with self._reading():
+            raw = self._db.get(_node_key(path))
         if raw is None:
             return None
         return raw[_VERSION.size :], _VERSION.unpack_from(raw)[0]
@@ -193,7 +216,7 @@ class LevelDBMetadataStore(MetadataStore):
         names: list[str] = []
         # Walk the sorted keys, jumping over each child's own subtree instead of
         # reading every descendant: /ledgers may hold many nodes.
-        with self._db.iterator(prefix=prefix, include_value=False) as it:
+        with self._reading(), self._db.iterator(prefix=prefix, include_value=False) as it:
             for key in it:
                 name, sep, _ = key[len(prefix) :].partition(b"/")
                 names.append(name.decode())
@@ -231,6 +254,9 @@ class LevelDBMetadataStore(MetadataStore):
         with self._lock:
             if self._db.closed:
                 return
+            with self._reads_done:
+                self._closing = True
+                self._reads_done.wait_for(lambda: not self._reads)
             try:
                 self._sweep_ephemerals()
             finally:

@@ -118,3 +118,41 @@ def test_close_is_idempotent(tmp_path: Path) -> None:
     store.close()
     store.close()
     assert store.closed
+
+
+def test_closing_while_other_threads_read_never_crashes(tmp_path: Path) -> None:
+    """A read under way when the store closes (a client thread polling metadata while its
+    cluster stops) finishes or is refused; LevelDB closed under it crashed the process.
+    Run in a child: a crash there is a failure here, not the end of the test run."""
+    child = run_child(
+        f"""
+        import threading
+        from embedlog.metadata.leveldb_store import LevelDBMetadataStore
+
+        for round in range(30):
+            store = LevelDBMetadataStore({str(tmp_path)!r} + f"/md{{round}}")
+            for i in range(50):
+                store.create(f"/ledgers/{{i:020d}}", b"x" * 100)
+            refused = []
+
+            def read() -> None:
+                while True:
+                    try:
+                        store.get("/ledgers/00000000000000000007")
+                        store.children("/ledgers")
+                    except RuntimeError:
+                        refused.append(1)
+                        return
+
+            threads = [threading.Thread(target=read) for _ in range(4)]
+            for t in threads:
+                t.start()
+            store.close()
+            for t in threads:
+                t.join()
+            assert len(refused) == 4
+        print("ok")
+        """
+    )
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0 and out.strip() == "ok", (child.returncode, err[-2000:])
