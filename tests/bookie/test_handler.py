@@ -230,13 +230,13 @@ def test_a_request_still_running_when_the_bookie_crashes_ends_as_gone(harness, c
     bookie = h.boot()
     assert h.add(4, 0).status == StatusCode.EOK
     gate = asyncio.Event()
-    real_cut = bookie.storage.cut
+    real_drop = bookie.storage.drop_ledgers
 
-    async def cut_after_gate(*args):
+    async def drop_after_gate(*args):
         await gate.wait()
-        return await real_cut(*args)
+        return await real_drop(*args)
 
-    bookie.storage.cut = cut_after_gate
+    bookie.storage.drop_ledgers = drop_after_gate
 
     async def main():
         delete = asyncio.ensure_future(h.serve(Request(OpCode.DELETE_LEDGER, 1, 4, master_key=KEY)))
