@@ -13,7 +13,6 @@ call may block long enough that it should run in a thread.
 from __future__ import annotations
 
 import abc
-import weakref
 from collections.abc import Callable
 
 from embedlog.errors import MetadataError, MetadataVersionError
@@ -100,11 +99,6 @@ class MetadataStore(abc.ABC):
         return SessionView(self)
 
 
-_OWNERS: weakref.WeakKeyDictionary[MetadataStore, dict[str, SessionView]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 class SessionView(MetadataStore):
     """A session on a shared local store: ephemeral nodes are tracked and removed on close.
 
@@ -116,7 +110,14 @@ class SessionView(MetadataStore):
         self._inner = inner
         self._ephemeral: set[str] = set()
         self.blocking_io = inner.blocking_io
-        self._owners = _OWNERS.setdefault(inner, {})
+        # Who owns each ephemeral node, shared by every session on ``inner``. Kept on the
+        # store itself: a global map from stores to their sessions would keep every store
+        # alive through the sessions that point back at it (and with them their bookies).
+        owners: dict[str, SessionView] | None = getattr(inner, "_session_owners", None)
+        if owners is None:
+            owners = {}
+            inner._session_owners = owners  # type: ignore[attr-defined]
+        self._owners = owners
         self._on_expiry: list[Callable[[], None]] = []
 
     def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:

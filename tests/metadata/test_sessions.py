@@ -43,3 +43,22 @@ def test_a_session_never_removes_a_node_another_session_made_since():
     new.close()
     with pytest.raises(NoNodeError):
         store.get("/bookies/available/b1")
+
+
+def test_a_store_and_its_sessions_are_freed_together() -> None:
+    """Sessions record who owns each ephemeral node on their store; nothing else may keep
+    the store (and, through session callbacks, a whole bookie) alive once it is dropped:
+    a simulator worker runs thousands of histories, each with a store of its own."""
+    import gc
+    import weakref
+
+    from embedlog.metadata.memory import MemoryMetadataStore
+
+    store = MemoryMetadataStore()
+    session = store.session()
+    session.create("/bookies/available/b1", b"", ephemeral=True)
+    session.on_session_expired(lambda: None)
+    gone = weakref.ref(store)
+    del store, session
+    gc.collect()
+    assert gone() is None
