@@ -525,4 +525,3 @@ class LedgerWriter(AddAnswers, EnsembleChange):
             task.cancel()
         if self._lac_timer is not None:
             self._lac_timer.cancel()
-

@@ -52,9 +52,9 @@ def ledger_path(ledger_id: int) -> str:
 _DELAY_RECHECK = 0.05
 
 
-
 class RegistrationTakenError(MetadataError):
     """Another session holds the bookie's registration (``register_again``)."""
+
 
 class MetadataClient:
     def __init__(self, store: MetadataStore, delay: Callable[[], float] | None = None) -> None:

@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
             service.start()
         except StartError as exc:
             return _error(str(exc), args.ready_file, exc.kind)
+
         def report_ready() -> None:
             # Again after each registration with a new session: the supervisor ends the
             # session that holds the registration when it kills the process.

@@ -51,10 +51,10 @@ def _kill(pid: int) -> None:
             return
 
 
-
 def _session_of(doc: dict[str, Any]) -> tuple[int, bytes] | None:
     sid = doc.get("session")
     return None if sid is None else (int(sid[0]), bytes.fromhex(sid[1]))
+
 
 class BookieProcess:
     def __init__(

@@ -222,7 +222,7 @@ def _run_seeds(
 
 
 def _report_failure(result: object) -> None:
-    from embedlog.testing.sim import SeedResult
+    from embedlog.testing.simtrace import SeedResult
 
     assert isinstance(result, SeedResult)
     out = Path(tempfile.gettempdir()) / (
@@ -245,7 +245,8 @@ def _with_trace(
 ) -> object:
     """The result again with its whole trace (workers keep none): the seed runs once more,
     which also shows it replays (the same hash)."""
-    from embedlog.testing.sim import SeedResult, run_seed
+    from embedlog.testing.sim import run_seed
+    from embedlog.testing.simtrace import SeedResult
 
     assert isinstance(result, SeedResult)
     if result.trace:
@@ -272,7 +273,7 @@ def _report_shrunk(result: object, limits: Limits, suppress: frozenset[int]) -> 
     one group at a time (shrink_events.py); print the shrunk history and its replay."""
     from embedlog.testing.shrink import shrink
     from embedlog.testing.shrink_events import shrink_events
-    from embedlog.testing.sim import SeedResult
+    from embedlog.testing.simtrace import SeedResult
 
     assert isinstance(result, SeedResult)
     print(f"shrinking seed {result.seed} ...", flush=True)

@@ -18,7 +18,8 @@ import threading
 from collections.abc import Generator, Iterable
 
 from embedlog.testing.limits import Limits
-from embedlog.testing.sim import SeedResult, run_seed
+from embedlog.testing.sim import run_seed
+from embedlog.testing.simtrace import SeedResult
 
 
 def _one(job: tuple[int, str, str | None, str, bool, bool, frozenset[int]]) -> SeedResult:

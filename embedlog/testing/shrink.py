@@ -15,7 +15,8 @@ from attrs import frozen
 
 from embedlog.testing.limits import Limits
 from embedlog.testing.scenarios import SCENARIOS
-from embedlog.testing.sim import SeedResult, run_seed
+from embedlog.testing.sim import run_seed
+from embedlog.testing.simtrace import SeedResult
 
 # The order knobs are cut in: whole sources of trouble first, then counts.
 ORDER = ("loss", "spikes", "ledgers", "recoveries", "faults", "meta", "entries")

@@ -24,7 +24,8 @@ from attrs import frozen
 from embedlog.testing.decisions import Decision, format_suppress
 from embedlog.testing.limits import Limits
 from embedlog.testing.shrink import fails_alike, replay_command
-from embedlog.testing.sim import SeedResult, run_seed
+from embedlog.testing.sim import run_seed
+from embedlog.testing.simtrace import SeedResult
 
 Runner = Callable[[frozenset[int]], SeedResult]
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import random
 import threading
@@ -28,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from attrs import define, field
 
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
@@ -37,15 +35,14 @@ from embedlog.client import Client
 from embedlog.errors import BookieIOError, CookieError, MetadataError
 from embedlog.ledger.placement import RandomPlacement
 from embedlog.metadata.client import MetadataClient
-from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.memory import MemoryMetadataStore
 from embedlog.metadata.store import MetadataStore
 from embedlog.runtime import Runtime
 from embedlog.testing.ackquorum import describe, entry_payload, missing_copies, storage_reader
-from embedlog.testing.decisions import Decision, Decisions, format_suppress
+from embedlog.testing.decisions import Decisions, format_suppress
 from embedlog.testing.limits import Limits
-from embedlog.testing.oracle import Violation
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
+from embedlog.testing.simbudget import FaultBudget
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.testing.simfaults import DiskNemesis
 from embedlog.testing.simloop import SimDisk, VirtualClockLoop, seeded, virtual_clock
@@ -58,6 +55,7 @@ from embedlog.testing.simmeta import (
 from embedlog.testing.simnemesis import Nemesis
 from embedlog.testing.simnet import NetProfile, SimNetwork
 from embedlog.testing.simraces import RaceProfile
+from embedlog.testing.simtrace import SeedResult, Trace
 from embedlog.testing.workload import DIGEST, Workload, task_error
 from embedlog.testing.workload_bounded import BoundedWorkload
 from embedlog.testing.workload_unbounded import UnboundedWorkload
@@ -84,47 +82,6 @@ class SimRuntime(Runtime):
 
     def close(self, reason: str | None = None) -> None:
         self._closed_reason = reason or "the simulation is over"
-
-
-@define
-class Trace:
-    """The history of one seed: events stamped with virtual time, hashed as they come."""
-
-    loop: asyncio.AbstractEventLoop
-    keep: bool = True
-    events: list[str] = field(factory=list)
-    count: int = 0
-    _hash: Any = field(factory=hashlib.sha256)
-
-    def __call__(self, *event: object) -> None:
-        line = f"{self.loop.time():.7f} " + " ".join(map(str, event))
-        self._hash.update(line.encode() + b"\n")
-        self.count += 1
-        if self.keep:
-            self.events.append(line)
-
-    def digest(self) -> str:
-        return self._hash.hexdigest()
-
-
-@define
-class SeedResult:
-    seed: int
-    scenario: str
-    unsafe: str | None
-    violations: list[Violation]
-    trace_hash: str
-    events: int
-    counts: Counter[str]
-    virtual_seconds: float
-    trace: list[str]
-    limits: str = ""  # the --limit it ran under ("" : none)
-    suppress: str = ""  # the --suppress it ran under ("": none)
-    decisions: list[Decision] = attrs.Factory(list)  # the fault decisions carried out
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
 
 
 # Where the bookies' directories are on their simulated disks (no real file is touched).
@@ -262,13 +219,9 @@ class Simulation:
         # The race scenarios' aimed faults, drawn from a stream of their own so that the
         # other scenarios' histories stay as they were.
         self.races = RaceProfile.draw(seeded(seed, "races")) if sc.races else None
-        self._busy: set[str] = set()  # bookies a nemesis step is taking down or bringing back
         self._combo_rngs: dict[str, random.Random] = {}  # simcombos.py
-        self._combo_held: set[str] = set()  # bookies a compound aim holds (busy)
-        self.max_down = max(1, sc.bookies - self.ensemble)
         if self.races is not None:
             self.ensemble, self.write_quorum = self.races.shape
-            self.max_down = max(1, sc.bookies - self.ensemble)
             profile = attrs.evolve(
                 profile,
                 aimed_loss=self.races.aimed_loss,
@@ -277,6 +230,11 @@ class Simulation:
             )
             if sc.journal == "off":
                 self.bookie_settings["flush_interval"] = self.races.flush_interval
+        self.budget = FaultBudget(
+            max_down=max(1, sc.bookies - self.ensemble),
+            lossy_bookies=sc.lossy_bookies,
+            journal=self.bookie_settings["journal_write_data"],
+        )
         self.nemesis = Nemesis(self, seed)
         self.workload: Workload = make_workload(self)
         self.oracle = self.workload.oracle
@@ -303,13 +261,6 @@ class Simulation:
         self._clients = 0
         self._healed = False
         self.workload_done = False
-        # Bookies that crashed while adds skipped the journal: each may have lost entries it
-        # acknowledged. Once AQ of one ensemble did, BP-46 rightly leaves the ledger
-        # unrecoverable (an acknowledged entry may be gone everywhere): no liveness then.
-        self._lossy: set[str] = set()
-        self._reserved: set[str] = set()  # held for a compound aim's wipe (reserve_lossy)
-        self._aborted: set[str] = set()  # boots abandoned after the unclean bit, journal off
-        self._unrecoverable: set[int] = set()  # ledgers exempt from liveness (see heal)
         self.trace(
             "seed",
             seed,
@@ -415,7 +366,7 @@ class Simulation:
                 if bookie.storage is not None and not self.bookie_settings["journal_write_data"]:
                     # It set its unclean bit: its next boot protects its ledgers (limbo) as
                     # after a crash, though it lost nothing. For liveness it counts as lossy.
-                    self._aborted.add(bid)
+                    self.budget.boot_aborted(bid)
                 return False
             self.oracle.violate("BookieBoots", f"{bid} could not boot: {exc!r}")
             return False
@@ -444,7 +395,7 @@ class Simulation:
         self.bookies[bid].crash()
         self.disks[bid].power_cut()
         if not self.bookie_settings["journal_write_data"]:
-            self.lost_data(bid)
+            self.budget.lost_data(bid)
         self._sessions.pop(bid).expire()  # type: ignore[attr-defined]
         self.counts["fault.crash"] += 1
         self.trace("crash", bid, "disk-ops-lost", lost)
@@ -522,53 +473,19 @@ class Simulation:
         b = self._serving(bid)
         return b is not None and not b.readonly
 
-    def is_busy(self, bid: str) -> bool:
-        return bid in self._busy
-
-    def held_by_combo(self, bid: str) -> bool:
-        return bid in self._combo_held
-
-    def busy(self, bid: str, busy: bool, *, combo: bool = True) -> None:
-        """Keep the nemeses (crashes, disk faults) and the strikes off ``bid`` (or let them
-        at it again): a nemesis step or a compound aim (``combo``) holds it."""
-        if busy:
-            self._busy.add(bid)
-            if combo:
-                self._combo_held.add(bid)
-        else:
-            self._busy.discard(bid)
-            if combo:
-                self._combo_held.discard(bid)
-
     def may_take_down(self) -> bool:
         """Whether one more bookie may go down (the ensemble leaves a spare)."""
-        return len(self.down()) < self.max_down
-
-    def may_wipe(self, bid: str) -> bool:
-        """Whether ``bid`` may lose its disks within the lossy budget."""
-        if bid in self._lossy or bid in self._reserved:
-            return True
-        return len(self._lossy | self._reserved) < self.scenario.lossy_bookies
-
-    def reserve_lossy(self, bid: str | None) -> None:
-        """Hold the lossy budget for ``bid`` (None: release it): a compound aim is about to
-        wipe it, and a crash elsewhere meanwhile would spend the budget."""
-        self._reserved = {bid} if bid is not None else set()
+        return self.budget.may_take_down(len(self.down()))
 
     async def take_down(self, bid: str, *, wipe: bool) -> None:
         """Crash ``bid`` (stop it, beyond the lossy budget), and wipe its disks if asked
         and the budget allows (else maybe, as the nemesis does)."""
-        if self.may_lose(bid):
+        if self.budget.may_lose(bid):
             self.crash(bid)
         else:
             await self.stop(bid)
         if not (wipe and self.disk_faults.wipe(bid)):
             self.disk_faults.after_down(bid)
-
-    def may_lose(self, bid: str) -> bool:
-        if self.bookie_settings["journal_write_data"]:
-            return True
-        return self.may_wipe(bid)
 
     async def heal_and_check(self) -> None:
         """The end of every history: heal the network, bring every bookie back, let repair
@@ -596,26 +513,6 @@ class Simulation:
         ):
             await asyncio.sleep(0.2)
 
-    def lossy_fragments(self, md: LedgerMetadata) -> list[tuple[str, ...]]:
-        """The ensembles of ``md`` in which AQ bookies lost what they acknowledged (crashed
-        without the journal, wiped, or a boot abandoned after its unclean bit): an
-        acknowledged entry may be gone everywhere, so liveness is not checked there."""
-        limbo = self._lossy | self._aborted
-        return [e for _, e in md.fragments if len(limbo & set(e)) >= md.ack_quorum]
-
-    def unrecoverable(self, lid: int) -> None:
-        """``lid`` was left unrecoverable by lossy bookies: exempt from invariant 4 too."""
-        self._unrecoverable.add(lid)
-
-    def lost_data(self, bid: str) -> None:
-        """``bid`` may have lost what it acknowledged (wiped, or a disk fault without the
-        journal): it counts against the lossy budget, and for liveness and invariant 4."""
-        self._lossy.add(bid)
-
-    def lost_disks(self) -> set[str]:
-        """Bookies that lost what their disks held: wiped, or crashed without the journal."""
-        return set(self._lossy)
-
     def check_ack_quorum_copies(self) -> None:
         """Invariant 4 (ackquorum.py), asking every bookie's storage directly: bounded
         ledgers and streams (above their trim point)."""
@@ -627,9 +524,11 @@ class Simulation:
         # A ledger left unrecoverable by lossy bookies cannot be repaired either: what the
         # others lost stays lost until it is recovered.
         acked = {
-            k: v for k, v in self.oracle.acked_entries().items() if k not in self._unrecoverable
+            k: v
+            for k, v in self.oracle.acked_entries().items()
+            if not self.budget.is_unrecoverable(k)
         }
-        short = missing_copies(acked, self.truth.read_ledger, stored, self.lost_disks())
+        short = missing_copies(acked, self.truth.read_ledger, stored, self.budget.lost_disks())
         self.counts["check.ack_quorum_entries"] += sum(map(len, acked.values()))
         if short:
             self.oracle.violate("AllCommittedEntriesReachAckQuorum", "; ".join(describe(short)))

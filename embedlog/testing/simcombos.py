@@ -98,21 +98,23 @@ async def quiet_writer_wiped_reboot(
     eid = writer.next_entry_id
     ws = write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
     # The bookie to wipe must be within the lossy budget (a wipe loses what it held).
-    wipeable = [b for b in ws if sim.may_wipe(b) and sim.serving(b) and not sim.is_busy(b)]
+    wipeable = [
+        b for b in ws if sim.budget.may_wipe(b) and sim.serving(b) and not sim.budget.is_busy(b)
+    ]
     if writer.error is not None or not wipeable:
         sim.counts["combo.wiped_reboot.missed.no_victim"] += 1
         return
     victim = rng.choice(wipeable)
-    sim.reserve_lossy(victim)
+    sim.budget.reserve_lossy(victim)
     blind = rng.choice([b for b in ws if b != victim])
     sim.counts["combo.wiped_reboot"] += 1
     who = f"q{sim.counts['combo.wiped_reboot']}"
     sim.trace("combo", "wiped-reboot", name, lid, eid, "blind", blind, "wipe", victim)
     # The nemesis and the strikes leave the ensemble alone meanwhile: a wipe or a crash of
     # another of its bookies would end the history this aims at before it happened.
-    held = [b for b in md.last_fragment[1] if not sim.is_busy(b)]
+    held = [b for b in md.last_fragment[1] if not sim.budget.is_busy(b)]
     for b in held:
-        sim.busy(b, True)
+        sim.budget.busy(b, True)
     try:
         client = sim.client(who)
         sim.net.blind(who, blind, lid, "all", sim.loop.time() + rng.uniform(*BLIND_FOR))
@@ -121,7 +123,7 @@ async def quiet_writer_wiped_reboot(
         if not recovery.done() or not recovery.result():
             sim.counts["combo.wiped_reboot.missed.recovery"] += 1
             return  # the writer goes on where it was
-        if not (sim.serving(victim) and sim.may_wipe(victim) and sim.may_take_down()):
+        if not (sim.serving(victim) and sim.budget.may_wipe(victim) and sim.may_take_down()):
             sim.counts["combo.wiped_reboot.missed.victim"] += 1
             return
         await sim.take_down(victim, wipe=True)
@@ -133,9 +135,9 @@ async def quiet_writer_wiped_reboot(
                 break
             await asyncio.sleep(rng.uniform(0.01, 0.1))
     finally:
-        sim.reserve_lossy(None)
+        sim.budget.reserve_lossy(None)
         for b in held:
-            sim.busy(b, False)
+            sim.budget.busy(b, False)
 
 
 async def _recover(work: BoundedWorkload, client: Client, lid: int, who: str) -> bool:
@@ -185,7 +187,7 @@ def dirty_leftover_ready(sim: Simulation, writer: TermWriter) -> bool:
     md = sim.truth.read_ledger(writer.md.ledger_id)
     if md.term != writer.term or md.state is not LedgerState.OPEN:
         return False  # displaced already, or a takeover under way
-    return all(sim.writable(b) and not sim.is_busy(b) for b in writer.md.last_fragment[1])
+    return all(sim.writable(b) and not sim.budget.is_busy(b) for b in writer.md.last_fragment[1])
 
 
 async def dirty_leftover(
@@ -202,9 +204,9 @@ async def dirty_leftover(
     n = sim.counts["combo.dirty_leftover"]
     who = f"d{n}"
     sim.trace("combo", "dirty-leftover", client_name, lid, "keep", keep)
-    held = [b for b in ensemble if not sim.is_busy(b)]
+    held = [b for b in ensemble if not sim.budget.is_busy(b)]
     for b in held:
-        sim.busy(b, True)
+        sim.budget.busy(b, True)
     alone = work.hold(lid)
     try:
         # The old term's appends reach only ``keep`` from now on (none completes).
@@ -258,4 +260,4 @@ async def dirty_leftover(
         alone.set()
         sim.net.spared.discard((who, lid))
         for b in held:
-            sim.busy(b, False)
+            sim.budget.busy(b, False)

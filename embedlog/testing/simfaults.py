@@ -59,11 +59,11 @@ class DiskNemesis:
     def wipe(self, bid: str) -> bool:
         """Replace the disks of ``bid`` (down) with empty ones, if the lossy budget allows."""
         sim = self.sim
-        if not sim.may_wipe(bid):
+        if not sim.budget.may_wipe(bid):
             return False
         if not sim.decide("wipe", bid):
             return False
-        sim.lost_data(bid)
+        sim.budget.lost_data(bid)
         sim.disks[bid].wipe()
         self._wiped.add(bid)
         self._unsettled.add(bid)
@@ -106,7 +106,9 @@ class DiskNemesis:
             # flush at a stop loses the write cache): such a bookie is lossy, in the budget.
             # (Not the bookies a compound aim holds: simcombos.py.)
             candidates = [
-                b for b in sorted(sim.disks) if sim.may_lose(b) and not sim.held_by_combo(b)
+                b
+                for b in sorted(sim.disks)
+                if sim.budget.may_lose(b) and not sim.budget.held_by_combo(b)
             ]
             if not candidates:
                 continue
@@ -116,7 +118,7 @@ class DiskNemesis:
             if not sim.decide("disk-fill" if fill else "disk-fail-sync", bid):
                 continue
             if not sim.bookie_settings["journal_write_data"]:
-                sim.lost_data(bid)
+                sim.budget.lost_data(bid)
             disk = sim.disks[bid]
             if fill:
                 disk.fill(until)

@@ -50,7 +50,7 @@ class Nemesis:
     async def run(self) -> None:
         sim = self.sim
         rng = self._rng
-        max_down = sim.max_down
+        max_down = sim.budget.max_down
         mean_gap = rng.choice((0.1, 0.3, 1.0))
         sim.trace("nemesis", "mean-gap", mean_gap, "max-down", max_down)
         steps = 0
@@ -60,8 +60,8 @@ class Nemesis:
                 return
             steps += 1
             # Bookies a strike holds are its own to bring back (none outside the races).
-            up = [b for b in sim.up() if not sim.is_busy(b)]
-            down = [b for b in sim.down() if not sim.is_busy(b)]
+            up = [b for b in sim.up() if not sim.budget.is_busy(b)]
+            down = [b for b in sim.down() if not sim.budget.is_busy(b)]
             action = rng.random()
             if down and (action < 0.4 or len(sim.down()) >= max_down):
                 bid = rng.choice(down)
@@ -69,20 +69,22 @@ class Nemesis:
                     continue
                 sim.counts["fault.restart"] += 1
                 sim.trace("restart", bid)
-                sim.busy(bid, True, combo=False)  # a strike leaves a bookie alone while it boots
+                sim.budget.busy(
+                    bid, True, combo=False
+                )  # a strike leaves a bookie alone while it boots
                 try:
                     await sim.boot(bid)
                 finally:
-                    sim.busy(bid, False, combo=False)
+                    sim.budget.busy(bid, False, combo=False)
             elif len(sim.down()) >= max_down:
                 continue  # what is down is a strike's to bring back
             elif up:
                 bid = self._victim(rng, up)
-                crash = action < 0.85 and sim.may_lose(bid)
+                crash = action < 0.85 and sim.budget.may_lose(bid)
                 if not sim.decide("crash" if crash else "stop", bid):
                     sim.disk_faults.pass_over()
                     continue
-                sim.busy(bid, True, combo=False)
+                sim.budget.busy(bid, True, combo=False)
                 try:
                     if crash:
                         sim.crash(bid)
@@ -90,7 +92,7 @@ class Nemesis:
                         await sim.stop(bid)
                     sim.disk_faults.after_down(bid)
                 finally:
-                    sim.busy(bid, False, combo=False)
+                    sim.budget.busy(bid, False, combo=False)
 
     def _victim(self, rng: random.Random, up: list[str]) -> str:
         """The bookie a step takes down: in the race scenarios, often one a recovery or a
@@ -166,13 +168,13 @@ class Nemesis:
         sim = self.sim
         races = sim.races
         assert races is not None
-        if not races.strike or sim.workload_done or sim.is_busy(bid):
+        if not races.strike or sim.workload_done or sim.budget.is_busy(bid):
             return
         if not sim.serving(bid) or not sim.may_take_down():
             return
         if self._strike_rng.random() >= races.strike:
             return
-        sim.busy(bid, True, combo=False)
+        sim.budget.busy(bid, True, combo=False)
         strike = asyncio.ensure_future(self._strike(bid))
         self._strikes.add(strike)
         strike.add_done_callback(self._strikes.discard)
@@ -191,7 +193,7 @@ class Nemesis:
                 return
             sim.counts["fault.strike"] += 1
             sim.trace("strike", bid)
-            if sim.may_lose(bid):
+            if sim.budget.may_lose(bid):
                 sim.crash(bid)
             else:
                 await sim.stop(bid)
@@ -202,4 +204,4 @@ class Nemesis:
                 sim.trace("restart", bid)
                 await sim.boot(bid)
         finally:
-            sim.busy(bid, False, combo=False)
+            sim.budget.busy(bid, False, combo=False)

@@ -201,14 +201,14 @@ class BoundedWorkload:
         checker = sim.client("checker")
         for lid in list(self.ledgers):
             md = sim.truth.read_ledger(lid)
-            lost = sim.lossy_fragments(md)
+            lost = sim.budget.lossy_fragments(md)
             for attempt in range(1 if lost else 6):
                 if await self._recover_and_read(checker, lid, "checker", final=True):
                     break
                 await asyncio.sleep(1.0 + attempt)
             else:
                 if lost:
-                    sim.unrecoverable(lid)
+                    sim.budget.unrecoverable(lid)
                     sim.counts["liveness_exempt"] += 1
                     sim.trace("unrecoverable", lid, "lossy crashes in", lost)
                     continue

@@ -371,7 +371,7 @@ class UnboundedWorkload:
         checker = sim.client("checker")
         for lid in list(self.ledgers):
             md = sim.truth.read_ledger(lid)
-            lost = sim.lossy_fragments(md)
+            lost = sim.budget.lossy_fragments(md)
             handle = None
             for attempt in range(1 if lost else 6):
                 handle = await self.take_over(checker, "checker", lid)
@@ -380,7 +380,7 @@ class UnboundedWorkload:
                 await asyncio.sleep(1.0 + attempt)
             if handle is None:
                 if lost:
-                    sim.unrecoverable(lid)
+                    sim.budget.unrecoverable(lid)
                     sim.counts["liveness_exempt"] += 1
                     sim.trace("unrecoverable", lid, "lossy crashes in", lost)
                     continue
