@@ -124,7 +124,11 @@ class EnsembleChange:
             if b in failed:
                 try:
                     nb = self.ctx.placement.replace_bookie(
-                        ensemble, idx, md.write_quorum, available, exclude=failed | self._avoid()
+                        ensemble,
+                        idx,
+                        md.write_quorum,
+                        available,
+                        exclude=failed | self._avoid() | self._never_replacements(),
                     )
                 except NotEnoughBookiesError:
                     continue
@@ -204,6 +208,11 @@ class EnsembleChange:
     def _avoid(self) -> set[str]:
         """Bookies not to pick as replacements (those this writer is waiting to retry)."""
         return set(self._retrying)
+
+    def _never_replacements(self) -> frozenset[str]:
+        """Bookies never to pick as replacements, beyond the ensemble itself: none for
+        bounded ledgers (see the unbounded writer)."""
+        return frozenset()
 
     async def prepare_bookies(self, bookies: set[str], first: int) -> set[str]:
         """Ready new members of a fragment starting at ``first``; returns those that are.

@@ -93,6 +93,10 @@ class TermWriter(LedgerWriter):
         self._progress = asyncio.Event()
         self.rollovers = 0
         self._suspects: dict[str, float] = {}  # bookie -> when it last failed this writer
+        # A takeover keeps its replacements in memory until its end stores them
+        # (takeover.open_term): until then the stored metadata lists these bookies for the
+        # entries they acknowledged, even those the takeover replaced (_never_replacements).
+        self._listed_at_start = frozenset(md.last_fragment[1]) if recovery else frozenset()
         # Prompt LAC (see _prompt_lac): the LAC the last queued entry carries, and whether a
         # round of explicit LAC writes is on the wire.
         self._lac_queued = -1
@@ -339,6 +343,14 @@ class TermWriter(LedgerWriter):
         now = time.monotonic()
         recent = {b for b, t in self._suspects.items() if now - t < SUSPECT_SECONDS}
         return super()._avoid() | recent
+
+    def _never_replacements(self) -> frozenset[str]:
+        """A takeover never picks a bookie of the last fragment as it is stored, even one
+        it replaced itself: readying it (``prepare_bookies``, TRIM ABOVE) would drop the
+        acknowledged entries it holds for its stored slot, and a takeover that fails
+        before storing its ensemble leaves the metadata listing it for them (found by the
+        simulator: seed 3105 of ``unbounded-nojournal``)."""
+        return self._listed_at_start
 
     def announce_lac(self) -> None:
         """Send the LAC explicitly to the last fragment now, in the background."""

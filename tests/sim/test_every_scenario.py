@@ -124,12 +124,19 @@ FOUND = {
     # nothing lost, and two bookies of a write set in limbo kept a ledger unrecoverable
     # (journal.py: nothing written after a failed group; records.well_formed).
     "bounded-races": (864,),
+    # 3105: a takeover replaced a bookie of the stored last fragment in its memory, then
+    # picked it again for another slot and readied it (TRIM ABOVE): it dropped the
+    # entries it had acknowledged, the takeover failed, and the next one took its "no
+    # such entry" for an entry never acknowledged (TermWriter._never_replacements).
+    "unbounded-nojournal": (3105,),
     # 332, 951: a member whose TRIM ABOVE at the end of a takeover was lost was readied
     # again from its fragment's start, dropping the write-backs and the older term's
     # acknowledged entries it held (LedgerWriter._unprepared keeps the cut it missed).
     # 333: an ephemeral registration whose create had an unknown outcome outlived its
     # bookie's crash, and the cookie fix of the wiped bookie kept refusing
-    # (metadata/store.py: SessionView.create).
+    # (metadata/store.py: SessionView.create). 9858: bookies whose metadata session
+    # expired never registered again, and a takeover found no replacement for good
+    # (bookie/registration.py).
     "unbounded-nojournal-races": (332, 333, 951, 9858),
 }
 

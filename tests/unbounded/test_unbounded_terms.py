@@ -397,3 +397,62 @@ def test_a_bookie_readied_late_at_the_end_of_a_takeover_keeps_what_it_holds_belo
     assert {e: stored(cluster, outside, lid, e) for e in held} == {e: payloads[e] for e in held}
     r = cluster.client("r").open_unbounded(lid, takeover=False)
     assert [e.data for e in r.read(0, 9)] == payloads
+
+
+def test_a_takeover_never_readies_a_bookie_the_stored_metadata_lists_in_its_last_fragment(
+    make_cluster, monkeypatch
+):
+    """A takeover keeps its replacements in memory until its end stores them. Here it
+    replaces b by the spare, then a fails too, and b is the only writable bookie left
+    outside its ensemble. Picked and readied (TRIM ABOVE), b dropped every entry it
+    acknowledged; the takeover then failed, and the metadata still listed b for them: the
+    next takeover took b's "no such entry" for an entry never acknowledged (found by the
+    simulator: seed 3105 of ``unbounded-nojournal``)."""
+    import asyncio
+
+    from embedlog.ledger.quorum import write_set_bookies
+    from embedlog.unbounded import writer as term_writer
+    from embedlog.unbounded.writer import TermWriter
+
+    # As once b failed more than SUSPECT_SECONDS ago (the seed's case): no longer avoided.
+    monkeypatch.setattr(term_writer, "SUSPECT_SECONDS", 0.0)
+    cluster = make_cluster(4)
+    ul = cluster.client("w").create_unbounded(3, 2, 2)
+    payloads = [b"e%d" % i for i in range(10)]
+    assert [ul.append(p) for p in payloads] == list(range(10))
+    lid, ensemble = ul.ledger_id, ul.metadata.last_fragment[1]
+    a, b, _c = ensemble
+    held = {e: payloads[e] for e in range(10) if b in write_set_bookies(e, ensemble, 2)}
+    assert {e: stored(cluster, b, lid, e) for e in held} == held
+    taker = cluster.client("t")
+
+    async def replace(writer: TermWriter, bookie: str) -> tuple[str, ...]:
+        writer._bookie_failed(bookie)
+        while writer._changing is not None:
+            await asyncio.sleep(0.01)
+        return writer.md.last_fragment[1]
+
+    async def takeover_that_loses_two_bookies_and_fails() -> tuple[tuple[str, ...], ...]:
+        ctx = taker.ctx
+        md = await ctx.meta(ctx.metadata.read_ledger, lid)
+        md = await ctx.meta(
+            ctx.metadata.write_ledger,
+            md.evolve(term=md.term + 1, state=LedgerState.IN_RECOVERY),
+        )
+        # As recover_term builds it, writing back from the start (no LAFR known).
+        writer = TermWriter(
+            ctx, md, b"", term=md.term, lac=-1, recovery=True, guaranteed_write_quorum=True
+        )
+        try:
+            return await replace(writer, b), await replace(writer, a)
+        finally:
+            writer.stop()
+
+    after_b, after_a = taker.runtime.run(takeover_that_loses_two_bookies_and_fails())
+    assert b not in after_b  # the spare took its slot, in the takeover's memory only
+    assert b not in after_a  # no replacement for a then: retried, not b
+    assert cluster.client("m").ledger_metadata(lid).last_fragment[1] == ensemble
+    # b answered "no such entry" for each of them, though it acknowledged them.
+    assert {e: stored(cluster, b, lid, e) for e in held} == held
+    ul2 = cluster.client("c2").open_unbounded(lid)
+    assert [e.data for e in ul2.read(0, 9)] == payloads
