@@ -71,6 +71,8 @@ class Bookie(Requests, Boot):
         self.suspicion = []
         self.protected_ledgers = 0
         self.phase_one_done = False
+        self.found_unclean = None
+        self.left_unclean = False  # a failed boot left the unclean-shutdown bit set
         # Limbo ledger -> first entry a writer sent after this boot (kept only under
         # unsafe_limbo_clears_at_first_resend).
         self.first_live = {}
@@ -101,6 +103,10 @@ class Bookie(Requests, Boot):
         started = time.monotonic()
         try:
             await self._boot()
+        except Exception:
+            await self._end_failed_boot()
+            self._abandon()
+            raise
         except BaseException:
             self._abandon()
             raise
@@ -108,6 +114,35 @@ class Bookie(Requests, Boot):
         self._state = BookieState.SERVING
         log.info("bookie %s serving (boot %.3fs)", self.bookie_id, self.boot_seconds)
         await self.publish_status()
+
+    async def _end_failed_boot(self) -> None:
+        """A boot that failed never served, so it acknowledged nothing: when it found the
+        last shutdown clean, it leaves it clean (its own work flushed first), as a clean
+        stop does. Left set, the bit made the next boot suspicious of a loss that cannot
+        have happened; with the journal off, that boot put every ledger in limbo, and two
+        bookies of one write set in limbo leave a stream that no takeover can settle
+        (simulator seed 9483 of ``unbounded-nojournal``). A flush that fails leaves the
+        bit set, as a failed clean stop does."""
+        if self.found_unclean is None or self.storage is None:
+            return  # the bit was not touched
+        self.left_unclean = True
+        if self._flusher is not None:
+            self._flusher.cancel()  # no periodic flush beside the last one
+        if self.found_unclean:
+            return  # the last shutdown was not clean: the next boot must know
+        try:
+            if self.journal is not None:
+                await self._final_flush()
+            else:
+                self.storage.index.set_unclean_bit(False)
+        except Exception as exc:
+            log.warning(
+                "bookie %s: its failed boot could not finish cleanly (%s); the next boot "
+                "treats the last shutdown as unclean",
+                *(self.bookie_id, exc),
+            )
+            return
+        self.left_unclean = False
 
     async def publish_status(self) -> None:
         """Leave the status where ``embedlog bookie status`` (any process) can read it."""

@@ -32,6 +32,8 @@ class Boot(RepairServices, Flushing):
     suspicion: list[str]  # why BP-46 phase one ran on this boot (empty: it did not)
     protected_ledgers: int  # ledgers phase one fenced or put in limbo
     phase_one_done: bool  # durably, on this boot (which may still fail after it)
+    # What the unclean-shutdown bit said when this boot set it (None: not set yet).
+    found_unclean: bool | None
     _journal_exec: Executor  # the journal's disk work (writes, fsyncs)
     _flush_exec: Executor  # the flushes' disk work
     gc: GarbageCollector  # drops deleted ledgers, every gc_interval (gc.py)
@@ -77,6 +79,7 @@ class Boot(RepairServices, Flushing):
             # Before anything else: a crash during phase one must run it again next time,
             # even after the cookies below were fixed and the unclean bit is gone.
             index.set_marker(PROTECT, True)
+        self.found_unclean = index.unclean_bit()
         index.set_unclean_bit(True)
         index.set_marker(NOJOURNAL, not cfg.journal_write_data)
         end, damage = self._replay(index.checkpoint())

@@ -363,9 +363,10 @@ class Simulation:
             if isinstance(exc, MetadataError):
                 # As against ZooKeeper: the boot gives up, the bookie is started again.
                 self.counts["bookie.boot_failed.metadata"] += 1
-                if bookie.storage is not None and not self.bookie_settings["journal_write_data"]:
-                    # It set its unclean bit: its next boot protects its ledgers (limbo) as
-                    # after a crash, though it lost nothing. For liveness it counts as lossy.
+                if bookie.left_unclean and not self.bookie_settings["journal_write_data"]:
+                    # It could not clear the unclean bit it set: its next boot protects its
+                    # ledgers (limbo) as after a crash, though it lost nothing. For liveness
+                    # it counts as lossy.
                     self.budget.boot_aborted(bid)
                 return False
             self.oracle.violate("BookieBoots", f"{bid} could not boot: {exc!r}")

@@ -27,7 +27,7 @@ class FaultBudget:
     # everywhere): no liveness then.
     _lossy: set[str] = field(factory=set)
     _reserved: set[str] = field(factory=set)  # held for a compound aim's wipe
-    _aborted: set[str] = field(factory=set)  # boots abandoned after the unclean bit
+    _aborted: set[str] = field(factory=set)  # failed boots that left the unclean bit set
     _unrecoverable: set[int] = field(factory=set)  # ledgers exempt from liveness
 
     # -- who acts on a bookie -----------------------------------------------------------------
@@ -80,7 +80,7 @@ class FaultBudget:
         self._lossy.add(bid)
 
     def boot_aborted(self, bid: str) -> None:
-        """``bid``'s boot gave up after setting its unclean bit (journal off): its next boot
+        """``bid``'s boot failed and left its unclean bit set (journal off): its next boot
         protects its ledgers as after a crash, though it lost nothing; for liveness it
         counts as lossy."""
         self._aborted.add(bid)

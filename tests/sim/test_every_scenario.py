@@ -128,7 +128,10 @@ FOUND = {
     # picked it again for another slot and readied it (TRIM ABOVE): it dropped the
     # entries it had acknowledged, the takeover failed, and the next one took its "no
     # such entry" for an entry never acknowledged (TermWriter._never_replacements).
-    "unbounded-nojournal": (3105,),
+    # 9483: a boot that failed on a metadata error left the unclean bit set; the next
+    # boot put a bookie that had lost nothing in limbo beside a wiped one, and no
+    # takeover could settle the stream for their repairs (Bookie._end_failed_boot).
+    "unbounded-nojournal": (3105, 9483),
     # 332, 951: a member whose TRIM ABOVE at the end of a takeover was lost was readied
     # again from its fragment's start, dropping the write-backs and the older term's
     # acknowledged entries it held (LedgerWriter._unprepared keeps the cut it missed).

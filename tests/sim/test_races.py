@@ -29,7 +29,7 @@ FIRST = {
     # ledger at 4 while its writer is quiet; bookie-1, which the recovery fenced, is wiped
     # and reboots unfenced; the writer's entry 5 is acknowledged by the two unfenced
     # bookies after the close (NoDivergenceBetweenClientAndMetaData).
-    "no-fence-on-boot": 40,
+    "no-fence-on-boot": 323,
     # Issue #12 race 1 (simcombos' dirty leftover, E4/WQ3/AQ2): the old term's appends
     # reach bookie-2 only; the takeover's no-op at 8 leaves bookie-2 (outside its write
     # set) holding the old term's entry 9; the new term's 9 is acknowledged while its add
