@@ -32,7 +32,7 @@ class Boot(RepairServices, Flushing):
     suspicion: list[str]  # why BP-46 phase one ran on this boot (empty: it did not)
     protected_ledgers: int  # ledgers phase one fenced or put in limbo
     phase_one_done: bool  # durably, on this boot (which may still fail after it)
-    # What the unclean-shutdown bit said when this boot set it (None: not set yet).
+    # What the unclean-shutdown bit said when this boot read it (None: not read yet).
     found_unclean: bool | None
     _journal_exec: Executor  # the journal's disk work (writes, fsyncs)
     _flush_exec: Executor  # the flushes' disk work
@@ -68,7 +68,8 @@ class Boot(RepairServices, Flushing):
             cookies.write_cookies(cfg, self.metadata, disk)
         self.storage = LedgerStorage(cfg, self._flush_exec, new_index=new_index, disk=disk)
         index = self.storage.index
-        self.unclean_shutdown_detected = index.unclean_bit() and not first_boot
+        self.found_unclean = index.unclean_bit()
+        self.unclean_shutdown_detected = self.found_unclean and not first_boot
         self.suspicion = suspicion_reasons(
             unclean_shutdown=self.unclean_shutdown_detected,
             ran_without_journal=index.marker(NOJOURNAL) or not cfg.journal_write_data,
@@ -79,7 +80,6 @@ class Boot(RepairServices, Flushing):
             # Before anything else: a crash during phase one must run it again next time,
             # even after the cookies below were fixed and the unclean bit is gone.
             index.set_marker(PROTECT, True)
-        self.found_unclean = index.unclean_bit()
         index.set_unclean_bit(True)
         index.set_marker(NOJOURNAL, not cfg.journal_write_data)
         end, damage = self._replay(index.checkpoint())

@@ -69,9 +69,8 @@ class Nemesis:
                     continue
                 sim.counts["fault.restart"] += 1
                 sim.trace("restart", bid)
-                sim.budget.busy(
-                    bid, True, combo=False
-                )  # a strike leaves a bookie alone while it boots
+                # A strike leaves a bookie alone while it boots.
+                sim.budget.busy(bid, True, combo=False)
                 try:
                     await sim.boot(bid)
                 finally:
