@@ -169,6 +169,17 @@ class CursorRewindError(BKError, ValueError):
     code = -27
 
 
+class LedgerDeletedError(NoSuchLedgerError):
+    """The ledger (or stream) was deleted: nothing more can be written to it or read from it.
+
+    A writer that still holds a handle learns it from the bookies (they keep a tombstone
+    of every ledger deleted through them and refuse writes to it) or the metadata store;
+    cursor commits and sink records of a deleted stream raise it too. Open a new ledger or
+    create the stream again to go on."""
+
+    code = -28
+
+
 _BY_STATUS: dict[int, type[BKError]] = {
     StatusCode.ENOLEDGER: NoSuchLedgerError,
     StatusCode.ENOENTRY: NoSuchEntryError,
@@ -179,6 +190,7 @@ _BY_STATUS: dict[int, type[BKError]] = {
     StatusCode.EIO: BookieIOError,
     StatusCode.EBADREQ: BadRequestError,
     StatusCode.EREADONLY: ReadOnlyBookieError,
+    StatusCode.EDELETED: LedgerDeletedError,
 }
 
 

@@ -23,6 +23,9 @@ class StatusCode(enum.IntEnum):
     ETOOMANYREQUESTS = 106
     EUNKNOWN = 107
     EINVALIDTERM = 108
+    # The ledger was deleted (DELETE_LEDGER or garbage collection): the bookie keeps a
+    # tombstone and refuses every write to it, so a writer still holding the ledger learns.
+    EDELETED = 109
 
 
 class Outcome(enum.Enum):
