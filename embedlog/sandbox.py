@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any
 
 SANDBOX_CHROOT = "/embedlog"
+PROG = "embedlog sandbox"
 
 
 def add_sandbox_command(sub: Any) -> None:
@@ -105,18 +106,21 @@ def _sandbox(args: argparse.Namespace) -> int:
     from embedlog.transport.tcp import stable_address
 
     if args.bookies < 1:
-        return fail("embedlog sandbox: --bookies must be at least 1")
+        return fail(f"{PROG}: error: --bookies {args.bookies}: give 1 or more bookies")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
-        return fail("embedlog sandbox: --metrics-port must be a port number, 0 to 65535")
+        return fail(f"{PROG}: error: --metrics-port must be a port number, 0 to 65535")
     if args.metrics_port is not None and args.processes:
         return fail(
-            "embedlog sandbox: --metrics-port with --processes: the bookies' metrics stay in "
+            f"{PROG}: error: --metrics-port with --processes: the bookies' metrics stay in "
             "their processes and are not exported yet; leave out one of the two"
         )
     # Before anything starts: the sandbox's metadata is ZooKeeper's, through kazoo.
     require("zk", "embedlog sandbox (its metadata lives in ZooKeeper)")
     own_dir = args.data_dir is None
-    data_dir = Path(tempfile.mkdtemp(prefix="embedlog-sandbox-") if own_dir else args.data_dir)
+    # Absolute: the sandbox prints it for other processes, which run elsewhere.
+    data_dir = Path(
+        tempfile.mkdtemp(prefix="embedlog-sandbox-") if own_dir else args.data_dir
+    ).absolute()
     data_dir.mkdir(parents=True, exist_ok=True)
     zk: zkserver.ZooKeeperServer | None = None
     cluster: LocalCluster | None = None
@@ -130,7 +134,7 @@ def _sandbox(args: argparse.Namespace) -> int:
                     zkserver.find_java()
                 except zkserver.ZooKeeperNotInstalled as exc:
                     return fail(
-                        f"embedlog sandbox: {exc}\n(the sandbox shares metadata with other "
+                        f"{PROG}: error: {exc}\n(the sandbox shares metadata with other "
                         "processes through ZooKeeper; or pass --metadata-uri "
                         "zk://host:port/path to use a running one)"
                     )
@@ -166,7 +170,7 @@ def _sandbox(args: argparse.Namespace) -> int:
                 try:
                     exporter = serve_metrics(cluster, args.metrics_port)
                 except (ImportError, OSError) as exc:
-                    return fail(f"embedlog sandbox: cannot serve metrics: {exc}")
+                    return fail(f"{PROG}: error: cannot serve metrics: {exc}")
                 print(f"Prometheus metrics: {exporter.url}")
             _say("sandbox running; Ctrl-C to stop")
             signals.stop.wait()

@@ -85,7 +85,9 @@ class ZooKeeperServer:
     def __init__(self, workdir: Path, port: int = 0) -> None:
         """``port`` 0 picks a free port (and retries if another process takes it first);
         a fixed port keeps the URI, and the data under ``workdir``, the same across runs."""
-        self.workdir = workdir
+        # Absolute: the JVM runs in ``workdir`` and is given the config's path, so a
+        # relative one would name a file under workdir/workdir.
+        self.workdir = Path(workdir).absolute()
         self.port = port
         self._fixed_port = port
         self._proc: subprocess.Popen[bytes] | None = None

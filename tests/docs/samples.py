@@ -16,6 +16,11 @@ directive comment, ``<!-- sample: WORD[; WORD ...] -->``, that says how it runs:
 - ``run`` — a shell block that is run (with bash, in the page's directory); other
   shell blocks are only checked: each ``embedlog`` command in them must name
   subcommands and options that exist.
+- ``background`` (with ``run``) — a shell block that starts a server a reader leaves
+  running (``embedlog sandbox``): the page goes on once it prints its ``... Ctrl-C to
+  stop`` line, and it is stopped with Ctrl-C (SIGINT) after the page's last block; it
+  must then exit 0. The URI it prints (``metadata URI: zk://...``) stands in for
+  ``zk://127.0.0.1:PORT/embedlog`` in the page's later blocks, as a reader pastes it.
 
 A Python block that defines ``test_*`` functions is a test file of a user's project:
 it runs under pytest in a project of its own, and every test in it must pass.
@@ -34,7 +39,9 @@ PYTHON = frozenset({"python", "py"})
 SHELL = frozenset({"bash", "sh", "shell", "console", ""})
 _FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
 _DIRECTIVE = re.compile(r"^<!--\s*sample:\s*(.*?)\s*-->\s*$")
-_WORDS = frozenset({"continues", "cluster", "zookeeper", "run", "reference"})
+_WORDS = frozenset({"continues", "cluster", "zookeeper", "run", "background", "reference"})
+# How a page writes the URI a background server prints (the reader pastes the real one).
+SANDBOX_URI = "zk://127.0.0.1:PORT/embedlog"
 _PREFIXES = (["embedlog"], ["python", "-m", "embedlog"], ["python3", "-m", "embedlog"])
 
 
@@ -92,6 +99,8 @@ def parse_directive(text: str, where: str) -> tuple[frozenset[str], str | None]:
             words.add(part)
         else:
             raise SampleError(f"{where}: unknown sample directive {part!r}")
+    if "background" in words and "run" not in words:
+        raise SampleError(f"{where}: 'background' is for shell blocks that 'run'")
     return frozenset(words), skip
 
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import re
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ import pytest
 
 # tests/docs/ is on sys.path (pytest puts a test directory without __init__.py there).
 from samples import (
+    SANDBOX_URI,
     Sample,
     SampleError,
     inline_commands,
@@ -137,6 +141,85 @@ def test_every_embedlog_command_on_the_page_exists(page):
 # -- running the samples -------------------------------------------------------------------
 
 
+# Guards against a hang, not a measure: a cold JVM and three bookies on a loaded machine.
+READY_WAIT = 180.0
+STOP_WAIT = 120.0
+_URI_LINE = re.compile(r"^metadata URI: (zk://\S+)$")
+
+
+def _shell_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # `embedlog` is this interpreter's, even when the scripts dir is not on PATH.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+class Background:
+    """A ``background`` block's server: started with bash, left running for the page's
+    later blocks, then stopped with SIGINT as a reader's Ctrl-C stops it."""
+
+    def __init__(self, sample: Sample, workdir: Path) -> None:
+        self.sample = sample
+        self.output: list[str] = []
+        self.uri: str | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self.proc = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", sample.code],
+            cwd=workdir,
+            env=_shell_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own group: the SIGINT below reaches it alone
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def _next_line(self, wait: float) -> str | None:
+        try:
+            line = self._lines.get(timeout=wait)
+        except queue.Empty:
+            raise AssertionError(
+                f"{self.sample.where}: said nothing for {wait:g}s:\n" + "\n".join(self.output)
+            ) from None
+        if line is not None:
+            self.output.append(line)
+        return line
+
+    def wait_ready(self) -> None:
+        while (line := self._next_line(READY_WAIT)) is not None:
+            if match := _URI_LINE.match(line):
+                self.uri = match.group(1)
+            if "Ctrl-C to stop" in line:
+                return
+        raise AssertionError(
+            f"{self.sample.where} exited {self.proc.wait()} before it was ready:\n"
+            + "\n".join(self.output)
+        )
+
+    def stop(self) -> int:
+        """SIGINT, then the exit status (killed, and -9, if it does not stop)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            status = self.proc.wait(timeout=STOP_WAIT)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            status = self.proc.wait()
+        self._reader.join()
+        while self._lines.qsize():
+            if (line := self._lines.get()) is not None:
+                self.output.append(line)
+        return status
+
+
 class PageRun:
     """One page's samples, run in order in one directory."""
 
@@ -146,6 +229,15 @@ class PageRun:
         self.namespace: dict[str, Any] | None = None
         self.started: list[LocalCluster] = []
         self.clients: list[Client] = []
+        self.servers: list[Background] = []
+
+    def code(self, sample: Sample) -> str:
+        """The block as a reader runs it: with the URI a server of the page printed."""
+        uris = [s.uri for s in self.servers if s.uri is not None]
+        if SANDBOX_URI in sample.code:
+            assert uris, f"{sample.where}: names {SANDBOX_URI} but no server printed a URI"
+            return sample.code.replace(SANDBOX_URI, uris[-1])
+        return sample.code
 
     def python(self, sample: Sample) -> None:
         if sample.test_functions:
@@ -163,7 +255,7 @@ class PageRun:
         if "zookeeper" in sample.words:
             namespace["uri"] = self.request.getfixturevalue("embedlog_zookeeper").fresh_uri()
         # Padding keeps the page's line numbers in tracebacks: "docs/x.md", line 42.
-        source = "\n" * sample.line + sample.code
+        source = "\n" * sample.line + self.code(sample)
         exec(compile(source, str(ROOT / sample.page), "exec"), namespace)
         self.namespace = namespace
 
@@ -175,13 +267,15 @@ class PageRun:
         result.assert_outcomes(passed=len(sample.test_functions))
 
     def shell(self, sample: Sample) -> None:
-        env = dict(os.environ)
-        # `embedlog` is this interpreter's, even when the scripts dir is not on PATH.
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        if "background" in sample.words:
+            server = Background(sample, self.workdir)
+            self.servers.append(server)
+            server.wait_ready()
+            return
         done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", sample.code],
+            ["bash", "-euo", "pipefail", "-c", self.code(sample)],
             cwd=self.workdir,
-            env=env,
+            env=_shell_env(),
             capture_output=True,
             text=True,
         )
@@ -196,12 +290,20 @@ class PageRun:
             if isinstance(value, LocalCluster | Client):
                 yield value
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Stop what the page left running; what went wrong stopping its servers."""
         for thing in reversed(list(self.leftovers())):
             if isinstance(thing, LocalCluster):
                 thing.stop()
             else:
                 thing.close()
+        problems = []
+        for server in reversed(self.servers):
+            status = server.stop()
+            if status != 0:
+                said = "\n".join(server.output)
+                problems.append(f"{server.sample.where}: exited {status} on Ctrl-C:\n{said}")
+        return problems
 
 
 @pytest.mark.parametrize("page", PAGES_THAT_RUN)
@@ -216,8 +318,11 @@ def test_the_page_s_samples_run(page, request, tmp_path, monkeypatch):
                 run.python(sample)
             else:
                 run.shell(sample)
-    finally:
+    except BaseException:
         run.close()
+        raise
+    problems = run.close()
+    assert not problems, "\n".join(problems)
 
 
 def test_the_reference_names_only_members_that_exist(tmp_path):
@@ -308,6 +413,7 @@ def test_samples_of_a_page():
         ("<!-- sample: skip -->\n```python\nx\n```\n", "'skip' needs a reason"),
         ("<!-- sample: clusters -->\n```python\nx\n```\n", "unknown sample directive"),
         ("```python\nx\n", "never closed"),
+        ("<!-- sample: background -->\n```bash\nx\n```\n", "'background' is for shell"),
     ],
 )
 def test_malformed_samples_are_errors(text, message):

@@ -58,6 +58,6 @@ def test_sandbox_processes_with_metrics_is_one_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        "embedlog sandbox: --metrics-port with --processes: the bookies' metrics stay in "
+        "embedlog sandbox: error: --metrics-port with --processes: the bookies' metrics stay in "
         "their processes and are not exported yet; leave out one of the two"
     ]
