@@ -17,24 +17,60 @@ from embedlog.admin_ledger import public_metadata
 from embedlog.console import print_json, table
 
 
-def _bookie_list(args: argparse.Namespace) -> int:
+def bookie_rows(meta: Any) -> list[dict[str, Any]]:
+    """Every bookie of the cluster once: the registered ones (writable, then read-only:
+    a bookie going read-only may briefly be under both), then those with a cookie that
+    are not registered, as ``down`` with the address their cookie recorded."""
+    writable = sorted(meta.writable_bookies())
+    readonly = sorted(set(meta.readonly_bookies()) - set(writable))
     rows: list[dict[str, Any]] = []
+    for state, ids in (("writable", writable), ("readonly", readonly)):
+        for bid in ids:
+            info = meta.bookie_info(bid) or {}
+            rows.append(
+                {
+                    "bookie_id": bid,
+                    "state": state,
+                    "address": info.get("address"),
+                    "rack": info.get("rack"),
+                }
+            )
+    for bid in sorted(set(meta.known_bookies()) - set(writable) - set(readonly)):
+        address = _cookie_address(meta, bid)
+        rows.append({"bookie_id": bid, "state": "down", "address": address, "rack": None})
+    return rows
+
+
+def _cookie_address(meta: Any, bookie_id: str) -> str | None:
+    from embedlog.bookie.cookie import Cookie
+    from embedlog.errors import CookieError
+
+    stored = meta.read_cookie(bookie_id)
+    try:
+        return None if stored is None else Cookie.from_bytes(stored[0]).address
+    except CookieError:
+        return None
+
+
+def _bookie_list(args: argparse.Namespace) -> int:
     with cli_access.metadata(args) as meta:
-        for state, readonly in (("writable", False), ("readonly", True)):
-            for bid, info in sorted(meta.bookie_infos(readonly=readonly).items()):
-                rows.append(
-                    {
-                        "bookie_id": bid,
-                        "state": state,
-                        "address": info.get("address"),
-                        "rack": info.get("rack"),
-                    }
-                )
+        rows = bookie_rows(meta)
     if args.json:
         print_json(rows)
-    else:
-        columns = ("BOOKIE", "STATE", "ADDRESS", "RACK")
-        print(table(columns, [[r["bookie_id"], r["state"], r["address"], r["rack"]] for r in rows]))
+        return 0
+    columns = ("BOOKIE", "STATE", "ADDRESS", "RACK")
+    print(table(columns, [[r["bookie_id"], r["state"], r["address"], r["rack"]] for r in rows]))
+    if not rows:
+        print(
+            "no bookie has booted in this cluster yet (none registered, no cookies)",
+            file=sys.stderr,
+        )
+    elif all(r["state"] == "down" for r in rows):
+        print(
+            f"no bookie is running: the {len(rows)} above booted here before (their cookies "
+            "say so); `embedlog bookie status` says how each one last was",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -83,7 +119,14 @@ def _bookie_fixcookie(args: argparse.Namespace) -> int:
 def bookie_statuses(meta: Any, bookie_id: str | None) -> dict[str, dict[str, Any]]:
     """bookie id -> {"running": writable|readonly|down, "status": its last published status}."""
     writable, readonly = set(meta.writable_bookies()), set(meta.readonly_bookies())
-    ids = [bookie_id] if bookie_id else meta.known_bookies()
+    known = meta.known_bookies()
+    if bookie_id and bookie_id not in {*known, *writable, *readonly}:
+        raise ValueError(
+            f"no bookie {bookie_id} in this cluster (not registered, no cookie); its bookies: "
+            f"{', '.join(sorted({*known, *writable, *readonly})) or 'none yet'} "
+            "(`embedlog bookie list`)"
+        )
+    ids = [bookie_id] if bookie_id else known
     out: dict[str, dict[str, Any]] = {}
     for bid in ids:
         running = "writable" if bid in writable else ("readonly" if bid in readonly else "down")
@@ -152,6 +195,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="full statuses as one JSON object")
     p.set_defaults(func=_bookie_status)
     __import__("embedlog.process.command").process.command.add_run_command(bookie)
+    __import__(
+        "embedlog.auditor.decommission_cli"
+    ).auditor.decommission_cli.add_decommission_command(bookie)
 
     add_sandbox_command(sub)
     add_auditor_commands(sub)
