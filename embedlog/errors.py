@@ -145,6 +145,12 @@ class MetadataError(BKError):
     code = -9
 
 
+class MetadataUnavailableError(MetadataError):
+    """The metadata store (ZooKeeper) did not answer within the metadata timeout: it is
+    down or unreachable. Nothing is known to have changed; calling again once it is back
+    is safe for reads (a write's outcome may be unknown, as for any MetadataError)."""
+
+
 class ClientClosedError(BKError, RuntimeError):
     """The client was closed, or its cluster stopped: make a new client to go on."""
 

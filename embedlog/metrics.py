@@ -126,7 +126,14 @@ class BookieMetrics:
 class ClientMetrics:
     """One client's counters, bumped by its writers and recoveries."""
 
-    __slots__ = ("add_latency_seconds", "adds", "adds_failed", "ensemble_changes", "recoveries")
+    __slots__ = (
+        "add_latency_seconds",
+        "adds",
+        "adds_failed",
+        "ensemble_changes",
+        "held_by_cursors",
+        "recoveries",
+    )
 
     def __init__(self) -> None:
         self.adds = 0  # acknowledged to the application
@@ -134,6 +141,12 @@ class ClientMetrics:
         self.add_latency_seconds = Histogram(LATENCY_BUCKETS)  # from add() to its ack
         self.ensemble_changes = 0
         self.recoveries = 0  # ledgers this client recovered (fenced and closed)
+        # Per stream this client writes: (entries, payload bytes) kept beyond its retention
+        # limits because a cursor holds retention back, as of the writer's last check.
+        self.held_by_cursors: dict[int, tuple[int, int]] = {}
+
+    def retention_held(self, ledger_id: int, entries: int, size: int) -> None:
+        self.held_by_cursors[ledger_id] = (entries, size)
 
 
 def sum_bookies(metrics: Iterable[BookieMetrics]) -> BookieMetrics:
@@ -157,6 +170,7 @@ def sum_clients(metrics: Iterable[ClientMetrics]) -> ClientMetrics:
         total.add_latency_seconds.merge(m.add_latency_seconds)
         total.ensemble_changes += m.ensemble_changes
         total.recoveries += m.recoveries
+        total.held_by_cursors.update(m.held_by_cursors)
     return total
 
 
@@ -175,7 +189,12 @@ def flatten(bookies: BookieMetrics, clients: ClientMetrics) -> dict[str, float]:
         **bookies.journal_fsync_seconds.summary("journal_fsync_seconds"),
         **bookies.journal_group_records.summary("journal_group_records"),
         **bookies.flush_seconds.summary("flush_seconds"),
+        "retention_held_entries": sum(e for e, _ in clients.held_by_cursors.values()),
+        "retention_held_bytes": sum(b for _, b in clients.held_by_cursors.values()),
     }
+    for lid, (entries, size) in sorted(clients.held_by_cursors.items()):
+        out[f"stream_{lid}_retention_held_entries"] = entries
+        out[f"stream_{lid}_retention_held_bytes"] = size
     return out
 
 

@@ -1,5 +1,6 @@
 """The auditor: BP-34 cluster metadata checker, its entry-availability encoding, re-replication,
-and the periodic daemon that runs them.
+the periodic daemon that runs them, and decommissioning a bookie (re-replication of
+everything on it).
 
 ``AvailabilityOfEntries`` loads eagerly (bookies use it to answer LIST_ENTRIES);
 the checker and the replicator load on first use, so a bookie does not pull in
@@ -17,6 +18,10 @@ __getattr__ = lazy_exports(
         "Violation": "embedlog.auditor.checker",
         "LedgerCheck": "embedlog.auditor.checker",
         "CATEGORIES": "embedlog.auditor.checker",
+        "DecommissionRefusedError": "embedlog.auditor.decommission",
+        "DecommissionResult": "embedlog.auditor.decommission",
+        "Decommissioner": "embedlog.auditor.decommission",
+        "decommission_cluster": "embedlog.auditor.decommission",
         "PeriodicAuditor": "embedlog.auditor.periodic",
         "Replicator": "embedlog.auditor.replication",
         "ReplicationResult": "embedlog.auditor.replication",
@@ -28,6 +33,9 @@ __getattr__ = lazy_exports(
 __all__ = [
     "CATEGORIES",
     "AvailabilityOfEntries",
+    "DecommissionRefusedError",
+    "DecommissionResult",
+    "Decommissioner",
     "LedgerCheck",
     "MetadataChecker",
     "PeriodicAuditor",
@@ -37,5 +45,6 @@ __all__ = [
     "SequenceGroup",
     "Violation",
     "check_cluster",
+    "decommission_cluster",
     "replicate_cluster",
 ]

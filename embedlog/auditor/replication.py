@@ -9,8 +9,9 @@ the sealed fragments of an open one: whatever the checker checked):
 2. for every bookie of its ensembles that did not answer: choose a replacement
    with the placement policy, copy every entry the write sets assign the old
    bookie to the replacement (read from a peer replica, written with the
-   recovery flag so that a fenced ledger accepts it), and only then swap the
-   bookie in those fragments by compare-and-swap on the metadata. An open
+   recovery flag so that a fenced ledger accepts it), verify that the replacement
+   lists them all, and only then swap the bookie in those fragments by
+   compare-and-swap on the metadata. An open
    ledger has a live writer: the swap keeps its state, term and last fragment,
    and on a version conflict (the writer started a fragment) it re-reads and
    swaps again in the fragments that are still as they were copied. A ledger
@@ -45,6 +46,7 @@ from embedlog.auditor.rules import (
     format_ids,
     fragment_ranges,
     may_swap_bookies,
+    replacement_exclusions,
     swap_bookie,
 )
 from embedlog.errors import (
@@ -230,10 +232,7 @@ class Replicator:
             return md
         available = await self.metadata.call(self.metadata.bookie_infos)
         ensemble = ranges[0][2]
-        # Only the ensembles the new bookie joins must not hold it already. Excluding every
-        # bookie of the ledger would leave no candidate for a long unbounded stream, whose
-        # fragments spread over the whole cluster.
-        exclude = {b for _, _, ens in ranges for b in ens}
+        exclude = replacement_exclusions(ranges)
         try:
             new = self.placement.replace_bookie(
                 list(ensemble), ensemble.index(old), md.write_quorum, available, exclude
@@ -251,6 +250,8 @@ class Replicator:
                 f"{old} not replaced: only {copied} of its {len(ids)} entries reached {new}"
             )
             return md
+        if not await self._arrived(md.ledger_id, old, new, ids, repair):
+            return md
         updated = await self._swap(md, old, new, ranges, repair)
         if updated is None:
             return md
@@ -258,6 +259,23 @@ class Replicator:
         held[new] = AvailabilityOfEntries.from_entry_ids(ids)
         log.info("replicator: ledger %d: %s replaced by %s", md.ledger_id, old, new)
         return updated
+
+    async def _arrived(
+        self, lid: int, old: str, new: str, ids: list[int], repair: LedgerRepair
+    ) -> bool:
+        """Whether ``new`` lists every one of ``ids``: each add answered EOK, and the copy is
+        verified once more, by what the bookie lists it holds, before the metadata names ``new``."""
+        if not ids:
+            return True
+        held, why = await self.checker.list_entries(new, lid)
+        lacking = [] if held is None else [e for e in ids if not held.contains(e)]
+        if held is None or lacking:
+            problem = f"it lacks {format_ids(lacking)}" if held is not None else why
+            repair.failures.append(
+                f"{old} not replaced: the copy on {new} did not verify ({problem})"
+            )
+            return False
+        return True
 
     async def _swap(
         self,

@@ -233,6 +233,17 @@ def may_swap_bookies(md: LedgerMetadata) -> bool:
     return md.state is not LedgerState.IN_RECOVERY
 
 
+def replacement_exclusions(ranges: Collection[FragmentRange]) -> set[str]:
+    """Bookies that cannot replace one bookie in all of ``ranges`` at once: every member of
+    those fragments (an ensemble never holds a bookie twice).
+
+    Only the ensembles the new bookie joins: excluding every bookie of the ledger would
+    leave no candidate for a long unbounded stream, whose fragments spread over the whole
+    cluster.
+    """
+    return {b for _, _, ensemble in ranges for b in ensemble}
+
+
 def swap_bookie(
     md: LedgerMetadata, old: str, new: str, copied: Collection[FragmentRange]
 ) -> LedgerMetadata | None:

@@ -150,9 +150,11 @@ class Adds(Refusals):
         if isinstance(plan, Response):
             return plan
         if plan.truncate:
-            await self._truncate(
+            truncated = await self._truncate(
                 req.ledger_id, plan.info, req.entry_id, req.term, digest_len_of_noop(req.body)
             )
+            if truncated is None:  # dropped while the truncation waited
+                return self._tombstone_answer(req) or self._refusal(req, StatusCode.EDELETED)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._store_add(req, plan, settle(fut))
         await fut
@@ -186,6 +188,8 @@ class Adds(Refusals):
             if not accepted or (len(req.body) > MAX_PACKED_ENTRY and oversized(accepted)):
                 return self._refusal(req, StatusCode.EBADREQ, statuses)
         info = storage.info(lid)
+        if info is None and (dropped := self._tombstone_answer(req, statuses)) is not None:
+            return dropped
         if key_verdict(req, info) is KeyVerdict.REFUSED:
             return self._refusal(req, StatusCode.EUA, statuses)
         changed = info is None
@@ -301,9 +305,10 @@ class Adds(Refusals):
 
     async def _truncate(
         self, lid: int, info: LedgerInfo, at: int, term: int, digest_len: int | None
-    ) -> bool:
+    ) -> bool | None:
         """Drop the older terms' entries above ``at``, once per ``term``
-        (``truncated_term``); False if this term's truncation was done already.
+        (``truncated_term``); False if this term's truncation was done already, None if
+        the ledger was dropped (tombstones.py) while this waited for the lock.
 
         Only older terms' entries (``truncation.dropped_by_truncation``, told apart by the
         ledger's ``digest_len``): this term's own may have come first (a resend, a TRIM
@@ -320,6 +325,8 @@ class Adds(Refusals):
         storage, journal = self.storage, self.journal
         assert storage is not None and journal is not None
         async with storage.exclusive():
+            if storage.dropped(lid):
+                return None  # its state set again here would bring it back
             info = storage.info(lid) or info
             if term != NO_TERM and term <= info.truncated_term:
                 return False

@@ -26,7 +26,7 @@ from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.registration import Registration
 from embedlog.bookie.repair import Repairer
 from embedlog.bookie.requests import Requests
-from embedlog.errors import BookieIOError
+from embedlog.errors import BookieIOError, LedgerDeletedError
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
 from embedlog.metrics import BookieMetrics
@@ -259,8 +259,14 @@ class Bookie(Requests, Boot):
         master_key: bytes | None = None,
     ) -> None:
         """Durably change a ledger's flags. A record it creates without ``master_key``
-        accepts no request that changes the ledger's state (keys.py)."""
+        accepts no request that changes the ledger's state (keys.py). LedgerDeletedError
+        for a ledger the bookie dropped (tombstones.py)."""
         assert self.storage is not None
+        if self.storage.dropped(ledger_id):
+            raise LedgerDeletedError(
+                f"bookie {self.bookie_id} dropped ledger {ledger_id} (it was deleted) and "
+                "keeps a tombstone of it: it takes no state for it any more"
+            )
         info = self.storage.info(ledger_id) or LedgerInfo()
         if fenced is not None:
             info.fenced = fenced

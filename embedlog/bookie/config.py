@@ -80,6 +80,9 @@ class BookieConfig:
     # Issue #12, race 2 (the simulator's limbo-clears-at-first-resend): the old repair of an
     # open unbounded ledger, which cleared limbo up to the first add after the boot.
     unsafe_limbo_clears_at_first_resend: bool = False
+    # No tombstones (embedlog/bookie/tombstones.py): a dropped ledger is forgotten, and the
+    # next add of its old writer brings it back and is acknowledged (issue #27).
+    unsafe_forget_deletions: bool = False
 
     def __attrs_post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):

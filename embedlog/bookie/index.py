@@ -3,6 +3,10 @@
 Keys:
     b"E" ledger i64 entry i64  -> log id u32 | offset u64 | length u32
     b"L" ledger i64            -> LedgerInfo (JSON)
+    b"D" ledger i64            -> master key (20 bytes, or empty): the ledger was dropped
+                                  (deleted or garbage collected); kept for the bookie's
+                                  life, written in the batch that deletes its ``L`` key
+                                  (embedlog/bookie/tombstones.py)
     b"Munclean"                -> present while the bookie runs (unclean-shutdown bit)
     b"Mcheckpoint"             -> journal LSN u64 covered by ledger storage
     b"Mnojournal"              -> present when the last run acked adds without the journal
@@ -104,6 +108,10 @@ def ledger_key(ledger_id: int) -> bytes:
     return b"L" + LEDGER.pack(ledger_id)
 
 
+def tombstone_key(ledger_id: int) -> bytes:
+    return b"D" + LEDGER.pack(ledger_id)
+
+
 class LedgerIndex:
     def __init__(self, path: Path, *, create: bool = False, disk: Disk = REAL_DISK) -> None:
         """Open the index at ``path`` on ``disk``; ``create`` makes a new one when there is
@@ -148,6 +156,15 @@ class LedgerIndex:
     def ledgers(self) -> Iterator[tuple[int, LedgerInfo]]:
         for key, value in self._scan(b"L"):
             yield LEDGER.unpack(key[1:])[0], LedgerInfo.from_json(value)
+
+    def tombstone(self, ledger_id: int) -> bytes | None:
+        """The master key kept with the ledger's tombstone; None if it has none."""
+        return self._get(tombstone_key(ledger_id))
+
+    def tombstones(self) -> Iterator[int]:
+        """The ids of every ledger this index holds a tombstone of."""
+        for key in self._scan(b"D", include_value=False):
+            yield LEDGER.unpack(key[1:])[0]
 
     def location(self, ledger_id: int, entry_id: int) -> tuple[int, int, int] | None:
         raw = self._get(entry_key(ledger_id, entry_id))
@@ -238,10 +255,12 @@ class LedgerIndex:
         deletes: Iterable[tuple[int, int]] = (),
         checkpoint: int | None = None,
         log_ends: dict[int, int] | None = None,
+        tombstones: dict[int, bytes] | None = None,
     ) -> None:
         """One synced batch: entry locations (per ledger: entry ids and their packed
-        locations), ledger states (None deletes), entry deletions, and how far into the
-        entry logs they were written the locations now reach (``log_ends``)."""
+        locations), ledger states (None deletes), entry deletions, how far into the
+        entry logs they were written the locations now reach (``log_ends``), and the
+        tombstones of dropped ledgers (ledger -> its master key)."""
         with self.db.batch() as batch:
             for log_id, end in (log_ends or {}).items():
                 batch.put(_LOG_KEY.pack(b"G", log_id), _LOG_END.pack(end))
@@ -259,5 +278,7 @@ class LedgerIndex:
                     batch.delete(ledger_key(lid))
                 else:
                     batch.put(ledger_key(lid), info.to_json())
+            for lid, key in (tombstones or {}).items():
+                batch.put(tombstone_key(lid), key)
             if checkpoint is not None:
                 batch.put(CHECKPOINT, struct.pack(">Q", checkpoint))

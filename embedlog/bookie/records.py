@@ -10,7 +10,8 @@ record as a whole):
   ``entry`` dropped and the state, whose truncated_term says so, set in one record.
 
 The request path writes them (embedlog/bookie/adds.py, embedlog/bookie/base.py), the
-boot replays them (embedlog/bookie/boot.py).
+boot replays them (embedlog/bookie/boot.py). A record of a ledger the bookie dropped
+(tombstones.py) is skipped: replay must not bring a deleted ledger back.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ _STATE = struct.Struct(">cq")
 _TRUNCATE = struct.Struct(">cqq")
 _TRUNCATE_IDS = struct.Struct(">cqqI")  # a truncation that drops only the ids listed
 _ID = struct.Struct(">q")
+_KINDS = (b"A", b"B", b"S", b"T", b"U")  # each starts with its ledger's id after the kind
 
 
 # Each kind's fixed head, which a record of that kind always extends past (an entry, a
@@ -82,8 +84,13 @@ def truncate_record(
 
 
 def replay(storage: LedgerStorage, payload: bytes) -> None:
-    """Apply one journal record to ``storage`` (a record of another kind changes nothing)."""
+    """Apply one journal record to ``storage`` (a record of another kind, or of a ledger
+    the bookie dropped, changes nothing)."""
     kind = payload[:1]
+    if kind in _KINDS and storage.dropped(_ID.unpack_from(payload, 1)[0]):
+        # The drop's index batch moved the checkpoint past every record the ledger had
+        # then, and a tombstone admits no new one: this is defence in depth.
+        return
     if kind == b"A":
         _, lid, eid = _ADD.unpack_from(payload)
         storage.put(lid, eid, payload[_ADD.size :])

@@ -4,7 +4,9 @@ it must not give.
 The rule it never breaks: an entry the index says it holds is returned or the read
 fails with EIO; it is never reported as missing. A limbo ledger (BP-46) answers
 EUNKNOWN where it would otherwise say NoSuchEntry/NoSuchLedger. A disk error that is
-not a damaged record makes the bookie read-only (embedlog/bookie/flushing.py).
+not a damaged record makes the bookie read-only (embedlog/bookie/flushing.py). A ledger
+the bookie dropped refuses every change with EDELETED (``_tombstone_answer``; the rule is
+``tombstones.tombstone_verdict``) and reads as one it never held, NoSuchLedger.
 
 A part of the Bookie (embedlog/bookie/base.py), used by the add path and the other
 requests.
@@ -17,6 +19,7 @@ import logging
 from embedlog.bookie.base import BookieState
 from embedlog.bookie.flushing import Flushing
 from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.tombstones import tombstone_verdict
 from embedlog.errors import BookieIOError
 from embedlog.transport.server import BookieGoneError, Reply
 from embedlog.wire.codes import StatusCode
@@ -75,6 +78,19 @@ class Refusals(Flushing):
         self.flush_health.met(exc)
         self._go_readonly()
         return self._refusal(req, StatusCode.EIO)
+
+    def _tombstone_answer(self, req: Request, statuses: list[int] | None = None) -> Response | None:
+        """The answer to ``req`` when its ledger is one this bookie dropped and ``req``
+        would change it (tombstones.py); None otherwise. Asked where the bookie holds no
+        state of the ledger: a dropped ledger has none."""
+        assert self.storage is not None
+        key = self.storage.tombstone(req.ledger_id)
+        status = None if key is None else tombstone_verdict(req, key)
+        if status is None:
+            return None
+        if status == StatusCode.EOK:  # a DELETE_LEDGER done already
+            return Response.to(req, status, entry_id=req.entry_id)
+        return self._refusal(req, status, statuses)
 
     def _missing(self, req: Request, info: LedgerInfo | None, status: StatusCode) -> Response:
         """An explicit negative, unless the ledger is in limbo: then we cannot know."""

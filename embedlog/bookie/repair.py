@@ -56,6 +56,8 @@ class BookieForRepair(Protocol):
 
     def limbo_ledgers(self) -> list[int]: ...
 
+    def dropped_here(self, ledger_id: int) -> bool: ...
+
     async def read_metadata(self, ledger_id: int) -> LedgerMetadata: ...
 
     def holds_readable(self, ledger_id: int, entry_id: int) -> bool: ...
@@ -205,6 +207,9 @@ class Repairer:
     async def _repair(self, lid: int) -> bool:
         """Repair one ledger; False leaves it for a later round (reason in ``waiting``)."""
         p = self.progress
+        if self.bookie.dropped_here(lid):
+            p.waiting.pop(lid, None)
+            return True  # deleted: nothing to hold any more, whatever the metadata says
         try:
             md = await self.bookie.read_metadata(lid)
         except NoSuchLedgerInMetadataError:

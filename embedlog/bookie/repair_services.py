@@ -34,12 +34,18 @@ class RepairServices(BookieBase):
 
     async def ledgers_to_protect(self) -> list[tuple[LedgerMetadata, Protection]]:
         """What BP-46 phase one does to each ledger of the cluster (``integrity``:
-        ``owes_entries`` and ``protection_for``), for those it does something to."""
+        ``owes_entries`` and ``protection_for``), for those it does something to.
+
+        Not to a ledger this bookie dropped (tombstones.py), though its metadata may not
+        be gone yet (a delete under way): it owes nothing of a deleted ledger, and a fence
+        or limbo record would give it state again."""
         assert self.storage is not None
         held = set(self.storage.ledger_ids())
         me, skip = self.bookie_id, self.config.unsafe_skip_fence_on_boot
         plans = []
         for md in await self._scan_metadata(lambda md: True):
+            if self.storage.dropped(md.ledger_id):
+                continue
             owes = owes_entries(md, me, held=md.ledger_id in held)
             plan = protection_for(md, owes=owes, skip_fence=skip)
             if plan.fence or plan.limbo or plan.term is not None:
@@ -84,9 +90,17 @@ class RepairServices(BookieBase):
         except BookieIOError:
             return False  # indexed, but its entry log is gone or damaged: copy it again
 
-    def store_repaired(self, ledger_id: int, entry_id: int, body: bytes, key: bytes) -> None:
-        """Keep an entry copied from a peer (made durable by the repairer's next flush)."""
+    def dropped_here(self, ledger_id: int) -> bool:
+        """This bookie dropped the ledger (tombstones.py): there is nothing to repair."""
         assert self.storage is not None
+        return self.storage.dropped(ledger_id)
+
+    def store_repaired(self, ledger_id: int, entry_id: int, body: bytes, key: bytes) -> None:
+        """Keep an entry copied from a peer (made durable by the repairer's next flush);
+        not one of a ledger dropped while it was copied."""
+        assert self.storage is not None
+        if self.storage.dropped(ledger_id):
+            return
         if self.storage.info(ledger_id) is None:
             self.storage.set_info(ledger_id, LedgerInfo(master_key=key.hex(), limbo=True))
         self.storage.put(ledger_id, entry_id, body)

@@ -4,10 +4,12 @@ reads (fencing and term-raising ones too), READ_BATCH, READ_LAC (long poll), WRI
 LIST_ENTRIES, DELETE_LEDGER and TRIM (below, and above for unbounded ledgers).
 
 A request that would change a ledger's state must prove the ledger's master key
-(embedlog/bookie/keys.py); refused with EUA, it changes nothing. How a request is
-refused or fails, and the negatives a bookie must not give, are in refusals.py. A
-limbo ledger (BP-46) answers EUNKNOWN to the auditor's LIST_ENTRIES: a list is a
-negative for every id it leaves out. A part of the Bookie (embedlog/bookie/base.py).
+(embedlog/bookie/keys.py); refused with EUA, it changes nothing. Nor may it change a
+ledger the bookie dropped (deleted, or garbage collected): EDELETED (tombstones.py).
+How a request is refused or fails, and the negatives a bookie must not give, are in
+refusals.py. A limbo ledger (BP-46) answers EUNKNOWN to the auditor's LIST_ENTRIES: a
+list is a negative for every id it leaves out. A part of the Bookie
+(embedlog/bookie/base.py).
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class Requests(Adds):
         if verdict is KeyVerdict.REFUSED:
             return Response.to(req, StatusCode.EUA, entry_id=eid)
         if verdict is not KeyVerdict.KEYLESS:  # a fence or a term: state to change
+            if info is None and (dropped := self._tombstone_answer(req)) is not None:
+                return dropped
             fencing = bool(req.flags & ReadFlags.FENCE)
             new = info is None
             if info is None:
@@ -188,6 +192,8 @@ class Requests(Adds):
     def _write_lac(self, req: Request) -> Response:
         assert self.storage is not None
         info = self.storage.info(req.ledger_id)
+        if info is None and (dropped := self._tombstone_answer(req)) is not None:
+            return dropped
         if key_verdict(req, info) is KeyVerdict.REFUSED:
             return Response.to(req, StatusCode.EUA)
         if info is None:
@@ -226,6 +232,12 @@ class Requests(Adds):
         if req.op == OpCode.TRIM and req.flags & TrimFlags.ABOVE:
             return await self._clean_above(req)
         info = self.storage.info(lid)
+        if info is None and (dropped := self._tombstone_answer(req)) is not None:
+            if dropped.status == StatusCode.EOK and lid in self.storage.tombstones.pending:
+                # Asked again while the first drop runs (or after it failed): answered
+                # once the tombstone is durable, by this drop or the first one.
+                await self.drop_ledgers([lid])
+            return dropped
         if key_verdict(req, info) is KeyVerdict.REFUSED:
             return Response.to(req, StatusCode.EUA)
         if info is None:
@@ -243,6 +255,8 @@ class Requests(Adds):
         if req.term == NO_TERM:
             return Response.to(req, StatusCode.EBADREQ)
         info = self.storage.info(lid)
+        if info is None and (dropped := self._tombstone_answer(req)) is not None:
+            return dropped
         if key_verdict(req, info) is KeyVerdict.REFUSED:
             return Response.to(req, StatusCode.EUA)
         digest_len = digest_len_of_trim(req.body)
@@ -253,7 +267,10 @@ class Requests(Adds):
         refused, changed = self._check_term(req, info)
         if refused:
             return Response.to(req, StatusCode.EINVALIDTERM, term=info.term)
-        if not await self._truncate(lid, info, req.entry_id, req.term, digest_len):
+        truncated = await self._truncate(lid, info, req.entry_id, req.term, digest_len)
+        if truncated is None:  # dropped while the truncation waited
+            return self._tombstone_answer(req) or self._refusal(req, StatusCode.EDELETED)
+        if not truncated:
             if changed:
                 fut = self._journal_state(lid, info, wait=True)
                 assert fut is not None

@@ -25,6 +25,7 @@ from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK, Disk
 from embedlog.bookie.entrylog import EntryLogs, damaged_logs
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
+from embedlog.bookie.tombstones import Tombstones
 from embedlog.dirlock import DirLockedError
 from embedlog.errors import BookieIOError
 from embedlog.wire.entry import parse_header
@@ -90,6 +91,7 @@ class LedgerStorage:
         self._infos: dict[int, LedgerInfo] = {}
         self._dirty: set[int] = set()
         self._deleted: set[int] = set()  # ledgers deleted since the last flush
+        self.tombstones = Tombstones(self.index, keep=not config.unsafe_forget_deletions)
         self._flush_lock = asyncio.Lock()
         self._checkpoint = self.index.checkpoint()  # the journal LSN the index last recorded
         self.flushes = 0
@@ -141,6 +143,15 @@ class LedgerStorage:
         self._infos[ledger_id] = info
         self._deleted.discard(ledger_id)
         self._dirty.add(ledger_id)
+
+    def tombstone(self, ledger_id: int) -> bytes | None:
+        """The key kept with the ledger's tombstone (tombstones.py): the bookie dropped
+        the ledger, and holds nothing of it; None when it holds no tombstone of it."""
+        return self.tombstones.key(ledger_id)
+
+    def dropped(self, ledger_id: int) -> bool:
+        """The bookie dropped the ledger (a tombstone and no state of it)."""
+        return self.info(ledger_id) is None and self.tombstone(ledger_id) is not None
 
     def ledger_ids(self) -> list[int]:
         ids = {lid for lid, _ in self.index.ledgers()} | set(self._infos)
@@ -302,6 +313,7 @@ class LedgerStorage:
             not self.cache
             and not self._dirty
             and not self._deleted
+            and not self.tombstones.pending
             and checkpoint == self._checkpoint
         )
 
@@ -318,12 +330,13 @@ class LedgerStorage:
         infos += [(lid, None) for lid in self._deleted]
         self._dirty.clear()
         deleted = set(self._deleted)
+        graves = dict(self.tombstones.pending)
         written = infos
         if cut is not None and cut[1] == "all":
             written = [(lid, info) for lid, info in infos if lid != cut[0]] + [(cut[0], None)]
         try:
             await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._flush_sync, snapshot, written, checkpoint, cut
+                self._executor, self._flush_sync, snapshot, written, checkpoint, cut, graves
             )
         except BaseException:
             # Nothing of this flush is known to be in the index: keep every state dirty,
@@ -342,6 +355,7 @@ class LedgerStorage:
         finally:
             self._flushing = {}
         self._deleted -= deleted
+        self.tombstones.written(graves)
         if checkpoint is not None:
             self._checkpoint = checkpoint
         self.flushes += 1
@@ -352,6 +366,7 @@ class LedgerStorage:
         infos: list[tuple[int, LedgerInfo | None]],
         checkpoint: int | None,
         cut: CutSpec | None = None,
+        graves: dict[int, bytes] | None = None,
     ) -> None:
         locations = []
         first_log = self.logs.current_id
@@ -368,7 +383,7 @@ class LedgerStorage:
         if cut is not None and cut[1] != "all":
             lid, how, at, only = cut
             deletes += [(lid, e) for e in self.index.entry_ids(lid) if not _keeps(how, at, e, only)]
-        self.index.commit(locations, infos, deletes, checkpoint, log_ends)
+        self.index.commit(locations, infos, deletes, checkpoint, log_ends, graves)
 
     def exclusive(self) -> asyncio.Lock:
         """Held by a cut (``cut_locked``) and what must come just before it: no flush runs
@@ -430,9 +445,22 @@ class LedgerStorage:
             self.cache_bytes -= sum(map(len, gone.values()))
 
     async def drop_ledgers(self, ledger_ids: Collection[int], checkpoint: int) -> None:
-        """Durably drop everything of each ledger, its entries and its state: one synced
-        index batch for all of them, with ``checkpoint``, so that journal replay cannot
-        bring any back (a deletion, or garbage collection dropping many at once)."""
+        """Durably drop everything of each ledger, its entries and its state, and keep its
+        tombstone: one synced index batch for all of them, with ``checkpoint``, so that
+        journal replay cannot bring any back (a deletion, or garbage collection dropping
+        many at once).
+
+        The tombstones take effect at once, before the flush lock is waited for: from
+        here on the ledgers have no state and every request that would give them some is
+        refused (tombstones.py), so nothing arriving while the drop runs is acknowledged
+        and then dropped, or brings the ledger back."""
+        for lid in ledger_ids:
+            info = self.info(lid)
+            key = bytes.fromhex(info.master_key) if info is not None else b""
+            self.tombstones.bury(lid, key)
+            self._infos.pop(lid, None)
+            self._dirty.discard(lid)
+            self._deleted.add(lid)
         async with self._flush_lock:
             for lid in ledger_ids:
                 self.drop_cached(lid, "all", 0)

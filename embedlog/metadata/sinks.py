@@ -9,11 +9,14 @@ stream's cursors, outside the ledger's node, for the same reason: the stream's w
 changes that node by compare-and-swap, and these records change once or twice a batch.
 Every change is a compare-and-swap on the record's version, so a writer that was
 displaced (fenced by a takeover) cannot overwrite what its successor wrote. Records go
-with the stream: ``Client.delete_ledger`` drops them with its cursors.
+with the stream: ``Client.delete_ledger`` drops them with its cursors, and a write that
+races the delete raises LedgerDeletedError and leaves nothing behind.
 """
 
 from __future__ import annotations
 
+from embedlog.errors import LedgerDeletedError
+from embedlog.metadata.client import ledger_path
 from embedlog.metadata.store import MetadataStore, NoNodeError
 
 SINKS = "/streams/sinks"
@@ -45,9 +48,22 @@ def write(store: MetadataStore, ledger_id: int, sink: str, data: bytes, version:
     """Store ``data`` as the record: created when ``version`` is None (NodeExistsError if
     it exists), else replaced if still at ``version`` (MetadataVersionError if not)."""
     path = f"{_base(ledger_id)}/{sink}"
-    if version is None:
-        return store.create(path, data)
-    return store.set(path, data, version)
+    if not store.exists(ledger_path(ledger_id)):
+        raise _deleted(ledger_id)
+    new = store.create(path, data) if version is None else store.set(path, data, version)
+    # The delete drops the ledger node before the records: a write it did not remove
+    # finds the ledger gone here, removes what it made and says so.
+    if not store.exists(ledger_path(ledger_id)):
+        delete_all(store, ledger_id)
+        raise _deleted(ledger_id)
+    return new
+
+
+def _deleted(ledger_id: int) -> LedgerDeletedError:
+    return LedgerDeletedError(
+        f"stream (ledger) {ledger_id} was deleted: a sink record of it cannot be written; "
+        "create the stream again (a new ledger) and write into that"
+    )
 
 
 def delete_all(store: MetadataStore, ledger_id: int) -> None:

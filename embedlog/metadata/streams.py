@@ -3,6 +3,7 @@
 Layout::
 
     /streams/names/<name>                  the ledger id the name points at (decimal)
+    /streams/cursors/<20-digit id>         the stream's decided trim point (JSON)
     /streams/cursors/<20-digit id>/<name>  a consumer's committed entry id (decimal)
 
 Both live outside the ledger's own node on purpose: the writer changes that node by
@@ -20,8 +21,17 @@ The calls are blocking, like the store's; the client runs them through ``ctx.met
 
 from __future__ import annotations
 
-from embedlog.errors import CursorRewindError, StreamNameTakenError
+import json
+from collections.abc import Callable
+
+from embedlog.errors import (
+    CursorRewindError,
+    LedgerDeletedError,
+    MetadataError,
+    StreamNameTakenError,
+)
 from embedlog.metadata.client import LEDGERS, ledger_path
+from embedlog.metadata.sinks import SINKS
 from embedlog.metadata.store import (
     MetadataStore,
     MetadataVersionError,
@@ -121,7 +131,99 @@ def free(store: MetadataStore, name: str, ledger_id: int) -> None:
         pass  # gone already, or taken anew by another ledger
 
 
-# -- cursors ----------------------------------------------------------------------------------
+# -- cursors and the trim point ---------------------------------------------------------------
+#
+# The node ``/streams/cursors/<id>`` (the parent of the stream's cursor nodes) holds the
+# stream's *decided trim point* as JSON, ``{"first_kept": F}``: every trim (retention or
+# ``trim()``) first raises F by compare-and-swap on this node, deciding from cursor
+# positions it read after reading F's version, and only then drops fragments below F
+# from the ledger node. A commit writes its cursor and then rewrites the node unchanged
+# at the version it read before writing the cursor (a "touch"). The two serialize on
+# the node's version: either the commit's touch came first, so the trim's read of the
+# cursors (after it read that version) sees the commit, or the trim's CAS came first, so
+# the touch fails and the commit reads the new F again (docs/unbounded.md, "Why a trim
+# never passes a committed cursor").
+
+_FIRST_KEPT = "first_kept"
+
+
+def _guard_path(ledger_id: int) -> str:
+    return _cursors_path(ledger_id)
+
+
+def _parse_guard(raw: bytes) -> int:
+    if not raw:  # made by a store that creates parents (ZooKeeper) before this layout
+        return 0
+    try:
+        return int(json.loads(raw)[_FIRST_KEPT])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MetadataError(f"the stream's trim point node holds {raw[:60]!r}: {exc}") from exc
+
+
+def _guard_bytes(first_kept: int) -> bytes:
+    return json.dumps({_FIRST_KEPT: first_kept}).encode()
+
+
+def deleted_error(ledger_id: int) -> LedgerDeletedError:
+    return LedgerDeletedError(
+        f"stream (ledger) {ledger_id} was deleted: its cursors, sink records and entries are "
+        "gone; create the stream again to go on"
+    )
+
+
+def _check_alive(store: MetadataStore, ledger_id: int) -> None:
+    """Raise LedgerDeletedError, after removing what a late write left of the stream, if
+    the ledger is gone. Called after a write under the stream's paths: the delete drops
+    the ledger node before those paths, so a write it did not remove finds it gone here."""
+    if store.exists(ledger_path(ledger_id)):
+        return
+    delete_all_cursors(store, ledger_id)
+    try:
+        store.delete(f"{SINKS}/{ledger_id:020d}")
+    except NoNodeError:
+        pass
+    raise deleted_error(ledger_id)
+
+
+def trim_point(store: MetadataStore, ledger_id: int) -> tuple[int, int]:
+    """(the decided trim point F, the node's version); made if the stream has none yet.
+
+    LedgerDeletedError if the ledger is gone.
+    """
+    path = _guard_path(ledger_id)
+    while True:
+        try:
+            raw, version = store.get(path)
+            return _parse_guard(raw), version
+        except NoNodeError:
+            pass
+        if not store.exists(ledger_path(ledger_id)):
+            raise deleted_error(ledger_id)
+        try:
+            store.create(path, _guard_bytes(0))
+        except NodeExistsError:
+            continue
+        _check_alive(store, ledger_id)  # deleted while it was made
+
+
+def raise_trim_point(
+    store: MetadataStore, ledger_id: int, decide: Callable[[int, dict[str, int]], int]
+) -> int:
+    """Decide and record a trim: ``decide(F, cursors)`` gives the wanted trim point from
+    the decided one and the cursor positions read after it; the node keeps the higher of
+    F and that (trims only ever move forward). Returns the trim point now decided, which
+    the caller then applies to the ledger's fragments."""
+    path = _guard_path(ledger_id)
+    while True:
+        first_kept, version = trim_point(store, ledger_id)
+        wanted = decide(first_kept, cursors(store, ledger_id))
+        if wanted <= first_kept:
+            return first_kept
+        try:
+            store.set(path, _guard_bytes(wanted), version)
+        except (MetadataVersionError, NoNodeError):
+            continue  # a commit or another trim moved first: read the cursors again
+        return wanted
 
 
 def cursors(store: MetadataStore, ledger_id: int) -> dict[str, int]:
@@ -135,9 +237,31 @@ def cursors(store: MetadataStore, ledger_id: int) -> dict[str, int]:
     return out
 
 
-def commit(store: MetadataStore, ledger_id: int, name: str, entry_id: int, force: bool) -> None:
-    """Store ``entry_id`` as cursor ``name``'s position, by compare-and-swap."""
+def commit(store: MetadataStore, ledger_id: int, name: str, entry_id: int, force: bool) -> int:
+    """Store ``entry_id`` as cursor ``name``'s position, by compare-and-swap; returns the
+    trim point decided when the commit took effect (a commit below it is a consumer that
+    fell behind a trim decided first: it resumes there, as after any trim).
+
+    LedgerDeletedError if the stream is gone (nothing is left behind).
+    """
     path = f"{_cursors_path(ledger_id)}/{name}"
+    while True:
+        first_kept, version = trim_point(store, ledger_id)
+        _write_cursor(store, ledger_id, path, name, entry_id, force)
+        try:  # the touch: fails if a trim was decided since ``version`` (module comment)
+            store.set(_guard_path(ledger_id), _guard_bytes(first_kept), version)
+        except MetadataVersionError:
+            continue
+        except NoNodeError:
+            _check_alive(store, ledger_id)
+            continue
+        _check_alive(store, ledger_id)
+        return first_kept
+
+
+def _write_cursor(
+    store: MetadataStore, ledger_id: int, path: str, name: str, entry_id: int, force: bool
+) -> None:
     data = str(entry_id).encode()
     while True:
         try:
@@ -175,7 +299,11 @@ def delete_cursor(store: MetadataStore, ledger_id: int, name: str) -> bool:
 
 
 def delete_all_cursors(store: MetadataStore, ledger_id: int) -> None:
+    """Drop the stream's cursors and its trim point node."""
+    base = _cursors_path(ledger_id)
+    for name in store.children(base):  # stores whose parents are implied keep no node
+        delete_cursor(store, ledger_id, name)
     try:
-        store.delete(_cursors_path(ledger_id))
+        store.delete(base)
     except NoNodeError:
         pass

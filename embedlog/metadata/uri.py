@@ -15,6 +15,9 @@ from pathlib import Path
 
 from embedlog.metadata.store import MetadataStore
 
+# Seconds a ZooKeeper store waits for ZooKeeper: to connect, then in each call.
+DEFAULT_METADATA_TIMEOUT = 10.0
+
 ACCEPTED_FORMS = (
     "None (embedded LevelDB under data_dir/metadata), 'memory://', "
     "or 'zk://host:port[,host:port...]/chroot'"
@@ -43,8 +46,17 @@ def parse_zk_uri(uri: str) -> tuple[str, str]:
     return hosts, chroot
 
 
-def open_store(uri: str | None, data_dir: Path, *, readonly: bool = False) -> MetadataStore:
+def open_store(
+    uri: str | None,
+    data_dir: Path,
+    *,
+    readonly: bool = False,
+    metadata_timeout: float = DEFAULT_METADATA_TIMEOUT,
+) -> MetadataStore:
     """Open the metadata store ``uri`` names (see the module docstring for the forms).
+
+    ``metadata_timeout``: how long a ZooKeeper store waits for ZooKeeper, to connect and
+    then in each call, before raising MetadataUnavailableError (a MetadataError).
 
     ``readonly``: a view that refuses writes and creates nothing: no ZooKeeper chroot is
     made (a missing one raises NoNodeError), and an embedded store is read from a private
@@ -78,7 +90,12 @@ def open_store(uri: str | None, data_dir: Path, *, readonly: bool = False) -> Me
         require("zk", f"ZooKeeper metadata ({uri})")
         from embedlog.metadata.zookeeper_store import DEFAULT_CHROOT, ZooKeeperMetadataStore
 
-        store = ZooKeeperMetadataStore(hosts, chroot or DEFAULT_CHROOT, create_chroot=not readonly)
+        store = ZooKeeperMetadataStore(
+            hosts,
+            chroot or DEFAULT_CHROOT,
+            metadata_timeout=metadata_timeout,
+            create_chroot=not readonly,
+        )
     else:
         raise _bad(uri, "unknown scheme")
     if readonly:
@@ -88,4 +105,4 @@ def open_store(uri: str | None, data_dir: Path, *, readonly: bool = False) -> Me
     return store
 
 
-__all__ = ["ACCEPTED_FORMS", "open_store", "parse_zk_uri"]
+__all__ = ["ACCEPTED_FORMS", "DEFAULT_METADATA_TIMEOUT", "open_store", "parse_zk_uri"]

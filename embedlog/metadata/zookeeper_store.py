@@ -16,23 +16,30 @@ implies become real (empty) nodes, so they exist for ``get`` and cannot be
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
     KazooException,
     NotEmptyError,
+    OperationTimeoutError,
     RolledBackError,
+    SessionExpiredError,
 )
 from kazoo.exceptions import NodeExistsError as KazooNodeExistsError
 from kazoo.exceptions import NoNodeError as KazooNoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.interfaces import IAsyncResult
 
-from embedlog.errors import MetadataError
+from embedlog.errors import MetadataError, MetadataUnavailableError
 from embedlog.metadata.memory import normalize
 from embedlog.metadata.store import (
     ANY_VERSION,
@@ -41,11 +48,18 @@ from embedlog.metadata.store import (
     NodeExistsError,
     NoNodeError,
 )
+from embedlog.metadata.uri import DEFAULT_METADATA_TIMEOUT
+from embedlog.metadata.zk_outage import OutageLog, reconnect_retry
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CHROOT = "/embedlog"
 _RESERVED = "zookeeper"  # ZooKeeper's own subtree under "/"
+# A request sent on a live connection gets at least this long for its answer, even when
+# the caller's patience is spent (a stopping bookie): a dead connection fails it sooner.
+ANSWER_GRACE = 2.0
+# The connection is lost or the session expired: a read is sent again once kazoo is back.
+_RESEND = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
 
 
 def _normalize_chroot(chroot: str) -> str:
@@ -79,53 +93,79 @@ class ZooKeeperMetadataStore(MetadataStore):
         chroot: str = DEFAULT_CHROOT,
         *,
         timeout: float = 10.0,
-        connect_timeout: float = 15.0,
+        metadata_timeout: float = DEFAULT_METADATA_TIMEOUT,
         create_chroot: bool = True,
     ) -> None:
         """Connect to ``hosts`` ("host:port[,host:port...]") and keep the tree under ``chroot``.
 
-        ``create_chroot=False`` (a read-only look) leaves a missing chroot missing and
-        raises NoNodeError: a mistyped path then says so instead of creating a new tree.
+        ``timeout``: the ZooKeeper session timeout. ``metadata_timeout``: how long the
+        connection at start, and then each call, waits for ZooKeeper before raising
+        MetadataUnavailableError; meanwhile kazoo reconnects at least every
+        ``zk_outage.RECONNECT_BOUND`` seconds. ``create_chroot=False`` (a read-only look)
+        leaves a missing chroot missing and raises NoNodeError: a mistyped path then says so
+        instead of creating a new tree.
         """
+        if not metadata_timeout > 0:
+            raise ValueError(f"metadata_timeout must be > 0 seconds, got {metadata_timeout!r}")
         self.hosts = hosts
         self.chroot = _normalize_chroot(chroot)
+        self.metadata_timeout = float(metadata_timeout)
         self._timeout = timeout
-        self._connect_timeout = connect_timeout
+        self._patience = self.metadata_timeout  # 0 once stop_waiting() was called
         self._lock = threading.Lock()
         self._closed = False
+        self._up = threading.Event()  # kazoo is connected
+        self._hurry = threading.Event()  # stop_waiting() or close(): waiting calls give up
         self._on_expiry: list[Callable[[], None]] = []
         self._lost = False  # the session expired; a new one is being made
+        self._outage = OutageLog(hosts, self.metadata_timeout)
         self._client = self._connect()
         if self.chroot:
             try:
-                with _mapped(self.chroot):
-                    if create_chroot:
-                        self._client.ensure_path(self.chroot)
-                    elif not self._client.exists(self.chroot):
-                        raise NoNodeError(
-                            f"no embedlog cluster at zk://{hosts}{self.chroot}: ZooKeeper has "
-                            f"no {self.chroot}; check the URI's path"
-                        )
+                if create_chroot:
+                    self._call(
+                        self.chroot, self._client.ensure_path_async, self.chroot, resend=True
+                    )
+                elif self._call(self.chroot, self._client.exists_async, self.chroot) is None:
+                    raise NoNodeError(
+                        f"no embedlog cluster at zk://{hosts}{self.chroot}: ZooKeeper has "
+                        f"no {self.chroot}; check the URI's path"
+                    )
             except BaseException:
                 self._client.stop()
                 self._client.close()
                 raise
 
     def _connect(self, client_id: tuple[int, bytes] | None = None) -> KazooClient:
-        client = KazooClient(hosts=self.hosts, timeout=self._timeout, client_id=client_id)
+        client = KazooClient(
+            hosts=self.hosts,
+            timeout=self._timeout,
+            client_id=client_id,
+            connection_retry=reconnect_retry(),
+            command_retry=reconnect_retry(),
+            logger=self._outage,
+        )
         client.add_listener(self._state_changed)
         try:
-            client.start(timeout=self._connect_timeout)
+            client.start(timeout=self.metadata_timeout)
         except KazooTimeoutError:
             # start() has already stopped the client, so it does not retry forever.
-            raise MetadataError(
-                f"cannot connect to ZooKeeper at {self.hosts} within {self._connect_timeout:g}s"
+            reason = f" ({self._outage.reason})" if self._outage.reason else ""
+            raise MetadataUnavailableError(
+                f"cannot reach ZooKeeper at {self.hosts} within {self.metadata_timeout:g}s"
+                f"{reason}: start it, or fix the metadata URI (zk://host:port/path)"
             ) from None
         return client
 
     def _state_changed(self, state: str) -> None:
         """kazoo's connection states, on its own thread (nothing here may block): LOST is
         an expired session; kazoo then connects with a new one."""
+        if state == KazooState.CONNECTED:
+            self._up.set()
+            self._outage.connected()
+        else:
+            self._up.clear()
+            self._outage.disconnected()
         if state == KazooState.LOST:
             self._lost = True
         elif state == KazooState.CONNECTED and self._lost:
@@ -139,54 +179,100 @@ class ZooKeeperMetadataStore(MetadataStore):
     def on_session_expired(self, callback: Callable[[], None]) -> None:
         self._on_expiry.append(callback)
 
+    def stop_waiting(self) -> None:
+        """From now on no call waits for ZooKeeper: one made while it is unreachable raises
+        MetadataUnavailableError at once, and those waiting now give up. For a shutdown
+        that must end whatever ZooKeeper is doing (a stopping bookie)."""
+        self._patience = 0.0
+        self._hurry.set()
+
     def _full(self, path: str) -> str:
         path = normalize(path)
         if not self.chroot:
             return path
         return self.chroot if path == "/" else self.chroot + path
 
+    # -- one request, waiting for ZooKeeper at most the metadata timeout ------------------------
+
+    def _call(
+        self, path: str, send: Callable[..., IAsyncResult], *args: Any, resend: bool = False
+    ) -> Any:
+        """``send(*args)``'s answer once kazoo is connected. ``resend``: the request changes
+        nothing (or is idempotent), so it is sent again when the connection is lost before
+        its answer; a write is sent once (a lost answer leaves its outcome unknown)."""
+        deadline = time.monotonic() + self._patience
+        while True:
+            self._await_connection(path, deadline)
+            result = send(*args)
+            try:
+                with _mapped(path):
+                    try:
+                        return result.get(
+                            timeout=max(deadline - time.monotonic(), 0.0) + ANSWER_GRACE
+                        )
+                    except _RESEND as exc:
+                        if not resend or isinstance(exc, ConnectionClosedError):
+                            raise
+            except KazooTimeoutError:
+                raise self._unavailable(path) from None
+            if time.monotonic() >= deadline or self._hurry.is_set():
+                raise self._unavailable(path)
+            time.sleep(0.05)  # kazoo fails pending requests just before it says it is down
+
+    def _await_connection(self, path: str, deadline: float) -> None:
+        while not self._up.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self._hurry.is_set():
+                raise self._unavailable(path)
+            self._up.wait(min(left, 0.1))
+
+    def _unavailable(self, path: str) -> MetadataError:
+        if self._closed:
+            return MetadataError(f"the ZooKeeper store ({self.hosts}) is closed (on {path})")
+        reason = f" ({self._outage.reason})" if self._outage.reason else ""
+        return MetadataUnavailableError(
+            f"ZooKeeper at {self.hosts} did not answer within {self.metadata_timeout:g}s"
+            f"{reason} on {path}: it is down or unreachable; calls succeed again once it "
+            "answers (the metadata timeout sets how long each waits)"
+        )
+
     # -- MetadataStore -------------------------------------------------------------------------
 
     def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
-        with _mapped(path):
-            self._client.create(self._full(path), bytes(data), ephemeral=ephemeral, makepath=True)
+        create = functools.partial(self._client.create_async, ephemeral=ephemeral, makepath=True)
+        self._call(path, create, self._full(path), bytes(data))
         return 0  # ZooKeeper starts every node at version 0
 
     def get(self, path: str) -> tuple[bytes, int]:
-        with _mapped(path):
-            data, stat = self._client.retry(self._client.get, self._full(path))
+        data, stat = self._call(path, self._client.get_async, self._full(path), resend=True)
         return bytes(data), int(stat.version)
 
     def sync(self, path: str) -> None:
-        with _mapped(path):
-            self._client.retry(self._client.sync, self._full(path))
+        self._call(path, self._client.sync_async, self._full(path), resend=True)
 
     def held_by_another_session(self, path: str) -> bool:
-        with _mapped(path):
-            stat = self._client.retry(self._client.exists, self._full(path))
+        stat = self._call(path, self._client.exists_async, self._full(path), resend=True)
         mine = self._client.client_id
         return stat is not None and (mine is None or stat.ephemeralOwner != mine[0])
 
     def set(self, path: str, data: bytes, version: int) -> int:
-        with _mapped(path):
-            stat = self._client.set(self._full(path), bytes(data), version=version)
+        stat = self._call(path, self._client.set_async, self._full(path), bytes(data), version)
         return int(stat.version)
 
     def delete(self, path: str, version: int = ANY_VERSION) -> None:
         full = self._full(path)
         while True:
-            with _mapped(path):
-                doomed = self._descendants(full)
-                if not doomed:
-                    self._client.delete(full, version=version)
-                    return
-                # One multi-op, children first: the subtree goes atomically, and the
-                # version check on the node itself decides whether anything goes.
-                txn = self._client.transaction()
-                for p in doomed:
-                    txn.delete(p)
-                txn.delete(full, version=version)
-                results = txn.commit()
+            doomed = self._descendants(path, full)
+            if not doomed:
+                self._call(path, self._client.delete_async, full, version)
+                return
+            # One multi-op, children first: the subtree goes atomically, and the
+            # version check on the node itself decides whether anything goes.
+            txn = self._client.transaction()
+            for p in doomed:
+                txn.delete(p)
+            txn.delete(full, version=version)
+            results = self._call(path, txn.commit_async)
             failures = [
                 r
                 for r in results
@@ -203,22 +289,21 @@ class ZooKeeperMetadataStore(MetadataStore):
             with _mapped(path):
                 raise failure
 
-    def _descendants(self, full: str) -> list[str]:
+    def _descendants(self, path: str, full: str) -> list[str]:
         """Every node below ``full``, deepest first (the order a multi-op can delete them)."""
         out: list[str] = []
-        for name in self._client.retry(self._client.get_children, full):
+        for name in self._call(path, self._client.get_children_async, full, resend=True):
             child = f"{full}/{name}" if full != "/" else f"/{name}"
             if full == "/" and name == _RESERVED:
                 continue
-            out.extend(self._descendants(child))
+            out.extend(self._descendants(path, child))
             out.append(child)
         return out
 
     def children(self, path: str) -> list[str]:
         full = self._full(path)
         try:
-            with _mapped(path):
-                names = self._client.retry(self._client.get_children, full)
+            names = self._call(path, self._client.get_children_async, full, resend=True)
         except NoNodeError:
             return []
         if full == "/":
@@ -230,7 +315,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             self.hosts,
             self.chroot or "/",
             timeout=self._timeout,
-            connect_timeout=self._connect_timeout,
+            metadata_timeout=self.metadata_timeout,
         )
 
     def close(self) -> None:
@@ -239,6 +324,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             if self._closed:
                 return
             self._closed = True
+        self._hurry.set()
         self._client.stop()
         self._client.close()
 
@@ -269,7 +355,7 @@ class ZooKeeperSession(ZooKeeperMetadataStore):
         try:
             session = original.client_id
             if session is not None:
-                expire_session(self.hosts, session, self._timeout, self._connect_timeout)
+                expire_session(self.hosts, session, self._timeout, self.metadata_timeout)
         finally:
             # If stealing failed, this clean close still removes the ephemerals.
             original.stop()

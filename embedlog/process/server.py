@@ -14,14 +14,14 @@ import errno
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from embedlog.bookie import cookie as cookies
 from embedlog.bookie.config import BookieConfig
 from embedlog.cluster_bookies import server_ssl as bookie_server_ssl
-from embedlog.errors import BKError, MetadataError
+from embedlog.errors import BKError, MetadataUnavailableError
 from embedlog.process.settings import RunSettings, SettingError, choose_bookie_id
 
 if TYPE_CHECKING:
@@ -35,17 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REPAIR_REQUEST_TIMEOUT = 5.0
-
-
-@contextlib.contextmanager
-def _quiet(logger: str) -> Iterator[None]:
-    target = logging.getLogger(logger)
-    level = target.level
-    target.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        target.setLevel(level)
 
 
 class StartError(Exception):
@@ -66,6 +55,23 @@ def disk_bookie_id(data_dir: Path) -> str | None:
         except (OSError, BKError):
             continue
     return None
+
+
+def check_disks_free(config: BookieConfig) -> None:
+    """Another process's bookie on these disks, said first: its cookies would otherwise be
+    reported as not matching this command's address (with a fix that must not be used)."""
+    from embedlog.dirlock import DirLock, DirLockedError
+
+    if not config.index_dir.is_dir():
+        return
+    try:
+        DirLock(config.index_dir).release()
+    except DirLockedError as exc:
+        raise StartError(
+            f"bookie {config.bookie_id}'s disks are in use: its index {exc}; one bookie at a "
+            "time may use a bookie's disks: stop the other one first, or give another --data-dir",
+            kind="BookieIOError",
+        ) from None
 
 
 def check_port(host: str, port: int) -> None:
@@ -211,6 +217,7 @@ class BookieService:
         except (SettingError, ValueError) as exc:
             raise StartError(str(exc), kind="ValueError") from None
         self.config = config
+        check_disks_free(config)
         host, port = s.listen
         check_port(host, port)
         from embedlog.metadata.client import MetadataClient
@@ -219,12 +226,10 @@ class BookieService:
 
         hosts, chroot = parse_zk_uri(s.metadata_uri)
         try:
-            # kazoo logs each refused attempt; the one line below says it all.
-            with _quiet("kazoo.client"):
-                self._store = ZooKeeperMetadataStore(
-                    hosts, chroot or DEFAULT_CHROOT, connect_timeout=s.metadata_timeout
-                )
-        except MetadataError:
+            self._store = ZooKeeperMetadataStore(
+                hosts, chroot or DEFAULT_CHROOT, metadata_timeout=s.metadata_timeout
+            )
+        except MetadataUnavailableError:
             raise StartError(
                 f"cannot reach ZooKeeper at {hosts} within {s.metadata_timeout:g}s: start it, "
                 "or fix --metadata-uri (zk://host:port/path)",
@@ -305,14 +310,28 @@ class BookieService:
 
     def stop(self) -> None:
         """Clean shutdown; BKError (BookieIOError) if the final flush failed (the bookie is
-        stopped anyway, and its next boot replays its journal)."""
+        stopped anyway, and its next boot replays its journal).
+
+        It ends within seconds whatever ZooKeeper is doing: the journal is synced first,
+        then metadata calls stop waiting for ZooKeeper, so that during an outage the
+        bookie's last status and its unregistering fail at once (logged) instead of waiting
+        for a reconnect. The registration is an ephemeral node of the bookie's session:
+        closing the session removes it, or ZooKeeper does when the session times out.
+        """
         try:
-            if self._runtime is not None and self._server is not None:
-                self._runtime.run(self._server.close(), timeout=30)
+            runtime = self._runtime
+            if runtime is not None and self._server is not None:
+                runtime.run(self._server.close(), timeout=30)
             self._server = None
-            if self._runtime is not None and self._bookie is not None:
+            if runtime is not None and self._bookie is not None:
                 bookie, self._bookie = self._bookie, None
-                self._runtime.run(bookie.stop(), timeout=120)
+                journal = bookie.journal
+                if journal is not None:
+                    runtime.run(journal.sync(), timeout=120)
+                for store in (self._session, self._store):
+                    if store is not None:
+                        store.stop_waiting()
+                runtime.run(bookie.stop(), timeout=120)
         finally:
             self._release()
 

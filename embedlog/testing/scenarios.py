@@ -40,6 +40,11 @@ class Scenario:
     followers: tuple[int, int] = (0, 0)
     # Faults aimed at protocol moments, with rates drawn per seed (simraces.py).
     races: bool = False
+    # The stream layer (workload_streams.py): streams created with retention, consumers
+    # committing cursors, deletes of streams still written; min..max of each.
+    committers: tuple[int, int] = (0, 0)
+    deletes: tuple[int, int] = (0, 0)
+    retention: bool = False
 
 
 RACES = "; faults aimed at protocol moments (simraces.py)"
@@ -94,6 +99,19 @@ SCENARIOS.update(
         attrs.evolve(s, name=f"{s.name}-races", summary=s.summary + RACES, races=True),
     )
     for s in list(SCENARIOS.values())
+)
+
+# The stream layer's own scenario (no race twin): retention, cursors and deletes on top
+# of the streams' workload; manual trims are left out, so that every trim is retention's.
+SCENARIOS["unbounded-streams"] = attrs.evolve(
+    SCENARIOS["unbounded"],
+    name="unbounded-streams",
+    summary="unbounded streams with retention (small fragments), consumers committing "
+    "cursors, and deletes of streams while they are written and committed to",
+    trims=(0, 0),
+    committers=(1, 3),
+    deletes=(0, 1),
+    retention=True,
 )
 
 DEFAULT_SCENARIO = "bounded"

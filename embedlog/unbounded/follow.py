@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from embedlog.errors import NoSuchEntryError
+from embedlog.errors import LedgerDeletedError, NoSuchEntryError, NoSuchLedgerInMetadataError
 from embedlog.ledger.batch_reads import read_range
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
@@ -46,6 +46,20 @@ async def read_visible(
     ]
 
 
+async def current_metadata(ctx: ClientContext, ledger_id: int) -> LedgerMetadata:
+    """The stream's metadata as stored now; LedgerDeletedError once it was deleted (a
+    follower must hear that, not that no bookie has the entries it asks for)."""
+    try:
+        md = await ctx.meta(ctx.metadata.read_ledger, ledger_id)
+    except NoSuchLedgerInMetadataError:
+        md = None
+    if md is None or rules.deleted_by_term(md.term):
+        raise LedgerDeletedError(
+            f"stream (ledger) {ledger_id} was deleted; create it again (a new ledger) to go on"
+        )
+    return md
+
+
 async def wait_for_lac(
     ctx: ClientContext, md: LedgerMetadata, previous: int, wait: float
 ) -> tuple[int, LedgerMetadata]:
@@ -60,7 +74,7 @@ async def wait_for_lac(
         lac = await read_lac(ctx, md, timeout_ms=max(1, int(wait * 1000)), previous=previous)
     except UNKNOWN_OUTCOMES:
         lac = previous
-    fresh = await ctx.meta(ctx.metadata.read_ledger, md.ledger_id)
+    fresh = await current_metadata(ctx, md.ledger_id)
     if lac <= previous:
         spent = time.monotonic() - started
         if spent < wait / 2:  # every bookie failed at once: do not spin

@@ -70,5 +70,12 @@ def retention_overrides_cursors(md: LedgerMetadata) -> bool:
 
 
 def marks(md: LedgerMetadata) -> list[Mark]:
-    """Retention's record of sealed stretches (retention.py): [end, bytes, sealed_at]."""
-    return [(int(e), int(b), float(t)) for e, b, t in settings(md).get("marks", [])]
+    """Retention's record of sealed stretches (retention.py): [end, bytes, sealed_at,
+    entries] (marks stored before entries were counted lack the last)."""
+    out: list[Mark] = []
+    for m in settings(md).get("marks", []):
+        if len(m) > 3:
+            out.append((int(m[0]), int(m[1]), float(m[2]), int(m[3])))
+        else:
+            out.append((int(m[0]), int(m[1]), float(m[2])))
+    return out

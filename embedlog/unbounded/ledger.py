@@ -200,7 +200,12 @@ class UnboundedLedger:
         trim point are skipped (the tail's ``skipped`` counts them). ``cursor``: start
         after that cursor's committed position instead (at the trim point if it has none).
         """
-        return Tail(self._tail_cursor(start, timeout, cursor))
+        tail_cursor = self._tail_cursor(start, timeout, cursor)
+        if cursor is not None:
+            # Known before the first entry: ``tail.position`` says where it resumes.
+            tail_cursor.position = self._runtime.run(self.cursor_start(cursor))
+            tail_cursor.resolved()
+        return Tail(tail_cursor)
 
     def tail_async_iterator(
         self, start: int = 0, *, timeout: float | None = None, cursor: str | None = None
@@ -249,12 +254,37 @@ class UnboundedLedger:
         if entry_id > lac:
             _, lac = await self._refresh()
         if entry_id > lac:
+            await self._check_not_displaced(cursor, entry_id)
             raise ValueError(
                 f"ledger {self.ledger_id}: cannot commit cursor {cursor!r} at {entry_id}, "
                 f"past the last add confirmed {lac}"
             )
         store = self._ctx.metadata.store
-        await self._ctx.meta(streams.commit, store, self.ledger_id, cursor, entry_id, force)
+        decided = await self._ctx.meta(
+            streams.commit, store, self.ledger_id, cursor, entry_id, force
+        )
+        md, _ = await self._view()
+        if entry_id + 1 < decided and layout.first_entry(md) < decided:
+            # A trim decided before this commit took effect and not applied yet: apply it
+            # now, so that what this commit returns to already shows it (the consumer then
+            # resumes at the trim point, as after any trim that passed its position).
+            await trimming.apply(self._ctx, self.ledger_id, decided, self._key)
+
+    async def _check_not_displaced(self, cursor: str, entry_id: int) -> None:
+        """A writer whose term was taken over knows only its own LAC: an entry above it
+        may be one the new term acknowledged. Say so, rather than "past the LAC"."""
+        writer = self._writer
+        if writer is None:
+            return
+        md = await self.reread_metadata()
+        if md.term != writer.term:
+            raise InvalidTermError(
+                f"ledger {self.ledger_id}: cannot commit cursor {cursor!r} at {entry_id}: "
+                f"this handle wrote in term {writer.term}, and another client took the "
+                f"stream over (term {md.term}); this handle knows entries up to "
+                f"{writer.lac} only. Commit through a follower "
+                "(open_unbounded(..., takeover=False)) or the new writer's handle"
+            )
 
     def cursors(self) -> dict[str, int]:
         """Every cursor of this stream: name -> committed entry id."""
@@ -291,7 +321,7 @@ class UnboundedLedger:
 
     async def reread_metadata(self) -> LedgerMetadata:
         """The metadata as the store has it now (a follower keeps it)."""
-        md = await self._ctx.meta(self._ctx.metadata.read_ledger, self.ledger_id)
+        md = await follow.current_metadata(self._ctx, self.ledger_id)
         if self._writer is None and md.version >= self._md.version:
             self._md = md
         return md

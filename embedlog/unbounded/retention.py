@@ -28,7 +28,9 @@ from attrs import frozen
 
 from embedlog import validate
 
-Mark = tuple[int, int, float]  # (end entry id, exclusive; payload bytes; sealed at)
+# (end entry id, exclusive; payload bytes; sealed at; entries readers see). Marks stored
+# before entries were counted have only the first three.
+Mark = tuple[int, int, float, int] | tuple[int, int, float]
 ROLLOVER_SHARE = 4  # a fragment rolls over at 1/4 of each limit
 
 
@@ -80,37 +82,90 @@ def rollover_for(retention: Retention | None, fragment_max_entries: int | None) 
     return Rollover(entries, share(retention.max_bytes), share(retention.max_age))
 
 
+def _stretches(marks: Sequence[Mark], first_kept: int) -> list[tuple[int, int, float, int]]:
+    """Each sealed stretch still stored, oldest first: (end, payload bytes, sealed at,
+    entries readers see). A mark written before marks counted entries gives its id span
+    (no-op ids included: an over-count, so such a stretch may go a little early)."""
+    out = []
+    start = first_kept
+    for mark in marks:
+        end, size, sealed = mark[0], mark[1], mark[2]
+        if end <= first_kept:
+            continue
+        count = mark[3] if len(mark) > 3 else end - max(start, first_kept)  # type: ignore[misc]
+        out.append((end, size, sealed, count))
+        start = end
+    return out
+
+
+def limit_point(
+    retention: Retention,
+    marks: Sequence[Mark],
+    first_kept: int,
+    open_bytes: int,
+    open_entries: int,
+    now: float,
+) -> int:
+    """The entry id below which the limits alone would drop everything (0: nothing).
+
+    A sealed stretch goes once it is older than ``max_age`` (sealed more than that ago:
+    every entry in it was written before its seal), or while what stays without it
+    still holds at least ``max_entries`` entries and ``max_bytes`` payload bytes
+    (Kafka's ``retention.bytes`` rule: never keep less than the limit). ``open_bytes``
+    and ``open_entries``: what the open stretch (since the last mark) holds.
+    """
+    stretches = _stretches(marks, first_kept)
+    before = 0
+    if retention.max_age is not None:
+        for end, _, sealed, _ in stretches:
+            if sealed < now - retention.max_age:
+                before = max(before, end)
+    for limit, index, open_part in (
+        (retention.max_bytes, 1, open_bytes),
+        (retention.max_entries, 3, open_entries),
+    ):
+        if limit is None:
+            continue
+        total = open_part + sum(int(st[index]) for st in stretches)
+        for st in stretches:
+            size = int(st[index])
+            if total - size < limit:
+                break
+            total -= size
+            before = max(before, st[0])
+    return before
+
+
 def trim_point(
     retention: Retention,
     marks: Sequence[Mark],
-    lac: int,
+    first_kept: int,
     open_bytes: int,
+    open_entries: int,
     now: float,
     cursor_floor: int | None,
 ) -> int:
-    """The entry id below which retention drops everything (0: nothing).
-
-    ``marks`` in order of ``end``; ``open_bytes``: payload bytes written since the last
-    mark; ``cursor_floor``: the lowest committed cursor position + 1 (None: no cursors, or
-    they do not hold retention back).
-    """
-    before = 0
-    if retention.max_entries is not None:
-        before = max(before, lac + 1 - retention.max_entries)
-    if retention.max_age is not None:
-        for end, _, sealed in marks:
-            if sealed < now - retention.max_age:
-                before = max(before, end)
-    if retention.max_bytes is not None:
-        kept = open_bytes
-        for end, size, _ in reversed(marks):
-            if kept + size > retention.max_bytes:
-                before = max(before, end)
-                break
-            kept += size
+    """The entry id below which retention drops everything (0: nothing): the limits'
+    point, never above ``cursor_floor`` (the lowest committed cursor position + 1; None:
+    no cursors, or they do not hold retention back)."""
+    before = limit_point(retention, marks, first_kept, open_bytes, open_entries, now)
     if cursor_floor is not None:
         before = min(before, cursor_floor)
     return max(0, before)
+
+
+def held_back(
+    marks: Sequence[Mark], first_kept: int, trim_at: int, limits_at: int
+) -> tuple[int, int]:
+    """(entries, payload bytes) kept only because a cursor holds retention back: the
+    sealed stretches between where the trim stops (``trim_at``) and where the limits
+    alone would trim (``limits_at``)."""
+    entries = size = 0
+    for end, nbytes, _, count in _stretches(marks, first_kept):
+        if trim_at < end <= limits_at:
+            entries += count
+            size += nbytes
+    return entries, size
 
 
 def prune(marks: Sequence[Mark], first_kept: int) -> list[Mark]:
@@ -119,25 +174,51 @@ def prune(marks: Sequence[Mark], first_kept: int) -> list[Mark]:
 
 
 class SegmentCounter:
-    """What the writer counts for rollover and retention since the last mark."""
+    """What the writer counts for rollover and retention since the last mark.
 
-    def __init__(self, rollover: Rollover) -> None:
+    ``inherited``: the open stretch holds entries of an earlier term (after a takeover)
+    that this writer did not count; ``started`` is then when that stretch began (the
+    last seal, or the stream's creation), so a quiet stream still rolls over by age and
+    its entries age out with no append from the new writer.
+    """
+
+    def __init__(
+        self, rollover: Rollover, *, started: float | None = None, inherited: bool = False
+    ) -> None:
         self.rollover = rollover
         self.bytes = 0
-        self.started = time.time()
+        self.entries = 0
+        self.started = time.time() if started is None else started
+        self.inherited = inherited
+
+    def count(self, payload_bytes: int) -> None:
+        """One entry readers will see (not a no-op), of this many payload bytes."""
+        self.bytes += payload_bytes
+        self.entries += 1
 
     def due(self) -> bool:
         """Whether the open stretch reached a size or age limit."""
         r = self.rollover
         if r.bytes is not None and self.bytes >= r.bytes:
             return True
-        return r.age is not None and self.bytes > 0 and time.time() - self.started >= r.age
+        holds = self.entries > 0 or self.inherited
+        return r.age is not None and holds and time.time() - self.started >= r.age
 
     def seal(self, end: int) -> Mark:
-        mark = (end, self.bytes, time.time())
-        self.bytes = 0
+        mark = (end, self.bytes, time.time(), self.entries)
+        self.bytes = self.entries = 0
+        self.inherited = False
         self.started = time.time()
         return mark
 
 
-__all__ = ["Retention", "Rollover", "SegmentCounter", "prune", "rollover_for", "trim_point"]
+__all__ = [
+    "Retention",
+    "Rollover",
+    "SegmentCounter",
+    "held_back",
+    "limit_point",
+    "prune",
+    "rollover_for",
+    "trim_point",
+]

@@ -11,6 +11,18 @@ from collections.abc import Sequence
 
 Fragment = tuple[int, tuple[str, ...]]
 
+# The term a delete raises a stream to before it deletes anything: above any writer's, so
+# the bookies that raised it refuse every writer's adds (EINVALIDTERM) and quorum
+# coverage of them leaves no ack quorum to any writer, and the refusal carries this term,
+# which tells the writer its stream is being deleted, not taken over. Not a term any
+# takeover reaches (2**62 takeovers).
+DELETED_TERM = 2**62
+
+
+def deleted_by_term(term: int) -> bool:
+    """Whether a bookie's (or the metadata's) term says the stream is being deleted."""
+    return term >= DELETED_TERM
+
 
 def bookie_accepts_term(stored: int, request: int) -> bool:
     """A bookie accepts a request whose term is >= its own (and raises its own to it)."""

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from embedlog.errors import ClientClosedError, NoSuchEntryError
+from embedlog.errors import ClientClosedError, NoSuchEntryError, NoSuchLedgerError
 from embedlog.ledger.entries import Entry
 from embedlog.unbounded import follow, layout
 
@@ -58,6 +58,10 @@ class TailCursor:
         self._stop: asyncio.Event | None = None  # made on the loop by the first step
         self._trim_point = 0  # the highest trim point seen (a writer's metadata may lag)
         self._idle_since = time.monotonic()
+
+    def resolved(self) -> None:
+        """The cursor's start was looked up already (``position`` holds it)."""
+        self._cursor_name = None
 
     def stop(self) -> None:
         """End the tail: a step waiting now returns None at once (any thread)."""
@@ -110,7 +114,8 @@ class TailCursor:
                 last = min(lac, first + TAIL_BATCH - 1)
                 try:
                     entries = await follow.read_visible(ul.ctx, md, ul.digester, first, last)
-                except NoSuchEntryError:
+                except (NoSuchEntryError, NoSuchLedgerError):
+                    # Trimmed, or deleted (LedgerDeletedError from the re-read), or lost.
                     fresh = await ul.reread_metadata()
                     if layout.first_entry(fresh) <= first:
                         raise  # not trimmed: an acknowledged entry is missing
@@ -162,7 +167,9 @@ class _TailState:
 
     @property
     def position(self) -> int:
-        return self._handed if self._buffer else self._cursor.position
+        if not self._buffer:
+            return self._cursor.position
+        return self._handed
 
 
 class Tail(_TailState, Iterator[Entry]):

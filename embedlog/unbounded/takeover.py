@@ -32,6 +32,7 @@ from attrs import frozen
 from embedlog.errors import (
     InvalidTermError,
     LedgerClosedError,
+    LedgerDeletedError,
     LedgerRecoveryError,
     MetadataVersionError,
     UnauthorizedAccessError,
@@ -101,6 +102,11 @@ async def take_over(ctx: ClientContext, ledger_id: int, password: bytes) -> Term
             raise ValueError(f"ledger {ledger_id} is not an unbounded ledger; use open_ledger")
         if md.state is LedgerState.CLOSED:
             raise LedgerClosedError(f"unbounded ledger {ledger_id} was closed")
+        if rules.deleted_by_term(md.term):
+            raise LedgerDeletedError(
+                f"stream (ledger) {ledger_id} is being deleted: it cannot be taken over; "
+                "create the stream again to go on"
+            )
         try:
             md = await ctx.meta(
                 ctx.metadata.write_ledger,

@@ -32,6 +32,7 @@ from embedlog.bookie.truncation import trim_above_body
 from embedlog.errors import (
     BKError,
     InvalidTermError,
+    LedgerDeletedError,
     LedgerFencedError,
     MetadataVersionError,
     NotEnoughBookiesError,
@@ -42,9 +43,8 @@ from embedlog.ledger.context import ClientContext
 from embedlog.ledger.pending import Completion, PendingAdd
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
-from embedlog.metadata import streams
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
-from embedlog.unbounded import layout, rules
+from embedlog.unbounded import follow, layout, rules
 from embedlog.unbounded import retention as retention_rules
 from embedlog.unbounded import trim as trimming
 from embedlog.wire.codes import StatusCode
@@ -62,6 +62,9 @@ MAX_TRACKED_BYTES = 64 * 1024 * 1024
 # How long a bookie that failed this writer is left out of new fragments and replacements
 # (when enough others are available).
 SUSPECT_SECONDS = 10.0
+# At most one warning per stream and writer in this many seconds that a cursor holds
+# retention back.
+HELD_WARNING_EVERY = 3600.0
 
 
 class TermWriter(LedgerWriter):
@@ -107,7 +110,15 @@ class TermWriter(LedgerWriter):
         self.retention = layout.retention(md)
         rollover = retention_rules.rollover_for(self.retention, fragment_max_entries)
         self.fragment_max_entries = rollover.entries
-        self._segment = retention_rules.SegmentCounter(rollover)
+        self._segment = self._open_stretch(md, rollover, lac, recovery)
+        self._held_warned = 0.0  # when retention held back by a cursor was last logged
+        self._counting: asyncio.Task[None] | None = None
+        if self._segment.inherited and self._needs_counts():
+            # The takeover's part of the open stretch: counted from the entries, so that
+            # max_entries and max_bytes see what readers see whoever wrote it.
+            self._counting = asyncio.get_running_loop().create_task(self._count_inherited())
+            self._tasks.add(self._counting)
+            self._counting.add_done_callback(self._tasks.discard)
         if rollover.age is not None and not recovery:
             task = asyncio.get_running_loop().create_task(self._age_ticks(rollover.age))
             self._tasks.add(task)
@@ -333,6 +344,18 @@ class TermWriter(LedgerWriter):
             if set(self.md.last_fragment[1]) & missing:
                 await asyncio.sleep(min(self.ctx.bookies.request_timeout, 0.5))
 
+    def _on_refusal(self, p: PendingAdd, bookie: str, status: int, term: int) -> None:
+        if status == StatusCode.EINVALIDTERM and rules.deleted_by_term(term):
+            self.fail(
+                LedgerDeletedError(
+                    f"ledger {self.md.ledger_id}: the stream is being deleted ({bookie} "
+                    "was fenced by the delete); nothing more can be appended to it: create "
+                    "the stream again to go on"
+                )
+            )
+            return
+        super()._on_refusal(p, bookie, status, term)
+
     def _bookie_failed(self, bookie: str) -> None:
         self._suspects[bookie] = time.monotonic()
         super()._bookie_failed(bookie)
@@ -385,8 +408,51 @@ class TermWriter(LedgerWriter):
         ):
             self._start_rollover(p.entry_id)
             return False
-        self._segment.bytes += len(p.framed)
+        if p.cost >= 0:  # an append (a no-op or write-back costs nothing: readers skip it)
+            self._segment.count(p.cost)
         return True
+
+    def _open_stretch(
+        self, md: LedgerMetadata, rollover: retention_rules.Rollover, lac: int, recovery: bool
+    ) -> retention_rules.SegmentCounter:
+        """The counter of the stretch since the last mark: after a takeover it holds the
+        earlier terms' entries up to ``lac`` (the no-op), begun when the last stretch was
+        sealed (or when the stream was created)."""
+        marks = layout.marks(md)
+        begins = marks[-1][0] if marks else layout.first_entry(md)
+        if recovery or lac < begins:
+            return retention_rules.SegmentCounter(rollover)
+        started = marks[-1][2] if marks else (md.ctime or time.time())
+        return retention_rules.SegmentCounter(rollover, started=started, inherited=True)
+
+    def _needs_counts(self) -> bool:
+        kept = self.retention
+        return kept is not None and (kept.max_entries is not None or kept.max_bytes is not None)
+
+    async def _count_inherited(self) -> None:
+        """Count the entries and payload bytes of the open stretch that earlier terms
+        wrote (bounded by the rollover limits: a stretch is sealed at a quarter of each
+        limit). A read that fails leaves them uncounted: retention then keeps more."""
+        md = self.md
+        marks = layout.marks(md)
+        first = max(marks[-1][0] if marks else 0, layout.first_entry(md))
+        last = self.lac
+        digester = self.digester
+        try:
+            for lo in range(first, last + 1, 512):
+                for entry in await follow.read_visible(
+                    self.ctx, md, digester, lo, min(lo + 511, last)
+                ):
+                    self._segment.count(len(entry.data))
+        except (BKError, *UNKNOWN_OUTCOMES) as exc:
+            log.warning(
+                "ledger %s: could not count the entries %s..%s of earlier terms for "
+                "retention (%s); they count as none, so retention keeps more",
+                md.ledger_id,
+                first,
+                last,
+                exc,
+            )
 
     def _start_rollover(self, at: int) -> None:
         self._roll_at = at
@@ -411,18 +477,57 @@ class TermWriter(LedgerWriter):
         if kept is None or self.error is not None:
             return
         md = self.md
-        floor = None
-        if not layout.retention_overrides_cursors(md):
-            positions = await self.ctx.meta(streams.cursors, self.ctx.metadata.store, md.ledger_id)
-            floor = min(positions.values()) + 1 if positions else None
-        before = retention_rules.trim_point(
-            kept, layout.marks(md), self.lac, self._segment.bytes, time.time(), floor
+        marks, first = layout.marks(md), layout.first_entry(md)
+        seg = self._segment
+        limits_at = retention_rules.limit_point(
+            kept, marks, first, seg.bytes, seg.entries, time.time()
         )
-        if before <= layout.first_entry(md):
+        overrides = layout.retention_overrides_cursors(md)
+        cursor_floor: list[int | None] = [None]
+
+        def wanted(_decided: int, positions: dict[str, int]) -> int:
+            # Decided from cursor positions read after the trim point's version: a commit
+            # that landed since makes this decision's compare-and-swap fail (trim.py).
+            floor = None if overrides or not positions else min(positions.values()) + 1
+            cursor_floor[0] = floor
+            return limits_at if floor is None else min(limits_at, floor)
+
+        if limits_at <= first:
             return
-        old, new = await trimming.trim(self.ctx, md.ledger_id, before, self.key)
+        decided = await trimming.decide(self.ctx, md, wanted)
+        self._report_held(marks, first, decided, limits_at, cursor_floor[0])
+        if decided <= first:
+            return
+        old, new = await trimming.apply(self.ctx, md.ledger_id, decided, self.key)
         if self.md.version == old.version and new is not old:
             self.md = new  # else the next CAS of this writer fails and re-reads it
+
+    def _report_held(
+        self,
+        marks: list[retention_rules.Mark],
+        first: int,
+        decided: int,
+        limits_at: int,
+        floor: int | None,
+    ) -> None:
+        """Retention a cursor holds back: a gauge per stream, and a warning at most
+        once an hour (a consumer that stopped keeps the stream growing)."""
+        held_entries, held_bytes = retention_rules.held_back(
+            marks, first, max(decided, first), limits_at
+        )
+        self.ctx.metrics.retention_held(self.md.ledger_id, held_entries, held_bytes)
+        now = time.monotonic()
+        if held_entries and floor is not None and now - self._held_warned >= HELD_WARNING_EVERY:
+            self._held_warned = now
+            log.warning(
+                "ledger %s: a cursor at %s holds back retention: %s entries (%s payload "
+                "bytes) beyond the stream's limits are kept; commit that consumer's cursor "
+                "or delete it (ul.delete_cursor) to let retention trim them",
+                self.md.ledger_id,
+                floor - 1,
+                held_entries,
+                held_bytes,
+            )
 
     async def _rollover(self, at: int) -> None:
         cancelled = False
@@ -478,8 +583,10 @@ class TermWriter(LedgerWriter):
             ensemble = fresh_ensemble(self.ctx, md, available)
             nxt = md.with_ensemble(at, tuple(ensemble))
             if self.retention is not None:
+                if self._counting is not None:
+                    await asyncio.shield(self._counting)  # the earlier terms' part counts too
                 # The stretch this rollover seals, recorded in the same CAS.
-                sealed = (at, self._segment.bytes, time.time())
+                sealed = (at, self._segment.bytes, time.time(), self._segment.entries)
                 kept = retention_rules.prune(layout.marks(md), layout.first_entry(md))
                 nxt = layout.with_stream_settings(nxt, marks=[*kept, sealed])
             try:

@@ -6,7 +6,7 @@ import pytest
 from unbounded_helpers import wait_until
 
 from embedlog import Retention
-from embedlog.unbounded.retention import Rollover, prune, rollover_for, trim_point
+from embedlog.unbounded.retention import Rollover, held_back, prune, rollover_for, trim_point
 
 IDLE = 30.0
 
@@ -26,27 +26,43 @@ def test_rollover_for():
     assert rollover_for(Retention(2), None) == Rollover(1)
 
 
-MARKS = [(100, 1000, 10.0), (200, 1000, 20.0), (300, 1000, 30.0)]
+MARKS = [(100, 1000, 10.0), (200, 1000, 20.0), (300, 1000, 30.0)]  # stored before counts
+COUNTED = [(100, 1000, 10.0, 40), (200, 1000, 20.0, 100), (300, 1000, 30.0, 100)]
 
 
 @pytest.mark.parametrize(
-    ("retention", "lac", "open_bytes", "now", "floor", "expected"),
+    ("retention", "marks", "open_bytes", "open_entries", "floor", "expected"),
     [
-        (Retention(max_entries=150), 349, 0, 31.0, None, 200),
-        (Retention(max_entries=1000), 349, 0, 31.0, None, 0),
-        (Retention(max_age=15.0), 349, 0, 31.0, None, 100),  # sealed at 10: older than 16
-        (Retention(max_age=5.0), 349, 0, 31.0, None, 200),  # 300's sealed at 30: young
-        (Retention(max_bytes=2500), 349, 400, 31.0, None, 100),  # 400 + 3 * 1000 > 2500
-        (Retention(max_bytes=3500), 349, 400, 31.0, None, 0),
+        # ids 0..349: three sealed stretches of 100 ids, 50 in the open one
+        (Retention(max_entries=150), MARKS, 0, 50, None, 200),
+        (Retention(max_entries=151), MARKS, 0, 50, None, 100),  # at least the limit stays
+        (Retention(max_entries=1000), MARKS, 0, 50, None, 0),
+        # counted marks: the first stretch holds 40 entries readers see (60 no-op ids)
+        (Retention(max_entries=251), COUNTED, 0, 50, None, 0),
+        (Retention(max_entries=250), COUNTED, 0, 50, None, 100),
+        (Retention(max_entries=150), COUNTED, 0, 50, None, 200),
+        (Retention(max_age=15.0), MARKS, 0, 50, None, 100),  # sealed at 10: older than 16
+        (Retention(max_age=5.0), MARKS, 0, 50, None, 200),  # 300's sealed at 30: young
+        # Kafka's retention.bytes: a stretch goes only while what stays still holds the limit
+        (Retention(max_bytes=2500), MARKS, 400, 50, None, 0),  # 3400 - 1000 < 2500
+        (Retention(max_bytes=2400), MARKS, 400, 50, None, 100),
+        (Retention(max_bytes=1400), MARKS, 400, 50, None, 200),
+        (Retention(max_bytes=3500), MARKS, 400, 50, None, 0),
         # beyond any limit goes
-        (Retention(max_entries=1000, max_age=5.0), 349, 0, 31.0, None, 200),
+        (Retention(max_entries=1000, max_age=5.0), MARKS, 0, 50, None, 200),
         # never above a cursor (floor: lowest position + 1)
-        (Retention(max_age=5.0), 349, 0, 31.0, 151, 151),
-        (Retention(max_age=5.0), 349, 0, 31.0, 0, 0),
+        (Retention(max_age=5.0), MARKS, 0, 50, 151, 151),
+        (Retention(max_age=5.0), MARKS, 0, 50, 0, 0),
     ],
 )
-def test_trim_point(retention, lac, open_bytes, now, floor, expected):
-    assert trim_point(retention, MARKS, lac, open_bytes, now, floor) == expected
+def test_trim_point(retention, marks, open_bytes, open_entries, floor, expected):
+    assert trim_point(retention, marks, 0, open_bytes, open_entries, 31.0, floor) == expected
+
+
+def test_what_a_cursor_holds_back():
+    # limits alone would trim below 300, a cursor stops it at 100
+    assert held_back(COUNTED, 0, 100, 300) == (200, 2000)
+    assert held_back(COUNTED, 0, 300, 300) == (0, 0)
 
 
 def test_prune():
