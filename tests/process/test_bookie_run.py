@@ -180,6 +180,22 @@ def test_cookie_mismatches_are_one_line_errors(procs: Procs, tmp_path: Path, zk_
         stop(again)
 
 
+def test_disks_another_bookie_holds_are_named_with_its_pid(
+    procs: Procs, tmp_path: Path, zk_uri: str
+) -> None:
+    first = start(procs, tmp_path / "one", zk_uri, free_port())
+    try:
+        # Another address (its cookies would not match): the lock is what it says first.
+        line = run_fails(
+            "--data-dir", "one", "--metadata-uri", zk_uri,
+            "--listen", f"127.0.0.1:{free_port()}", cwd=tmp_path,
+        )  # fmt: skip
+        assert f"is locked by another process: pid {first.pid} " in line
+        assert "stop the other one first" in line and "--auto-fix-cookies" not in line
+    finally:
+        stop(first)
+
+
 @pytest.mark.parametrize(
     "given, on_disk, advertise, expected",
     [
