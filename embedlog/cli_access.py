@@ -2,7 +2,9 @@
 
 * ``--metadata-uri zk://host:port/path``: a running cluster whose bookies serve over
   TCP; the command is a client like any other. Read-only commands open the metadata
-  read-only: a mistyped path is an error, never a new tree.
+  read-only: a mistyped path is an error, never a new tree. ``--metadata-timeout
+  SECONDS`` (default 10) bounds each wait for ZooKeeper: one that cannot be reached is
+  a one-line error after that long.
 * ``--data-dir DIR`` alone: a stopped LocalCluster's directory with the embedded
   metadata store. Read-only commands look at a private copy (embedlog/snapshot.py and
   embedlog/metadata/readonly.py) and leave DIR as it was; commands that change the
@@ -47,10 +49,42 @@ def add_target_options(p: argparse.ArgumentParser, *, tls: bool = True) -> None:
         default=None,
         help="zk://host:port/path of a running cluster (bookies over TCP)",
     )
+    add_timeout_option(p)
     if tls:
         p.add_argument("--tls-ca", default=None, help="CA certificate of TLS bookies")
         p.add_argument("--tls-cert", default=None, help="client certificate, for mutual TLS")
         p.add_argument("--tls-key", default=None, help="the private key of --tls-cert")
+
+
+def seconds(text: str) -> float:
+    """``--metadata-timeout``'s value: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
+
+
+def add_timeout_option(p: argparse.ArgumentParser) -> None:
+    """``--metadata-timeout``, for every command that takes ``--metadata-uri``."""
+    from embedlog.metadata.uri import DEFAULT_METADATA_TIMEOUT
+
+    p.add_argument(
+        "--metadata-timeout",
+        type=seconds,
+        default=DEFAULT_METADATA_TIMEOUT,
+        metavar="SECONDS",
+        help="how long to wait for ZooKeeper, to connect and then in each call "
+        f"(default {DEFAULT_METADATA_TIMEOUT:g})",
+    )
+
+
+def _timeout(args: argparse.Namespace) -> float:
+    from embedlog.metadata.uri import DEFAULT_METADATA_TIMEOUT
+
+    return float(getattr(args, "metadata_timeout", None) or DEFAULT_METADATA_TIMEOUT)
 
 
 def cluster_dir(data_dir: str | None) -> Path:
@@ -88,7 +122,9 @@ def metadata(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[Met
     from embedlog.metadata.uri import open_store
 
     if args.metadata_uri is not None:
-        store = open_store(args.metadata_uri, Path("."), readonly=readonly)
+        store = open_store(
+            args.metadata_uri, Path("."), readonly=readonly, metadata_timeout=_timeout(args)
+        )
     else:
         store = open_store(None, cluster_dir(args.data_dir), readonly=readonly)
     try:
@@ -125,9 +161,9 @@ def cluster(
         from embedlog.connect import connect_with
         from embedlog.metadata.uri import open_store
 
-        uri = args.metadata_uri
+        uri, timeout = args.metadata_uri, _timeout(args)
         client = connect_with(
-            lambda: open_store(uri, Path("."), readonly=readonly),
+            lambda: open_store(uri, Path("."), readonly=readonly, metadata_timeout=timeout),
             name=name,
             request_timeout=request_timeout,
             **_tls(args),
@@ -159,8 +195,10 @@ __all__ = [
     "Access",
     "WrongTargetError",
     "add_target_options",
+    "add_timeout_option",
     "bookie_dir",
     "cluster",
     "cluster_dir",
     "metadata",
+    "seconds",
 ]

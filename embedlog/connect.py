@@ -3,7 +3,10 @@
 The cluster (``embedlog sandbox``, or a LocalCluster(transport="tcp") sharing
 its metadata through ZooKeeper) registers each bookie's address in the
 metadata store; the client looks addresses up there, so it needs nothing but
-the metadata URI (and its TLS files when the bookies use TLS).
+the metadata URI (and its TLS files when the bookies use TLS). A bookie whose
+registration is gone for a while (its ZooKeeper session expired and it has not
+registered again yet) is looked up in its cookie, which records the address it
+booted with (docs/operations.md, "ZooKeeper outages").
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from embedlog.errors import BookieUnavailableError
+from embedlog.errors import BKError, BookieUnavailableError
+from embedlog.metadata.uri import DEFAULT_METADATA_TIMEOUT
 
 if TYPE_CHECKING:
     from embedlog.client import Client
@@ -75,9 +79,14 @@ def connect(
     tls_cert: str | Path | None = None,
     tls_key: str | Path | None = None,
     data_dir: str | Path | None = None,
+    metadata_timeout: float = DEFAULT_METADATA_TIMEOUT,
     **options: Any,
 ) -> Client:
     """A Client of the cluster whose metadata ``metadata_uri`` names ("zk://host:port/path").
+
+    ``metadata_timeout``: seconds to wait for ZooKeeper, at connect and then in each
+    metadata call, before raising MetadataUnavailableError (a MetadataError); through an
+    outage the client reconnects at least every 1.2 s (docs/operations.md).
 
     ``tls_ca``: the CA certificate the bookies' certificates must verify against
     (a TLS sandbox prints it; LocalCluster keeps it as data_dir/tls/cert.pem).
@@ -96,8 +105,16 @@ def connect(
         )
     from embedlog.metadata.uri import open_store
 
+    if isinstance(metadata_timeout, bool) or not isinstance(metadata_timeout, int | float):
+        raise TypeError(f"metadata_timeout must be a number of seconds, not {metadata_timeout!r}")
+    if not metadata_timeout > 0:
+        raise ValueError(f"metadata_timeout must be > 0 seconds, got {metadata_timeout!r}")
     return connect_with(
-        lambda: open_store(metadata_uri, Path(data_dir or tempfile.gettempdir())),
+        lambda: open_store(
+            metadata_uri,
+            Path(data_dir or tempfile.gettempdir()),
+            metadata_timeout=metadata_timeout,
+        ),
         name=name,
         request_timeout=request_timeout,
         tls_ca=tls_ca,
@@ -150,11 +167,20 @@ def connect_with(
 
 
 def _metadata_resolver(meta: MetadataClient) -> Callable[[str], Awaitable[str | None]]:
-    """bookie id -> the address it registered, read when a connection is (re)opened."""
+    """bookie id -> its address, read when a connection is (re)opened: the one it
+    registered, else the one its cookie records.
+
+    A registration is an ephemeral node: it is gone from when the bookie's session
+    expires until the bookie registers again, while the bookie serves on. The cookie is
+    not ephemeral and records the address the bookie last booted with (a bookie booting
+    at another address is refused until its cookie is fixed to the new one), so a client
+    started meanwhile still reaches it; a bookie really down refuses the connection."""
 
     def lookup(bookie_id: str) -> str | None:
         info = meta.bookie_info(bookie_id)
         address = info.get("address") if info else None
+        if not address:
+            address = _cookie_address(meta, bookie_id)
         if not address:
             return None
         address = str(address)
@@ -171,6 +197,18 @@ def _metadata_resolver(meta: MetadataClient) -> Callable[[str], Awaitable[str | 
         return lookup(bookie_id)
 
     return resolve
+
+
+def _cookie_address(meta: MetadataClient, bookie_id: str) -> str | None:
+    from embedlog.bookie.cookie import Cookie
+
+    stored = meta.read_cookie(bookie_id)
+    if stored is None:
+        return None
+    try:
+        return Cookie.from_bytes(stored[0]).address or None
+    except BKError:  # unreadable: as if there were none (the bookie's boot says why)
+        return None
 
 
 __all__ = ["connect"]

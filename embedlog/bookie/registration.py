@@ -78,6 +78,7 @@ class Registration:
         bookie = self.bookie
         cfg = bookie.config
         info: dict[str, object] = {"address": cfg.advertised_address, "rack": cfg.rack}
+        failures = 0
         while bookie.state is BookieState.SERVING:
             asked, readonly = self._asked, bookie.readonly
             try:
@@ -95,8 +96,11 @@ class Registration:
                 log.error("bookie %s: %s", bookie.bookie_id, exc)
                 return  # superseded: registering would steal the new incarnation's place
             except Exception as exc:
-                log.warning(
-                    "bookie %s: could not register again yet (%s); retrying in %gs",
+                # Once per outage: the metadata store says the rest (zk_outage.py).
+                failures += 1
+                log.log(
+                    logging.WARNING if failures == 1 else logging.DEBUG,
+                    "bookie %s: could not register again yet (%s); retrying every %gs",
                     bookie.bookie_id,
                     exc,
                     cfg.repair_retry_interval,

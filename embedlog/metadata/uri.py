@@ -18,32 +18,47 @@ from embedlog.metadata.store import MetadataStore
 # Seconds a ZooKeeper store waits for ZooKeeper: to connect, then in each call.
 DEFAULT_METADATA_TIMEOUT = 10.0
 
-ACCEPTED_FORMS = (
-    "None (embedded LevelDB under data_dir/metadata), 'memory://', "
-    "or 'zk://host:port[,host:port...]/chroot'"
-)
+ZK_FORM = "zk://host:port[,host:port...]/path"
+ACCEPTED_FORMS = f"None (embedded LevelDB under data_dir/metadata), 'memory://', or '{ZK_FORM}'"
 
 
-def _bad(uri: str, why: str) -> ValueError:
-    return ValueError(f"unsupported metadata URI {uri!r}: {why}; accepted forms: {ACCEPTED_FORMS}")
+def _bad(uri: str, why: str, forms: str = ACCEPTED_FORMS) -> ValueError:
+    return ValueError(f"unsupported metadata URI {uri!r}: {why}; accepted forms: {forms}")
 
 
-def parse_zk_uri(uri: str) -> tuple[str, str]:
-    """``zk://h1:p1,h2:p2/chroot`` -> ("h1:p1,h2:p2", "/chroot"); ValueError if malformed."""
+def _zk_problem(uri: str) -> str | None:
+    """What makes ``zk://...`` malformed, or None."""
     rest = uri[len("zk://") :]
     hosts, slash, path = rest.partition("/")
     chroot = "/" + path.rstrip("/") if slash else ""
     if "?" in hosts or "#" in hosts or "?" in path or "#" in path:
-        raise _bad(uri, "query strings and fragments are not supported")
+        return "query strings and fragments are not supported"
     if not hosts:
-        raise _bad(uri, "no ZooKeeper host")
+        return "no ZooKeeper host"
     for host in hosts.split(","):
         name, colon, port = host.rpartition(":")
         if not colon or not name or not port.isdigit() or not 0 < int(port) < 65536:
-            raise _bad(uri, f"{host!r} is not host:port")
+            return f"{host!r} is not host:port"
     if "//" in chroot:
-        raise _bad(uri, f"empty path component in chroot {chroot!r}")
-    return hosts, chroot
+        return f"empty path component in chroot {chroot!r}"
+    return None
+
+
+def parse_zk_uri(uri: str) -> tuple[str, str]:
+    """``zk://h1:p1,h2:p2/chroot`` -> ("h1:p1,h2:p2", "/chroot"); ValueError if malformed."""
+    if problem := _zk_problem(uri):
+        raise _bad(uri, problem)
+    hosts, slash, path = uri[len("zk://") :].partition("/")
+    return hosts, "/" + path.rstrip("/") if slash else ""
+
+
+def check_uri_option(uri: str, option: str = "--metadata-uri") -> None:
+    """A command's ``--metadata-uri``: ZooKeeper only (other processes share nothing
+    else; None and memory:// are for programs); ValueError saying what to give."""
+    if not uri.startswith("zk://"):
+        raise ValueError(f"{option} {uri!r} is not a ZooKeeper URI: give {ZK_FORM}")
+    if problem := _zk_problem(uri):
+        raise ValueError(f"{option} {uri!r}: {problem}; give {ZK_FORM}")
 
 
 def open_store(

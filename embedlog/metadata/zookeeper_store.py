@@ -230,10 +230,14 @@ class ZooKeeperMetadataStore(MetadataStore):
         if self._closed:
             return MetadataError(f"the ZooKeeper store ({self.hosts}) is closed (on {path})")
         reason = f" ({self._outage.reason})" if self._outage.reason else ""
+        waited = (
+            f"within {self.metadata_timeout:g}s (the metadata timeout)"
+            if self._patience
+            else "(this store is stopping: it does not wait)"
+        )
         return MetadataUnavailableError(
-            f"ZooKeeper at {self.hosts} did not answer within {self.metadata_timeout:g}s"
-            f"{reason} on {path}: it is down or unreachable; calls succeed again once it "
-            "answers (the metadata timeout sets how long each waits)"
+            f"ZooKeeper at {self.hosts} is unreachable{reason}: no answer on {path} {waited}; "
+            "calls succeed again once it answers"
         )
 
     # -- MetadataStore -------------------------------------------------------------------------
@@ -327,6 +331,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._hurry.set()
         self._client.stop()
         self._client.close()
+        self._outage.closed()
 
     def __enter__(self) -> ZooKeeperMetadataStore:
         return self
@@ -360,6 +365,7 @@ class ZooKeeperSession(ZooKeeperMetadataStore):
             # If stealing failed, this clean close still removes the ephemerals.
             original.stop()
             original.close()
+            self._outage.closed()
 
     @property
     def session_id(self) -> tuple[int, bytes] | None:
