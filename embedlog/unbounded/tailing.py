@@ -18,17 +18,25 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from embedlog.errors import ClientClosedError, NoSuchEntryError, NoSuchLedgerError
+from embedlog.errors import (
+    ClientClosedError,
+    MetadataUnavailableError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
 from embedlog.ledger.entries import Entry
 from embedlog.unbounded import follow, layout
 
 if TYPE_CHECKING:
     from embedlog.unbounded.ledger import UnboundedLedger
+
+log = logging.getLogger(__name__)
 
 TAIL_BATCH = 256  # entries one step reads at most
 
@@ -58,6 +66,7 @@ class TailCursor:
         self._stop: asyncio.Event | None = None  # made on the loop by the first step
         self._trim_point = 0  # the highest trim point seen (a writer's metadata may lag)
         self._idle_since = time.monotonic()
+        self._metadata_down = False  # said once per outage
 
     def resolved(self) -> None:
         """The cursor's start was looked up already (``position`` holds it)."""
@@ -132,7 +141,22 @@ class TailCursor:
                 if left <= 0:
                     return None
                 wait = min(wait, left)
-            await ul.wait_past(self.position - 1, wait)
+            try:
+                await ul.wait_past(self.position - 1, wait)
+            except MetadataUnavailableError as exc:
+                # As a Kafka consumer does: wait through a metadata outage, saying so once.
+                if not self._metadata_down:
+                    self._metadata_down = True
+                    log.warning(
+                        "ledger %d: the tail waits for the metadata store: %s", ul.ledger_id, exc
+                    )
+                await asyncio.sleep(wait)  # the store may fail at once (it is stopping)
+                continue
+            if self._metadata_down:
+                self._metadata_down = False
+                log.info(
+                    "ledger %d: the metadata store answers again; the tail goes on", ul.ledger_id
+                )
 
     def _skip(self, trim_point: int) -> None:
         n = skip_to(self.position, trim_point)
