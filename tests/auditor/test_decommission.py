@@ -17,6 +17,9 @@ from embedlog.auditor.decommission import (
     decommission_cluster,
 )
 from embedlog.errors import CookieError
+from embedlog.transport.base import Transport
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.messages import AddFlags, OpCode, Response
 
 
 def lists(cluster: LocalCluster, bookie: str) -> list[int]:
@@ -204,3 +207,41 @@ def test_entries_with_no_other_copy_keep_the_bookie(make_cluster) -> None:
     assert "entries 0-4 have no copy on any other bookie" in problems
     assert cluster.metadata.read_ledger(wh.ledger_id).ensembles[0] == ["bookie-1"]
     assert cluster.metadata.read_cookie("bookie-1") is not None
+
+
+class _DroppedCopies(Transport):
+    """The cluster's transport, except that every copy (an ADD with the recovery flag) is
+    answered EOK without reaching its bookie: a target that acknowledges and loses it."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner, self.dropped = inner, 0
+
+    async def request(self, src, bookie_id, req, timeout):
+        if req.op == OpCode.ADD and req.flags & AddFlags.RECOVERY:
+            self.dropped += 1
+            return Response(req.op, req.txn, StatusCode.EOK, req.ledger_id, req.entry_id)
+        return await self.inner.request(src, bookie_id, req, timeout)
+
+
+def test_a_copy_that_does_not_verify_is_never_swapped_in(make_cluster) -> None:
+    """Every add of the copy answered EOK, yet the replacement does not list the entries:
+    the metadata keeps naming the decommissioned bookie, and it is not retired."""
+    cluster = make_cluster(4)
+    wh = cluster.client("app").create_ledger(3, 2, 2)
+    for i in range(10):
+        wh.add(b"entry %d" % i)
+    wh.close()
+    victim = wh.metadata.ensembles[0][0]
+    cluster.stop_bookie(victim)
+    before = cluster.metadata.read_ledger(wh.ledger_id)
+    lying = _DroppedCopies(cluster.transport)
+
+    result = Decommissioner(cluster.metadata, lying, cluster.runtime, victim).run()
+
+    assert lying.dropped > 0
+    assert not result.ok
+    problems = result.failures[wh.ledger_id]
+    assert f"{victim} not replaced: the copy on " in problems[0]
+    assert "did not verify (it lacks " in problems[0]
+    assert cluster.metadata.read_ledger(wh.ledger_id).fragments == before.fragments
+    assert cluster.metadata.read_cookie(victim) is not None
