@@ -72,6 +72,7 @@ Progress = Callable[[int, int, str], None]  # (entries copied, entries to copy, 
 
 DEFAULT_WAIT_FOR_WRITERS = 120.0  # seconds the writers of open ledgers get to move off
 _MAX_EMPTY_SWAPS = 10  # compare-and-swap attempts on one ledger whose metadata keeps changing
+_SHOWN = 5  # waiting ledgers named in the progress message (every one in the result)
 
 
 class DecommissionRefusedError(BKError):
@@ -260,9 +261,12 @@ class Decommissioner:
             now = time.monotonic()
             if waiting_since is None:
                 waiting_since = now
+                shown = sorted(waiting.items())[:_SHOWN]
                 self.say(
-                    f"waiting for {len(todo)} ledger(s) to move off {self.bookie_id}: "
-                    + "; ".join(f"ledger {lid}: {why}" for lid, why in sorted(waiting.items()))
+                    f"waiting up to {self.wait_for_writers:g}s for {len(todo)} ledger(s) to "
+                    f"move off {self.bookie_id}: "
+                    + "; ".join(f"ledger {lid}: {why}" for lid, why in shown)
+                    + ("; ..." if len(waiting) > _SHOWN else "")
                 )
             elif now - waiting_since >= self.wait_for_writers:
                 for lid, why in sorted(waiting.items()):
@@ -283,7 +287,10 @@ class Decommissioner:
         if plan.done:
             return None
         if plan.recovering:
-            return "it is being recovered (or taken over); its recovery ends that"
+            return (
+                "it is being recovered (or taken over), and is moved once that ends; "
+                f"`embedlog ledger recover {lid}` finishes a recovery whose client is gone"
+            )
         if plan.sealed:
             problems = await self._replace_in_sealed(md, result)
             if problems:

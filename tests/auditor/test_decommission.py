@@ -17,6 +17,7 @@ from embedlog.auditor.decommission import (
     decommission_cluster,
 )
 from embedlog.errors import CookieError
+from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.transport.base import Transport
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import AddFlags, OpCode, Response
@@ -245,3 +246,34 @@ def test_a_copy_that_does_not_verify_is_never_swapped_in(make_cluster) -> None:
     assert "did not verify (it lacks " in problems[0]
     assert cluster.metadata.read_ledger(wh.ledger_id).fragments == before.fragments
     assert cluster.metadata.read_cookie(victim) is not None
+
+
+def test_a_ledger_being_recovered_is_waited_for(make_cluster) -> None:
+    """A recovery ends with a compare-and-swap at the version it wrote: nothing is swapped
+    in between; once it closed the ledger, a second run moves it."""
+    cluster = make_cluster(4)
+    wh = cluster.client("app").create_ledger(3, 2, 2)
+    for i in range(10):
+        wh.add(b"entry %d" % i)
+    victim = wh.metadata.ensembles[0][2]
+    cluster.stop_bookie(victim)
+    meta = cluster.metadata
+    # What a recovering client writes first (its writer is gone: the handle is left alone).
+    recovering = meta.write_ledger(
+        meta.read_ledger(wh.ledger_id).evolve(state=LedgerState.IN_RECOVERY)
+    )
+
+    first = decommission_cluster(cluster, victim, wait_for_writers=0.2)
+
+    assert not first.ok
+    (problem,) = first.failures[wh.ledger_id]
+    assert "it is being recovered (or taken over), and is moved once that ends" in problem
+    assert meta.read_ledger(wh.ledger_id).version == recovering.version  # untouched
+
+    meta.write_ledger(recovering.evolve(state=LedgerState.CLOSED, last_entry_id=9))
+    second = decommission_cluster(cluster, victim, wait_for_writers=0.2)
+
+    assert second.ok, second.failures
+    assert lists(cluster, victim) == []
+    got = [e.data for e in cluster.client("r").open_ledger(wh.ledger_id).entries()]
+    assert got == [b"entry %d" % i for i in range(10)]
