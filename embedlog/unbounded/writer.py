@@ -111,7 +111,7 @@ class TermWriter(LedgerWriter):
         rollover = retention_rules.rollover_for(self.retention, fragment_max_entries)
         self.fragment_max_entries = rollover.entries
         self._segment = self._open_stretch(md, rollover, lac, recovery)
-        self._held_warned = 0.0  # when retention held back by a cursor was last logged
+        self._held_warned = -HELD_WARNING_EVERY  # when a cursor holding retention was logged
         self._counting: asyncio.Task[None] | None = None
         if self._segment.inherited and self._needs_counts():
             # The takeover's part of the open stretch: counted from the entries, so that

@@ -1,0 +1,348 @@
+"""What a stream promises under concurrency: trims never pass a committed cursor, a
+deleted stream acknowledges nothing and keeps no cursors, retention counts what readers
+see and keeps at least each limit (issue #27)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import pytest
+from unbounded_helpers import wait_until
+
+from embedlog import Retention
+from embedlog.errors import InvalidTermError, LedgerDeletedError
+from embedlog.metadata import sinks, streams
+from embedlog.metadata.store import ANY_VERSION, MetadataStore
+
+IDLE = 30.0
+
+
+class AfterCursorRead(MetadataStore):
+    """A store that runs ``hook`` once, right after someone listed ``path``'s children
+    (the cursor read a trim decides from): the commit that lands between a trim's read of
+    the cursors and its compare-and-swap."""
+
+    def __init__(self, inner: MetadataStore, path: str) -> None:
+        self.inner = inner
+        self.path = path
+        self.blocking_io = inner.blocking_io
+        self.hook: Callable[[], None] | None = None
+        self.fired = threading.Event()
+
+    def children(self, path: str) -> list[str]:
+        out = self.inner.children(path)
+        hook = self.hook
+        if path == self.path and hook is not None:
+            self.hook = None
+            hook()
+            self.fired.set()
+        return out
+
+    def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
+        return self.inner.create(path, data, ephemeral=ephemeral)
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        return self.inner.get(path)
+
+    def set(self, path: str, data: bytes, version: int) -> int:
+        return self.inner.set(path, data, version)
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        self.inner.delete(path, version)
+
+    def sync(self, path: str) -> None:
+        self.inner.sync(path)
+
+    def held_by_another_session(self, path: str) -> bool:
+        return self.inner.held_by_another_session(path)
+
+    def session(self) -> MetadataStore:
+        return self.inner.session()
+
+
+def _first(client, lid: int) -> int:
+    return min(client.ledger_metadata(lid).ensembles)
+
+
+# -- no trim passes a committed cursor ------------------------------------------------------
+
+
+def test_a_commit_between_a_trims_cursor_read_and_its_swap_holds_the_trim_back(
+    make_cluster, zk_uri
+):
+    """The issue's race, forced: the writer's retention reads the cursors (none), a new
+    consumer commits at the first kept entry, the writer swaps in its trim. The trim must
+    stop at the commit + 1, then and later."""
+    cluster = make_cluster(4, metadata_uri=zk_uri)
+    w = cluster.client("writer")
+    ul = w.create_unbounded(3, 3, 2, name="orders", retention=Retention(max_entries=20))
+    follower = cluster.client("consumer").open_unbounded("orders", takeover=False)
+    hooked = AfterCursorRead(cluster.metadata.store, f"{streams.CURSORS}/{ul.ledger_id:020d}")
+    cluster.metadata.store = hooked
+    for i in range(30):
+        ul.append(b"%d" % i)
+    wait_until(lambda: _first(w, ul.ledger_id) > 0)
+    committed: list[int] = []
+
+    def commit_now() -> None:
+        x = _first(w, ul.ledger_id)
+        follower.commit("n51", x)
+        committed.append(x)
+        assert _first(w, ul.ledger_id) <= x + 1  # as the commit returns
+
+    hooked.hook = commit_now
+    for i in range(30, 120):
+        ul.append(b"%d" % i)
+    assert hooked.fired.wait(IDLE)
+    (x,) = committed
+    ul.writer is not None and w.runtime.run(ul.writer.apply_retention())
+    assert _first(w, ul.ledger_id) <= x + 1
+    assert [e.entry_id for e in follower.tail(cursor="n51", timeout=0)][:1] == [x + 1]
+
+
+@pytest.mark.parametrize("kind", ["memory", "leveldb", "zookeeper"])
+def test_commit_and_trim_decision_serialize_on_every_store(kind, make_cluster, request):
+    """The two halves on the store itself: a commit that lands inside a trim's decision
+    makes the decision read the cursors again."""
+    uri = {"memory": "memory://", "leveldb": None}.get(kind)
+    if kind == "zookeeper":
+        uri = request.getfixturevalue("zk_uri")
+    cluster = make_cluster(3, metadata_uri=uri)
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(10):
+        ul.append(b"%d" % i)
+    store = cluster.metadata.store
+    seen: list[dict[str, int]] = []
+
+    def wanted(decided: int, cursors: dict[str, int]) -> int:
+        seen.append(dict(cursors))
+        if len(seen) == 1:  # a consumer commits while this decision is being made
+            assert streams.commit(store, ul.ledger_id, "late", 3, False) == decided
+        return min([9, *(p + 1 for p in cursors.values())])
+
+    assert streams.raise_trim_point(store, ul.ledger_id, wanted) == 4
+    assert seen == [{}, {"late": 3}]
+    # Forward only: a later decision never lowers the trim point.
+    assert streams.raise_trim_point(store, ul.ledger_id, lambda d, c: 2) == 4
+    assert streams.trim_point(store, ul.ledger_id)[0] == 4
+
+
+def test_retention_under_concurrent_commits_never_passes_a_returned_commit(make_cluster):
+    """Consumers committing fresh cursors at the first kept entry while a writer appends
+    with tight retention: after every commit returned, the stream's first kept entry
+    stays at or below the commit + 1 (while that cursor stands)."""
+    cluster = make_cluster(4)
+    w = cluster.client("writer")
+    ul = w.create_unbounded(3, 3, 2, retention=Retention(max_entries=10), fragment_max_entries=2)
+    follower = cluster.client("consumer").open_unbounded(ul.ledger_id, takeover=False)
+    stop = threading.Event()
+    returned: list[tuple[str, int]] = []
+    errors: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            n = 0
+            while not stop.is_set():
+                x = _first(w, ul.ledger_id)
+                name = f"c{n}"
+                follower.commit(name, x)
+                returned.append((name, x))
+                n += 1
+                if n % 5 == 0:  # release the older ones so retention keeps moving
+                    for old, _ in returned[-5:-1]:
+                        follower.delete_cursor(old)
+                        returned.remove(next(r for r in returned if r[0] == old))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    for i in range(5):
+        ul.append(b"%d" % i)
+    t = threading.Thread(target=consume)
+    t.start()
+    try:
+        for i in range(5, 400):
+            ul.append(b"%d" % i)
+    finally:
+        stop.set()
+        t.join()
+    assert not errors
+    w.runtime.run(ul.writer.apply_retention())
+    first = _first(w, ul.ledger_id)
+    standing = follower.cursors()
+    for name, x in returned:
+        if name in standing:
+            assert first <= x + 1, (name, x, first)
+    assert len(returned) > 20
+
+
+# -- deletes --------------------------------------------------------------------------------
+
+
+def test_a_deleted_stream_refuses_appends_follows_commits_and_sink_records(make_cluster):
+    cluster = make_cluster(3)
+    w = cluster.client("writer")
+    ul = w.create_unbounded(3, 3, 2, name="gone")
+    for i in range(5):
+        ul.append(b"%d" % i)
+    follower = cluster.client("follower").open_unbounded("gone", takeover=False)
+    follower.commit("ghost", 2)
+    lid = ul.ledger_id
+    store = cluster.metadata.store
+    cluster.client("admin").delete_ledger(lid)
+
+    with pytest.raises(LedgerDeletedError, match="deleted"):
+        ul.append(b"after the delete")
+    with pytest.raises(LedgerDeletedError, match="deleted"):
+        ul.append(b"and again")
+    with pytest.raises(LedgerDeletedError, match="deleted"):
+        list(follower.tail(0, timeout=IDLE))
+    with pytest.raises(LedgerDeletedError, match="deleted"):
+        follower.commit("ghost", 3)
+    with pytest.raises(LedgerDeletedError, match="deleted"):
+        sinks.write(store, lid, "sink-1", b"{}", None)
+    # Deleting removed the cursors; the refused commit and sink record left nothing.
+    assert not store.exists(f"{streams.CURSORS}/{lid:020d}")
+    assert not store.exists(f"{streams.CURSORS}/{lid:020d}/ghost")
+    assert store.children(f"{sinks.SINKS}/{lid:020d}") == []
+    assert "gone" not in w.list_streams()
+
+
+def test_appends_racing_a_delete_are_never_acknowledged_after_it_returned(make_cluster):
+    """A writer streams appends while another client deletes the stream: once the delete
+    returned, no append of the old handle completes, and each fails naming the delete."""
+    cluster = make_cluster(4)
+    w = cluster.client("writer")
+    ul = w.create_unbounded(3, 3, 2)
+    deleted = threading.Event()
+    late: list[int] = []
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        i = 0
+        while True:
+            try:
+                eid = ul.append(b"%d" % i)
+            except LedgerDeletedError as exc:
+                failures.append(exc)
+                return
+            if deleted.is_set():
+                late.append(eid)
+            i += 1
+
+    t = threading.Thread(target=write)
+    t.start()
+    wait_until(lambda: ul.last_add_confirmed >= 50)
+    cluster.client("admin").delete_ledger(ul.ledger_id)
+    deleted.set()
+    t.join()
+    assert late == []
+    assert len(failures) == 1
+
+
+# -- retention counts what readers see ------------------------------------------------------
+
+
+def _visible(client, lid: int) -> list:
+    f = client.open_unbounded(lid, takeover=False)
+    return list(f.entries(_first(client, lid)))
+
+
+def test_max_entries_counts_entries_not_noop_ids_across_takeovers(make_cluster):
+    cluster = make_cluster(4)
+    clients = [cluster.client("a"), cluster.client("b")]
+    ul = clients[0].create_unbounded(3, 3, 2, retention=Retention(max_entries=20))
+    lid = ul.ledger_id
+    ul.append(b"0")
+    for i in range(1, 80):
+        ul.close()
+        ul = clients[i % 2].open_unbounded(lid)  # a takeover (and its no-op) per append
+        ul.append(b"%d" % i)
+    w = clients[79 % 2]
+    w.runtime.run(ul.writer.apply_retention())
+    kept = _visible(w, lid)
+    assert _first(w, lid) > 0  # retention did trim
+    assert len(kept) >= 20
+    assert [e.data for e in kept][-1] == b"79"
+
+
+def test_max_bytes_keeps_at_least_the_limit_in_payload_bytes(make_cluster):
+    cluster = make_cluster(4)
+    w = cluster.client("w")
+    ul = w.create_unbounded(3, 3, 2, retention=Retention(max_bytes=10_000))
+    for i in range(500):
+        ul.append(b"%099d" % i)  # 100 payload bytes each
+    w.runtime.run(ul.writer.apply_retention())
+    kept = sum(len(e.data) for e in _visible(w, ul.ledger_id))
+    assert _first(w, ul.ledger_id) > 0
+    # At least the limit, and at most the limit plus one sealed stretch (a quarter of
+    # it) and the open one.
+    assert 10_000 <= kept <= 10_000 + 2 * 2_500
+
+
+def test_max_age_trims_after_a_takeover_whose_writer_never_appends(make_cluster):
+    cluster = make_cluster(4)
+    ul = cluster.client("a").create_unbounded(3, 3, 2, retention=Retention(max_age=1.0))
+    for i in range(10):
+        ul.append(b"%d" % i)
+    ul.close()
+    b = cluster.client("b")
+    quiet = b.open_unbounded(ul.ledger_id)  # takes over (no-op at 10), appends nothing
+    assert quiet.last_add_confirmed == 10
+    wait_until(lambda: _first(b, ul.ledger_id) >= 11, pause=0.1)
+    assert list(quiet.tail(0, timeout=0)) == []
+    assert quiet.append(b"10 s later") == 11
+
+
+# -- a cursor holding retention back is visible ----------------------------------------------
+
+
+def test_retention_held_back_by_a_cursor_is_a_metric_and_one_warning(make_cluster, caplog):
+    cluster = make_cluster(4)
+    w = cluster.client("w")
+    ul = w.create_unbounded(3, 3, 2, retention=Retention(max_entries=20))
+    ul.append(b"0")
+    ul.commit("stuck", 0)
+    with caplog.at_level(logging.WARNING, logger="embedlog"):
+        for i in range(1, 200):
+            ul.append(b"%d" % i)
+        w.runtime.run(ul.writer.apply_retention())
+    m = cluster.metrics()
+    assert m[f"stream_{ul.ledger_id}_retention_held_entries"] >= 100
+    assert m["retention_held_bytes"] > 0
+    warnings = [r for r in caplog.records if "holds back retention" in r.getMessage()]
+    assert len(warnings) == 1
+    assert _first(w, ul.ledger_id) <= 1
+    ul.delete_cursor("stuck")
+    w.runtime.run(ul.writer.apply_retention())
+    assert cluster.metrics()[f"stream_{ul.ledger_id}_retention_held_entries"] == 0
+    assert _first(w, ul.ledger_id) > 100
+
+
+# -- smaller ---------------------------------------------------------------------------------
+
+
+def test_a_cursor_tail_knows_its_position_before_the_first_entry(make_cluster):
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(10):
+        ul.append(b"%d" % i)
+    ul.commit("c", 4)
+    tail = cluster.client("f").open_unbounded(ul.ledger_id, takeover=False).tail(cursor="c")
+    assert tail.position == 5
+    assert next(tail).entry_id == 5
+    tail.close()
+
+
+def test_a_displaced_writer_committing_past_its_lac_hears_of_the_takeover(make_cluster):
+    cluster = make_cluster(3)
+    first = cluster.client("first").create_unbounded(3, 3, 2)
+    for i in range(3):
+        first.append(b"%d" % i)
+    second = cluster.client("second").open_unbounded(first.ledger_id)
+    top = second.append(b"new term")
+    with pytest.raises(InvalidTermError, match="took the stream over"):
+        first.commit("c", top)
+    first.commit("c", 2)  # what it knows stays committable
+    assert first.cursors() == {"c": 2}
