@@ -8,7 +8,8 @@ state for a ledger the bookie does not know.
 
 What the key cannot protect: a ledger the bookie knows nothing of binds the key of the
 first request that creates its state there (BookKeeper does the same). docs/security.md
-says how that is mitigated.
+says how that is mitigated. A ledger the bookie dropped is not one it knows nothing of:
+its tombstone keeps its key, and nothing creates its state again (tombstones.py).
 
 Reads that change nothing (plain and recovery reads without a fence or a term,
 READ_LAC, LIST_ENTRIES) need no key, as in BookKeeper.

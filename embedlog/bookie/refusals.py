@@ -84,7 +84,7 @@ class Refusals(Flushing):
         would change it (tombstones.py); None otherwise. Asked where the bookie holds no
         state of the ledger: a dropped ledger has none."""
         assert self.storage is not None
-        key = self.storage.tombstone(req.ledger_id)
+        key = self.storage.tombstones.key(req.ledger_id)
         status = None if key is None else tombstone_verdict(req, key)
         if status is None:
             return None

@@ -144,14 +144,9 @@ class LedgerStorage:
         self._deleted.discard(ledger_id)
         self._dirty.add(ledger_id)
 
-    def tombstone(self, ledger_id: int) -> bytes | None:
-        """The key kept with the ledger's tombstone (tombstones.py): the bookie dropped
-        the ledger, and holds nothing of it; None when it holds no tombstone of it."""
-        return self.tombstones.key(ledger_id)
-
     def dropped(self, ledger_id: int) -> bool:
-        """The bookie dropped the ledger (a tombstone and no state of it)."""
-        return self.info(ledger_id) is None and self.tombstone(ledger_id) is not None
+        """The bookie dropped the ledger: no state of it, and a tombstone (tombstones.py)."""
+        return self.info(ledger_id) is None and self.tombstones.key(ledger_id) is not None
 
     def ledger_ids(self) -> list[int]:
         ids = {lid for lid, _ in self.index.ledgers()} | set(self._infos)
@@ -446,14 +441,10 @@ class LedgerStorage:
 
     async def drop_ledgers(self, ledger_ids: Collection[int], checkpoint: int) -> None:
         """Durably drop everything of each ledger, its entries and its state, and keep its
-        tombstone: one synced index batch for all of them, with ``checkpoint``, so that
-        journal replay cannot bring any back (a deletion, or garbage collection dropping
-        many at once).
-
-        The tombstones take effect at once, before the flush lock is waited for: from
-        here on the ledgers have no state and every request that would give them some is
-        refused (tombstones.py), so nothing arriving while the drop runs is acknowledged
-        and then dropped, or brings the ledger back."""
+        tombstone: one synced index batch for all, with ``checkpoint``, so that journal
+        replay cannot bring any back (a deletion, or garbage collection). The tombstones
+        hold at once, before the lock is waited for: nothing arriving meanwhile is
+        acknowledged and then dropped, or brings a ledger back (tombstones.py)."""
         for lid in ledger_ids:
             info = self.info(lid)
             key = bytes.fromhex(info.master_key) if info is not None else b""

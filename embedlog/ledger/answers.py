@@ -2,7 +2,7 @@
 
 An EOK of a counted term from a bookie that still holds the entry's slot in the
 metadata is an ack; a refusal fails the writer (fenced, another term, wrong
-password) or replaces the bookie; no answer (a timeout, a lost connection) is an
+password, the ledger deleted) or replaces the bookie; no answer (a timeout, a lost connection) is an
 unknown outcome, and the bookie is replaced (ensemble_change.py). A mixin of
 ``LedgerWriter`` (writer.py), which holds the state and the hooks.
 """
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from embedlog.errors import (
     BKError,
     InvalidTermError,
+    LedgerDeletedError,
     LedgerFencedError,
     TlsHandshakeError,
     UnauthorizedAccessError,
@@ -147,7 +148,11 @@ class AddAnswers:
 
     def _on_refusal(self, p: PendingAdd, bookie: str, status: int, term: int) -> None:
         """One bookie refused one entry."""
-        if status == StatusCode.EINVALIDTERM:
+        if status == StatusCode.EDELETED:
+            # Whether or not this entry was acknowledged already: nothing added to the
+            # ledger from now on could be read, so every later add must fail too.
+            self.fail(deleted_error(self.md.ledger_id, bookie))
+        elif status == StatusCode.EINVALIDTERM:
             self.fail(
                 InvalidTermError(
                     f"ledger {self.md.ledger_id}: {bookie} has term {term}, above this "
@@ -163,6 +168,14 @@ class AddAnswers:
         else:
             log.info("add %s:%s refused by %s: %s", self.md.ledger_id, p.entry_id, bookie, status)
             self._bookie_failed(bookie)
+
+
+def deleted_error(ledger_id: int, bookie: str) -> LedgerDeletedError:
+    """What a writer (or a recovery) that met a bookie's tombstone of its ledger raises."""
+    return LedgerDeletedError(
+        f"ledger {ledger_id} was deleted ({bookie} dropped it and refuses writes to it): "
+        "nothing more can be added to it; create a new ledger (or the stream again) to go on"
+    )
 
 
 class BatchAnswerFor:

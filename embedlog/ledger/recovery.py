@@ -31,11 +31,13 @@ from embedlog.errors import (
     BKError,
     DigestMismatchError,
     InvalidTermError,
+    LedgerDeletedError,
     LedgerRecoveryError,
     MetadataVersionError,
     TlsHandshakeError,
     UnauthorizedAccessError,
 )
+from embedlog.ledger.answers import deleted_error
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.quorum import (
@@ -166,6 +168,8 @@ async def fence(
             raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
         if resp.status == StatusCode.EINVALIDTERM:
             raise InvalidTermError(f"ledger {lid}: {bookie} has a term above {term}")
+        if resp.status == StatusCode.EDELETED:
+            raise deleted_error(lid, bookie)
         return None
 
     covered, lacs, unknown = await until_covered(ensemble, md.write_quorum, md.ack_quorum, ask)
@@ -210,6 +214,8 @@ async def recovery_read(
             raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
         if resp.status == StatusCode.EINVALIDTERM:
             raise InvalidTermError(f"ledger {lid}: {bookie} has a term above {term}")
+        if resp.status == StatusCode.EDELETED:
+            raise deleted_error(lid, bookie)
         outcome = classify(resp.status)
         if outcome is Outcome.UNKNOWN and ctx.unsafe_unknown_as_negative:
             outcome = Outcome.NEGATIVE  # UNSAFE switch (tests only): an error answer too
@@ -368,6 +374,8 @@ async def _recover_once(
             aborted="recovery aborted, the ledger stays recoverable",
         )
         await writer.drain()
+        if isinstance(writer.error, LedgerDeletedError):
+            raise writer.error
         if writer.error is not None:
             raise LedgerRecoveryError(
                 f"ledger {lid}: writing recovered entries back failed: {writer.error}"

@@ -37,6 +37,7 @@ from embedlog.errors import (
     MetadataVersionError,
     UnauthorizedAccessError,
 )
+from embedlog.ledger.answers import deleted_error
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.recovery import check_password, read_forward, settle_later, until_covered
@@ -81,6 +82,8 @@ async def read_lafr_with_term(
             raise InvalidTermError(f"ledger {lid}: {bookie} has term {resp.term} > {term}")
         if resp.status == StatusCode.EUA:
             raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
+        if resp.status == StatusCode.EDELETED:
+            raise deleted_error(lid, bookie)
         return None  # unknown, or an answer of another term (discarded)
 
     covered, raised, unknown = await until_covered(ensemble, md.write_quorum, md.ack_quorum, ask)
@@ -168,7 +171,7 @@ async def recover_term(ctx: ClientContext, md: LedgerMetadata, password: bytes) 
         if writer.error is None and noop_id >= 0 and not ctx.unsafe_skip_clear_last_fragment:
             await writer.clear_last_fragment(noop_id)
         if writer.error is not None:
-            if isinstance(writer.error, InvalidTermError):
+            if isinstance(writer.error, (InvalidTermError, LedgerDeletedError)):
                 raise writer.error
             raise LedgerRecoveryError(
                 f"ledger {lid} term {term}: the recovery writes did not reach every bookie: "
