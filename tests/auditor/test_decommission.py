@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from auditor_helpers import set_rack
 
 from embedlog import LocalCluster
 from embedlog.auditor.checker import MetadataChecker
@@ -277,3 +278,33 @@ def test_a_ledger_being_recovered_is_waited_for(make_cluster) -> None:
     assert lists(cluster, victim) == []
     got = [e.data for e in cluster.client("r").open_ledger(wh.ledger_id).entries()]
     assert got == [b"entry %d" % i for i in range(10)]
+
+
+def test_replacements_keep_write_sets_across_racks(make_cluster) -> None:
+    cluster = make_cluster(5)
+    racks = {"bookie-1": "/r1", "bookie-2": "/r1", "bookie-3": "/r2", "bookie-4": "/r2"}
+    for bid, rack in racks.items():
+        set_rack(cluster, bid, rack)
+    cluster.stop_bookie("bookie-5")  # not a candidate: the two racks are all there is
+    victim = "bookie-3"
+    client = cluster.client("app")
+    ledgers = []
+    while len(ledgers) < 5:  # ensembles of the victim and a /r1 bookie
+        wh = client.create_ledger(2, 2, 2)
+        for i in range(4):
+            wh.add(b"entry %d" % i)
+        wh.close()
+        ensemble = wh.metadata.ensembles[0]
+        if victim in ensemble and "bookie-4" not in ensemble:
+            ledgers.append(wh.ledger_id)
+        else:
+            client.delete_ledger(wh.ledger_id)
+    assert checker(cluster).run().ok  # every write set spans both racks
+    cluster.stop_bookie(victim)
+
+    result = decommission_cluster(cluster, victim)
+
+    assert result.ok, result.failures
+    for lid in ledgers:  # the other /r2 bookie took its place each time, never a /r1 one
+        assert "bookie-4" in cluster.metadata.read_ledger(lid).ensembles[0]
+    assert checker(cluster).run().ok
