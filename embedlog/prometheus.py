@@ -67,6 +67,15 @@ def families(snap: MetricsSnapshot) -> Iterator[Any]:
         )
     for name, value in sorted(snap.gauges.items()):
         yield core.GaugeMetricFamily(f"embedlog_{name}", name.replace("_", " "), value=value)
+    for index, what in ((0, "entries"), (1, "bytes")):
+        held = core.GaugeMetricFamily(
+            f"embedlog_stream_retention_held_{what}",
+            f"{what} a stream keeps beyond its retention limits because a cursor holds them",
+            labels=["ledger"],
+        )
+        for lid, counts in sorted(snap.clients.held_by_cursors.items()):
+            held.add_metric([str(lid)], counts[index])
+        yield held
 
 
 class _Collector:

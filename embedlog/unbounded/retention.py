@@ -2,20 +2,23 @@
 
 ``Retention(max_entries, max_bytes, max_age)`` is kept in the ledger's metadata (settings
 key ``retention``), so every term's writer applies it. Like Kafka's retention, a fragment
-goes once it lies beyond *any* limit: older than ``max_age`` seconds, below the newest
-``max_entries`` entries, or below the newest ``max_bytes`` payload bytes. Only whole
-fragments go (the last one never), so a stream keeps a little more than its limits; to
-keep that overshoot small the writer also rolls over to a new fragment by size and age,
-by default at a quarter of each limit, so a quiet stream's entries still age out.
+goes once it lies beyond *any* limit: sealed more than ``max_age`` seconds ago, or while
+what stays without it still holds at least ``max_entries`` entries readers see and
+``max_bytes`` payload bytes (never less than the limit). Only whole fragments go (the
+last one never); to keep the overshoot small the writer also rolls over to a new
+fragment by size and age, by default at a quarter of each limit, so a quiet stream's
+entries still age out.
 
 Trims never pass a cursor (a consumer's committed position) unless the stream was
-created with ``retention_overrides_cursors=True``.
+created with ``retention_overrides_cursors=True``: the decision is made against the
+cursors on the stream's trim point node (``trim.py``, ``metadata/streams.py``).
 
 What each sealed stretch of the stream holds is recorded at every rollover in the same
-compare-and-swap that starts the new fragment, as marks ``[end, bytes, sealed_at]``: the
-entries below ``end`` (since the previous mark) hold ``bytes`` payload bytes and were
-all written before ``sealed_at`` (unix seconds). Bytes are counted by the writer that
-sealed the stretch: a stretch that a takeover continued counts only the new term's part.
+compare-and-swap that starts the new fragment, as marks ``[end, bytes, sealed_at,
+entries]``: the entries below ``end`` (since the previous mark) hold ``bytes`` payload
+bytes and ``entries`` entries readers see (no-ops left out), all written before
+``sealed_at`` (unix seconds). A writer that took over counts the stretch it inherited
+from the entries themselves (``TermWriter._count_inherited``).
 """
 
 from __future__ import annotations

@@ -311,6 +311,15 @@ def test_retention_held_back_by_a_cursor_is_a_metric_and_one_warning(make_cluste
     m = cluster.metrics()
     assert m[f"stream_{ul.ledger_id}_retention_held_entries"] >= 100
     assert m["retention_held_bytes"] > 0
+    from embedlog.prometheus import families  # Prometheus's view (the test extra has it)
+
+    exported = {
+        (f.name, tuple(sorted(sample.labels.items()))): sample.value
+        for f in families(cluster.metrics_snapshot())
+        for sample in f.samples
+    }
+    key = ("embedlog_stream_retention_held_entries", (("ledger", str(ul.ledger_id)),))
+    assert exported[key] >= 100
     warnings = [r for r in caplog.records if "holds back retention" in r.getMessage()]
     assert len(warnings) == 1
     assert _first(w, ul.ledger_id) <= 1
