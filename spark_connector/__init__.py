@@ -9,6 +9,7 @@ are other processes, so the cluster must share its metadata through ZooKeeper
 (``zk://``) and serve its bookies over TCP.
 """
 
+from spark_connector import _requires  # noqa: F401  (first: names the extra if PySpark is missing)
 from spark_connector.batch_read import EmbedlogBatchReader
 from spark_connector.exactly_once import SinkRecord
 from spark_connector.ledger_write import EmbedlogCommitMessage, EmbedlogWriter, ledgers_with

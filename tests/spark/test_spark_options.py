@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +145,32 @@ def test_batch_plan_and_read_of_an_unbounded_ledger(spark_cluster: Any, metadata
     finally:
         first.close()
         second.close()
+
+
+def test_without_pyspark_importing_the_connector_names_the_install_command() -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["pyspark"] = None  # as if it were not installed
+        for name in ("spark_connector", "spark_connector.options"):
+            try:
+                __import__(name)
+            except ImportError as exc:
+                print(type(exc).__name__, exc)
+            else:
+                print("imported", name)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        assert line.startswith("MissingExtraError the Spark connector (spark_connector) needs")
+        assert line.endswith("pip install 'embedlog[spark]'")
