@@ -112,7 +112,14 @@ def password(args: argparse.Namespace) -> bytes:
     Never a command-line argument: other users of the machine see those in ``ps``.
     """
     if args.password_file is not None:
-        data = Path(args.password_file).read_bytes()
+        try:
+            data = Path(args.password_file).read_bytes()
+        except OSError as exc:
+            why = (exc.strerror or str(exc)).lower()
+            raise ValueError(
+                f"--password-file {args.password_file}: {why}; give the file that holds the "
+                f"ledger's password, or set ${PASSWORD_ENV} instead"
+            ) from None
         return data[:-1] if data.endswith(b"\n") else data
     return os.environb.get(PASSWORD_ENV.encode(), b"")
 
@@ -170,17 +177,26 @@ def _print_range(handle: ReadHandle, first: int, last: int, args: argparse.Names
 
 
 def _read(args: argparse.Namespace) -> int:
+    # Before anything is opened: these need no cluster to be wrong.
+    if args.first < 0:
+        raise ValueError(f"--first {args.first}: give an entry id, 0 or more")
+    if args.last is not None and args.last < args.first:
+        raise ValueError(
+            f"--first {args.first} is after --last {args.last}: give --first <= --last"
+        )
     with cli_access.cluster(args, readonly=True) as access:
         handle = _open(access, args)
         lac = handle.last_add_confirmed
         last = lac if args.last is None else args.last
+        end = "last entry" if handle.is_closed else "last add confirmed"
         if args.last is not None and args.last > lac:
+            raise ValueError(f"ledger {args.ledger_id}: --last {args.last} is past its {end} {lac}")
+        if args.first > lac and args.first > 0:
+            # An empty ledger read from 0 prints nothing, as it should; --first past the
+            # end printing nothing looks like a ledger with no entries.
             raise ValueError(
-                f"ledger {args.ledger_id}: --last {args.last} is past its "
-                f"{'last entry' if handle.is_closed else 'last add confirmed'} {lac}"
+                f"ledger {args.ledger_id}: --first {args.first} is past its {end} {lac}"
             )
-        if args.first < 0:
-            raise ValueError(f"--first must be >= 0, got {args.first}")
         _print_range(handle, args.first, last, args)
     return 0
 

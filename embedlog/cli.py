@@ -1,4 +1,4 @@
-"""The ``embedlog`` command line: ``simpletest``, ``sandbox``, ``chaos`` and admin commands."""
+"""The embedlog command line: simpletest, sandbox, chaos and the admin commands."""
 
 from __future__ import annotations
 
@@ -10,9 +10,28 @@ import time
 from collections.abc import Sequence
 
 
+def simpletest_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with simpletest's numbers, said as the fix (None: nothing)."""
+    if args.entries < 1:
+        return f"--entries {args.entries}: give 1 or more entries"
+    if args.size < 0:
+        return f"--size {args.size}: give a size in bytes, 0 or more"
+    if args.bookies < 1:
+        return f"--bookies {args.bookies}: give 1 or more bookies"
+    if not 1 <= args.ensemble <= args.bookies:
+        return f"--ensemble {args.ensemble}: give 1 to --bookies ({args.bookies})"
+    if not 1 <= args.write_quorum <= args.ensemble:
+        return f"--write-quorum {args.write_quorum}: give 1 to --ensemble ({args.ensemble})"
+    if not 1 <= args.ack_quorum <= args.write_quorum:
+        return f"--ack-quorum {args.ack_quorum}: give 1 to --write-quorum ({args.write_quorum})"
+    return None
+
+
 def _simpletest(args: argparse.Namespace) -> int:
     from embedlog import LocalCluster
 
+    if problem := simpletest_problem(args):
+        raise ValueError(problem)
     n, size = args.entries, args.size
     print(
         f"simpletest: {args.bookies} in-process bookies, ledger E{args.ensemble} "
@@ -67,13 +86,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"embedlog {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    st = sub.add_parser("simpletest", help="write, read back and verify on an in-process cluster")
-    st.add_argument("--entries", type=int, default=20000)
-    st.add_argument("--size", type=int, default=1024, help="entry size in bytes")
-    st.add_argument("--bookies", type=int, default=3)
-    st.add_argument("--ensemble", type=int, default=3)
-    st.add_argument("--write-quorum", type=int, default=3)
-    st.add_argument("--ack-quorum", type=int, default=2)
+    st = sub.add_parser(
+        "simpletest",
+        help="write, read back and verify on an in-process cluster",
+        description="Start a cluster of in-process bookies in a temporary directory, write "
+        "entries to one ledger (pipelined), read them back, verify them and print the rates.",
+    )
+    st.add_argument(
+        "--entries", type=int, default=20000, help="how many entries to write (default 20000)"
+    )
+    st.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
+    st.add_argument("--bookies", type=int, default=3, help="bookies in the cluster (default 3)")
+    st.add_argument(
+        "--ensemble", type=int, default=3, help="bookies the ledger is striped over (default 3)"
+    )
+    st.add_argument("--write-quorum", type=int, default=3, help="copies of each entry (default 3)")
+    st.add_argument(
+        "--ack-quorum",
+        type=int,
+        default=2,
+        help="copies on disk before an add is confirmed (default 2)",
+    )
     st.set_defaults(func=_simpletest)
 
     from embedlog import admin
@@ -93,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        if getattr(args, "metadata_uri", None) is not None:
+            from embedlog.metadata.uri import check_uri_option
+
+            check_uri_option(args.metadata_uri)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

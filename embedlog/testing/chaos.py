@@ -48,7 +48,7 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p = sub.add_parser(
         "chaos",
         help="deterministic simulation: many seeded histories, invariants checked",
-        description=__doc__,
+        description=(__doc__ or "").replace("``", ""),  # plain text, not reStructuredText
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     # Counts and names are checked by hand: one line naming the problem, not a usage dump.

@@ -89,6 +89,39 @@ def embedlog_cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
         factory.stop_all()
 
 
+def accepted_settings() -> frozenset[str]:
+    """What ``@pytest.mark.embedlog(...)`` takes: ``bookies``, LocalCluster's own keywords
+    and the bookie settings (each bookie's id, directory and address are the cluster's)."""
+    import inspect
+
+    import attrs
+
+    from embedlog.bookie.config import BookieConfig
+    from embedlog.cluster import LocalCluster
+
+    params = inspect.signature(LocalCluster.__init__).parameters.values()
+    local = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    bookie = {a.name for a in attrs.fields(BookieConfig)} - {"bookie_id", "data_dir", "address"}
+    return frozenset({"bookies", *local, *bookie})
+
+
+def known_settings() -> list[str]:
+    """The settings an error names: the accepted ones less the ``unsafe_*`` switches
+    (embedlog's own tests of what BP-46 prevents use them; no application should)."""
+    return sorted(k for k in accepted_settings() if not k.startswith("unsafe_"))
+
+
+def _unknown(names: list[str]) -> str:
+    import difflib
+
+    known = known_settings()
+    said = []
+    for name in names:
+        close = difflib.get_close_matches(name, known, n=1)
+        said.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return f"unknown setting {', '.join(said)}; known: {', '.join(known)}"
+
+
 def marker_settings(marker: pytest.Mark | None) -> tuple[int, dict[str, Any]]:
     """The number of bookies and the LocalCluster keywords an ``embedlog`` marker asks for."""
     if marker is None:
@@ -99,12 +132,15 @@ def marker_settings(marker: pytest.Mark | None) -> tuple[int, dict[str, Any]]:
             f"@pytest.mark.{MARKER}(bookies=5, journal_write_data=False); got {marker.args!r}"
         )
     settings = dict(marker.kwargs)
-    bookies = settings.pop("bookies", DEFAULT_BOOKIES)
     if settings.pop("data_dir", None) is not None:
         raise ValueError(
             f"@pytest.mark.{MARKER}: data_dir is the fixture's (under tmp_path); "
             "use embedlog_cluster_factory(data_dir=...) for a directory of your own"
         )
+    unknown = sorted(set(settings) - accepted_settings())
+    if unknown:
+        raise ValueError(f"@pytest.mark.{MARKER}: {_unknown(unknown)}")
+    bookies = settings.pop("bookies", DEFAULT_BOOKIES)
     if not isinstance(bookies, int) or isinstance(bookies, bool) or bookies < 1:
         raise ValueError(
             f"@pytest.mark.{MARKER}(bookies=...) must be a whole number >= 1, got {bookies!r}"
@@ -120,8 +156,11 @@ def embedlog_cluster(
     try:
         bookies, settings = marker_settings(request.node.get_closest_marker(MARKER))
     except ValueError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    return embedlog_cluster_factory(bookies, **settings)
+        problem = str(exc)
+    else:
+        return embedlog_cluster_factory(bookies, **settings)
+    # Outside the except: the report is the one line, not the exception it came from.
+    pytest.fail(problem, pytrace=False)
 
 
 @pytest.fixture

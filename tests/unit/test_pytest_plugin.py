@@ -51,6 +51,7 @@ def test_the_marker_shapes_the_cluster(pytester):
         ("(bookies=0)", "must be a whole number >= 1, got 0"),
         ("(bookies='3')", "must be a whole number >= 1, got '3'"),
         ("(data_dir='/tmp/x')", "data_dir is the fixture's"),
+        ("(bookie=4)", "unknown setting 'bookie' (did you mean 'bookies'?); known: *, bookies, *"),
     ],
 )
 def test_a_bad_marker_fails_the_test_with_one_line(pytester, marker, message):
@@ -67,6 +68,27 @@ def test_a_bad_marker_fails_the_test_with_one_line(pytester, marker, message):
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"*{message}*"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_a_marker_typo_names_the_settings_an_application_has(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.embedlog(bookies=3, journal_write_dat=False)
+        def test_it(embedlog_cluster):
+            pass
+        """
+    )
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    said = [line for line in result.outlines if "unknown setting" in line]
+    assert said[0].startswith(
+        "@pytest.mark.embedlog: unknown setting 'journal_write_dat' (did you mean "
+        "'journal_write_data'?); known: auto_fix_cookies, bookies, "
+    )
+    assert "transport" in said[0] and "unsafe" not in result.stdout.str()
+    assert "During handling" not in result.stdout.str()
 
 
 def test_clusters_stop_when_the_test_fails(pytester):
