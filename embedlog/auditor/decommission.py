@@ -101,8 +101,8 @@ class DecommissionResult:
         if self.retired:
             return done + "; retired (cookie and registration removed)"
         return (
-            done + f"; NOT retired: {len(self.failures)} ledger(s) still list it "
-            "(above); run the command again once that is dealt with"
+            done + f"; NOT retired: {len(self.failures)} ledger(s) still list it, each "
+            "named with what to do; run again once that is done"
         )
 
 
@@ -156,6 +156,7 @@ class Decommissioner:
     async def run_aio(self) -> DecommissionResult:
         started = time.monotonic()
         bid = self.bookie_id
+        self._to_copy, self._copied = {}, 0
         await self._refuse_if_registered()
         affected = await self._scan()
         if not affected and not await self.metadata.call(self._records):
