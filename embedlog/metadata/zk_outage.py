@@ -80,6 +80,8 @@ class OutageLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         if level == logging.WARNING and isinstance(msg, str) and msg.startswith(_PER_ATTEMPT):
             self._attempt_failed(msg % args if args else msg)
             return
+        if level == logging.INFO and isinstance(msg, str) and msg.startswith("Connecting to"):
+            level = logging.DEBUG  # once per attempt, too
         super().log(level, msg, *args, **kwargs)
 
     def _outage(self) -> _Outage:
