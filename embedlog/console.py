@@ -100,16 +100,23 @@ class Progress:
         self.last = float("-inf")
         self.drawn = False
         self.done = 0
+        self.shown = -1  # the count last drawn: a finished bar is drawn once
 
-    def update(self, done: int, total: int | None = None, note: str = "") -> None:
+    def update(
+        self, done: int, total: int | None = None, note: str = "", *, force: bool = False
+    ) -> None:
+        """``force``: draw now whatever the interval (the last count of work that
+        stopped early, say)."""
         if total is not None:
             self.total = total
         self.done = done
         now = time.monotonic()
         finished = self.total is not None and done >= self.total
-        if not self.enabled or (not finished and now - self.last < self.interval):
+        due = force or finished or now - self.last >= self.interval
+        if not self.enabled or not due or (finished and self.shown == done):
             return
         self.last = now
+        self.shown = done
         text = progress_line(done, self.total, self.unit, now - self.start)
         if note:
             text += f" ({note})"

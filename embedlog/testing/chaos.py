@@ -22,6 +22,7 @@ from embedlog.testing.limits import KNOBS, Limits, LimitsError
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, choices
 from embedlog.testing.shrink import replay_command
 
+PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is no terminal
 TRACE_TAIL = 60  # events of a failing seed printed inline (the whole trace goes to a file)
 
 # Counts shown in the summary, in this order (others follow alphabetically).
@@ -171,11 +172,14 @@ def _run_seeds(
         + f", seeds {start}..{start + seeds - 1}, {jobs} job{'s' if jobs > 1 else ''}",
         flush=True,
     )
-    tty = sys.stdout.isatty()
+    from embedlog.console import Progress
+
+    # On stderr, so stdout is the report alone; without a terminal a line now and then
+    # (and the last one), not one per seed in a CI log.
+    progress = Progress("seeds", seeds, every=PROGRESS_EVERY)
     totals: Counter[str] = Counter()
     failed: list[int] = []
     began = time.perf_counter()
-    step = max(1, seeds // 20)
     results = run_seeds(
         range(start, start + seeds),
         scenario,
@@ -193,6 +197,7 @@ def _run_seeds(
             print("\n".join(result.trace))
             print(f"seed {seed}: trace hash {result.trace_hash}, {result.events} events")
         if not result.ok:
+            progress.close()  # the report starts on a line of its own
             failed.append(seed)
             _report_failure(_with_trace(result, limits, not args.verbose, suppress))
             if args.shrink or (len(failed) == 1 and not args.no_shrink):
@@ -200,14 +205,9 @@ def _run_seeds(
             if not args.keep_going:
                 results.close()  # stops the workers
                 break
-        if n % step == 0 or n == seeds:
-            elapsed = time.perf_counter() - began
-            bar = "#" * (20 * n // seeds)
-            line = (
-                f"[{bar:20}] {n}/{seeds} seeds, {n / elapsed:.1f} seeds/s, {len(failed)} violating"
-            )
-            print(("\r" + line) if tty else line, end="" if tty and n != seeds else "\n")
-            sys.stdout.flush()
+        progress.update(n, note=f"{len(failed)} violating")
+    progress.update(n, note=f"{len(failed)} violating", force=True)
+    progress.close()
     elapsed = time.perf_counter() - began
     ran = n
     print(f"ran {ran} seeds in {elapsed:.1f}s: {ran / elapsed:.1f} seeds/s")

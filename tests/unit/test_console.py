@@ -56,3 +56,15 @@ def test_disabled_progress_writes_nothing() -> None:
     bar.update(2)
     bar.say("hello")
     assert stream.getvalue() == ""
+
+
+def test_forced_progress_draws_where_work_stopped_and_a_finished_bar_once() -> None:
+    stream = io.StringIO()
+    bar = Progress("seeds", 10, stream=stream, every=3600)
+    for n in (1, 2, 3, 4):
+        bar.update(n)
+    bar.update(4, force=True)  # stopped early (a violation): its count is still shown
+    bar.update(10)
+    bar.update(10, force=True)  # a finished bar again: not drawn twice
+    lines = stream.getvalue().splitlines()
+    assert [line.split()[1] for line in lines] == ["1/10", "4/10", "10/10"]
