@@ -6,7 +6,7 @@ see README.md and docs/.
 
 from typing import TYPE_CHECKING
 
-from embedlog._lazy import lazy_exports
+from embedlog._lazy import lazy_dir, lazy_exports
 from embedlog.connect import connect
 from embedlog.errors import (
     BKError,
@@ -38,17 +38,16 @@ if TYPE_CHECKING:
 
 # The heavier pieces load on first use, so `import embedlog.wire` (or a bookie
 # process) does not pull in the whole client and cluster.
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "Client": "embedlog.client",
-        "LocalCluster": "embedlog.cluster",
-        "ReadHandle": "embedlog.ledger.handles",
-        "WriteHandle": "embedlog.ledger.handles",
-        "UnboundedLedger": "embedlog.unbounded.ledger",
-        "Retention": "embedlog.unbounded.retention",
-    },
-)
+_LAZY = {
+    "Client": "embedlog.client",
+    "LocalCluster": "embedlog.cluster",
+    "ReadHandle": "embedlog.ledger.handles",
+    "WriteHandle": "embedlog.ledger.handles",
+    "UnboundedLedger": "embedlog.unbounded.ledger",
+    "Retention": "embedlog.unbounded.retention",
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
+__dir__ = lazy_dir(__name__, _LAZY)
 
 __version__ = "0.1.0"
 

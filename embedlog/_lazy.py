@@ -26,3 +26,14 @@ def lazy_exports(package: str, names: Mapping[str, str]) -> Callable[[str], Any]
         return value
 
     return __getattr__
+
+
+def lazy_dir(package: str, names: Mapping[str, str]) -> Callable[[], list[str]]:
+    """A module ``__dir__`` for ``package`` (PEP 562): what it has loaded so far and the
+    names it exports lazily, so ``dir()`` and completion show ``LocalCluster`` before
+    its first use."""
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(names))
+
+    return __dir__

@@ -105,3 +105,14 @@ def test_one_version_source() -> None:
         assert version("embedlog") == embedlog.__version__  # the installed metadata agrees
     except PackageNotFoundError:
         pass  # running from a checkout that is not installed
+
+
+def test_dir_lists_the_lazily_exported_names_before_their_first_use() -> None:
+    code = (
+        "import sys, embedlog\n"
+        "names = dir(embedlog)\n"
+        "print(sorted(set(embedlog.__all__) - set(names)))\n"
+        "print('embedlog.cluster' in sys.modules, 'LocalCluster' in names)\n"
+    )
+    out = python_without(set(), code)
+    assert out.stdout.splitlines() == ["[]", "False True"], out.stderr
