@@ -1,8 +1,8 @@
 """``embedlog bookie decommission`` against bookie processes and ZooKeeper: a writer keeps
 appending to a ledger and to a stream on the bookie while it is decommissioned; the command
 is interrupted (SIGINT, then SIGKILL) midway and run again until it completes; nothing
-acknowledged is lost and the auditor then finds nothing under-replicated. A cluster with
-too few bookies left refuses, changing nothing."""
+acknowledged is lost and the auditor then finds nothing under-replicated. A running
+bookie, and a cluster with too few bookies left, are refused, changing nothing."""
 
 from __future__ import annotations
 
@@ -153,17 +153,25 @@ def test_decommission_under_live_writers_interrupted_and_run_again(
         cluster.stop()
 
 
-def test_too_few_bookies_left_is_refused(procs: Procs, tmp_path: Path, zk_uri: str) -> None:
+def test_a_running_bookie_and_too_few_bookies_left_are_refused(
+    procs: Procs, tmp_path: Path, zk_uri: str
+) -> None:
     cluster = LocalCluster(3, tmp_path / "cluster", processes=True, metadata_uri=zk_uri).start()
     try:
         wh = cluster.client("app").create_ledger(3, 2, 2)
         for i in range(10):
             wh.add(b"entry %d" % i)
         wh.close()
+        args = ["bookie", "decommission", "bookie-3", "--metadata-uri", zk_uri]
+        running = procs.embedlog(*args)
+        out, err = running.communicate()
+        assert running.returncode == 2, out + err
+        assert err.startswith("embedlog bookie decommission: error: bookie bookie-3 is running")
+        assert "stop it first (SIGTERM)" in err and len(err.strip().splitlines()) == 1
+
         cluster.stop_bookie("bookie-3")
         version = cluster.metadata.read_ledger(wh.ledger_id).version
-
-        proc = procs.embedlog("bookie", "decommission", "bookie-3", "--metadata-uri", zk_uri)
+        proc = procs.embedlog(*args)
         out, err = proc.communicate()
 
         assert proc.returncode == 2, out + err
