@@ -27,9 +27,10 @@ one) keeps an empty key, which no request matches.
 Tombstones are kept for the bookie's life (until its index disk is wiped): ledger ids
 are never reused (the metadata store allocates them from a counter), so a tombstone
 never stands in a new ledger's way, and expiring one would open the window again for a
-writer that was partitioned for longer than the expiry. The cost is one index key of
-29 bytes per ledger the bookie dropped; BP-46 boots neither protect nor repair a
-ledger it holds a tombstone of, and journal replay never brings one back.
+writer that was partitioned for longer than the expiry. The cost is one index key per
+ledger the bookie dropped (its id and key: about 33 bytes on disk, nothing in memory
+once written); BP-46 boots neither protect nor repair a ledger it holds a tombstone
+of, and journal replay never brings one back.
 """
 
 from __future__ import annotations

@@ -250,3 +250,42 @@ def test_without_tombstones_the_old_writer_brings_the_ledger_back(harness) -> No
     deleted(h)
     assert h.add(LID, 3).status == StatusCode.EOK
     assert h.bookie is not None and h.bookie.ledger_entries(LID) == [3]
+
+
+def test_a_truncation_waiting_while_the_ledger_is_dropped_is_refused(harness) -> None:
+    """A takeover's truncating no-op admitted before the drop, whose cut waits for the
+    flush lock behind it: it finds the ledger dropped and is refused, rather than set
+    the ledger's state again and be acknowledged."""
+    h = harness()
+    bookie = h.boot()
+    assert bookie.storage is not None
+    for i in range(3):
+        assert h.add(LID, i, term=4).status == StatusCode.EOK
+
+    async def main() -> None:
+        async with bookie.storage.exclusive():
+            noop = DIGEST.pack(LID, 3, 2, b"")
+            truncating = asyncio.ensure_future(
+                h.serve(
+                    Request(
+                        OpCode.ADD,
+                        next_txn(),
+                        LID,
+                        3,
+                        flags=AddFlags.TRUNCATE,
+                        term=5,
+                        master_key=KEY,
+                        body=noop,
+                    )
+                )
+            )
+            await asyncio.sleep(0.05)  # admitted; its cut waits for the lock
+            delete = asyncio.ensure_future(
+                h.serve(Request(OpCode.DELETE_LEDGER, next_txn(), LID, -1, master_key=KEY))
+            )
+            await asyncio.sleep(0.05)
+        assert (await truncating).status == StatusCode.EDELETED
+        assert (await delete).status == StatusCode.EOK
+
+    h.run(main())
+    assert_refused_everything(h)
