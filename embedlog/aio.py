@@ -27,7 +27,7 @@ Do not call these from the runtime's own loop (``client.runtime.loop``): use the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from embedlog.ledger.entries import Entry
     from embedlog.ledger.handles import ReadHandle, WriteHandle
     from embedlog.metadata.ledger_metadata import LedgerMetadata
+    from embedlog.runtime import Runtime
     from embedlog.unbounded.ledger import UnboundedLedger
     from embedlog.unbounded.retention import Retention
     from embedlog.unbounded.tailing import AsyncTail
@@ -129,6 +130,22 @@ class AsyncClient:
         await self.close()
 
 
+async def _entries(
+    runtime: Runtime,
+    read_aio: Callable[[int, int], Awaitable[list[Entry]]],
+    first: int,
+    last: int,
+) -> AsyncIterator[Entry]:
+    """Entries first..last, one batch of 512 at a time, each read on the embedlog runtime
+    (no thread per batch): what the blocking ``entries()`` iterators do, for a coroutine."""
+    from embedlog.ledger.batches import BATCH
+
+    for lo in range(first, last + 1, BATCH):
+        batch = await asyncio.wrap_future(runtime.submit(read_aio(lo, min(lo + BATCH - 1, last))))
+        for entry in batch:
+            yield entry
+
+
 class AsyncWriteHandle:
     def __init__(self, handle: WriteHandle) -> None:
         self.handle = handle
@@ -136,6 +153,10 @@ class AsyncWriteHandle:
     @property
     def ledger_id(self) -> int:
         return self.handle.ledger_id
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self.handle.metadata
 
     @property
     def last_add_confirmed(self) -> int:
@@ -162,6 +183,12 @@ class AsyncWriteHandle:
     async def close(self) -> None:
         await asyncio.to_thread(self.handle.close)
 
+    async def __aenter__(self) -> AsyncWriteHandle:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
 
 class AsyncReadHandle:
     def __init__(self, handle: ReadHandle) -> None:
@@ -176,6 +203,17 @@ class AsyncReadHandle:
         return self.handle.is_closed
 
     @property
+    def metadata(self) -> LedgerMetadata:
+        return self.handle.metadata
+
+    async def entries(self, first: int = 0, last: int | None = None) -> AsyncIterator[Entry]:
+        """``ReadHandle.entries`` as an async iterator: ``async for e in rh.entries():``."""
+        if last is None:
+            last = await self.read_last_add_confirmed()
+        async for entry in _entries(self.handle._runtime, self.handle.read_aio, first, last):
+            yield entry
+
+    @property
     def last_add_confirmed(self) -> int:
         return self.handle.last_add_confirmed
 
@@ -187,6 +225,12 @@ class AsyncReadHandle:
 
     async def close(self) -> None:
         await asyncio.to_thread(self.handle.close)
+
+    async def __aenter__(self) -> AsyncReadHandle:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 class AsyncUnboundedLedger:
@@ -204,6 +248,24 @@ class AsyncUnboundedLedger:
     @property
     def last_add_confirmed(self) -> int:
         return self.ledger.last_add_confirmed
+
+    @property
+    def is_writer(self) -> bool:
+        return self.ledger.is_writer
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self.ledger.metadata
+
+    async def first_entry_id(self) -> int:
+        return await asyncio.to_thread(self.ledger.first_entry_id)
+
+    async def entries(self, first: int = 0, last: int | None = None) -> AsyncIterator[Entry]:
+        """``UnboundedLedger.entries`` as an async iterator (no-op entries left out)."""
+        if last is None:
+            last = await self.read_last_add_confirmed()
+        async for entry in _entries(self.ledger.runtime, self.ledger.read_aio, first, last):
+            yield entry
 
     def append_nowait(self, data: bytes) -> asyncio.Future[int]:
         """Queue ``data`` at once (pipelining); the future gives its entry id. Raises
@@ -226,7 +288,7 @@ class AsyncUnboundedLedger:
         return await asyncio.to_thread(self.ledger.read_last_add_confirmed)
 
     def tail(
-        self, start: int = 0, *, timeout: float | None = None, cursor: str | None = None
+        self, start: int | str = 0, *, timeout: float | None = None, cursor: str | None = None
     ) -> AsyncTail:
         """``UnboundedLedger.tail`` as an async iterator: ``async for entry in ul.tail():``.
 
@@ -249,3 +311,9 @@ class AsyncUnboundedLedger:
 
     async def close(self) -> None:
         await asyncio.to_thread(self.ledger.close)
+
+    async def __aenter__(self) -> AsyncUnboundedLedger:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

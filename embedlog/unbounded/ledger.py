@@ -31,6 +31,8 @@ from embedlog.unbounded.tailing import AsyncTail, Tail, TailCursor
 from embedlog.unbounded.writer import TermWriter
 from embedlog.wire.entry import Digester, master_key
 
+START_WORDS = ("earliest", "latest")
+
 
 class UnboundedLedger:
     def __init__(
@@ -191,38 +193,62 @@ class UnboundedLedger:
         return self._md, self._lac
 
     def tail(
-        self, start: int = 0, *, timeout: float | None = None, cursor: str | None = None
+        self, start: int | str = 0, *, timeout: float | None = None, cursor: str | None = None
     ) -> Tail:
         """Follow the stream from ``start``: every entry (no-ops skipped) once confirmed.
 
-        Waits with long-poll LAC reads; stops after ``timeout`` seconds without a new
-        entry (None: never), or when the tail or this handle is closed. Entries below the
-        trim point are skipped (the tail's ``skipped`` counts them). ``cursor``: start
-        after that cursor's committed position instead (at the trim point if it has none).
+        ``start``: an entry id, ``"earliest"`` (the first entry still kept) or
+        ``"latest"`` (only entries confirmed after the tail was made: LAC + 1). Waits with
+        long-poll LAC reads; stops after ``timeout`` seconds without a new entry (None:
+        never), or when the tail or this handle is closed. Entries below the trim point
+        are skipped (the tail's ``skipped`` counts them). ``cursor``: start after that
+        cursor's committed position instead (at the trim point if it has none).
         """
         tail_cursor = self._tail_cursor(start, timeout, cursor)
-        if cursor is not None:
-            # Known before the first entry: ``tail.position`` says where it resumes.
-            tail_cursor.position = self._runtime.run(self.cursor_start(cursor))
-            tail_cursor.resolved()
+        # Known before the first entry: ``tail.position`` says where it starts.
+        self._runtime.run(tail_cursor.resolve_start())
         return Tail(tail_cursor)
 
     def tail_async_iterator(
-        self, start: int = 0, *, timeout: float | None = None, cursor: str | None = None
+        self, start: int | str = 0, *, timeout: float | None = None, cursor: str | None = None
     ) -> AsyncTail:
-        """``tail`` for a coroutine on any event loop (``embedlog.aio`` uses it)."""
+        """``tail`` for a coroutine on any event loop (``embedlog.aio`` uses it); a
+        ``cursor``, ``"earliest"`` or ``"latest"`` is looked up at its first step."""
         return AsyncTail(self._tail_cursor(start, timeout, cursor))
 
-    def _tail_cursor(self, start: int, timeout: float | None, cursor: str | None) -> TailCursor:
+    def _tail_cursor(
+        self, start: int | str, timeout: float | None, cursor: str | None
+    ) -> TailCursor:
         # Checked here, not at the first next(): a bad argument fails the call that made it.
         validate.check_open(self._runtime, self._ctx)
-        start = validate.whole_number(start, "start")
+        word = start if isinstance(start, str) else None
+        if word is not None and word not in START_WORDS:
+            raise ValueError(f"tail(start={word!r}): start is an entry id, 'earliest' or 'latest'")
+        first = 0 if word is not None else validate.whole_number(start, "start")
         timeout = validate.optional_seconds(timeout, "timeout")
         if cursor is not None:
             cursor = streams.check_name(cursor, "cursor")
             if start != 0:
                 raise ValueError("pass start or cursor to tail(), not both")
-        return TailCursor(self, start, timeout, cursor)
+        return TailCursor(self, first, timeout, cursor, word)
+
+    async def start_position(self, word: str) -> int:
+        """Where ``tail(start=word)`` starts: the first entry still kept, or LAC + 1."""
+        if word == "earliest":
+            return await self.first_entry_id_aio()
+        _, lac = await self._refresh()
+        return lac + 1
+
+    def first_entry_id(self) -> int:
+        """The first entry id still kept (below it everything was trimmed); LAC + 1 when
+        the stream keeps no entry."""
+        validate.check_open(self._runtime, self._ctx)
+        return self._runtime.run(self.first_entry_id_aio())
+
+    async def first_entry_id_aio(self) -> int:
+        md = await self.reread_metadata()
+        _, lac = await self._refresh()
+        return min(layout.first_entry(md), lac + 1)
 
     async def cursor_start(self, cursor: str) -> int:
         """Where a tail of ``cursor`` starts: after its committed position, or at the trim

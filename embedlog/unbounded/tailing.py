@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
+from embedlog import validate
 from embedlog.errors import (
     ClientClosedError,
     MetadataUnavailableError,
@@ -55,10 +56,12 @@ class TailCursor:
         start: int,
         timeout: float | None,
         cursor: str | None = None,
+        start_word: str | None = None,
     ) -> None:
         self.ledger = ledger
         self.position = start
         self._cursor_name = cursor  # start after its committed position (first step)
+        self._start_word = start_word  # "earliest" or "latest", looked up at the first step
         self.timeout = timeout
         self.skipped = 0
         self.last_skip: tuple[int, int] | None = None
@@ -68,9 +71,17 @@ class TailCursor:
         self._idle_since = time.monotonic()
         self._metadata_down = False  # said once per outage
 
-    def resolved(self) -> None:
-        """The cursor's start was looked up already (``position`` holds it)."""
-        self._cursor_name = None
+    async def resolve_start(self) -> None:
+        """Look up where a tail of a cursor, "earliest" or "latest" starts (once)."""
+        ul = self.ledger
+        if self._cursor_name is not None:
+            ul.check_open()
+            self.position = await ul.cursor_start(self._cursor_name)
+            self._cursor_name = None
+        if self._start_word is not None:
+            ul.check_open()
+            self.position = await ul.start_position(self._start_word)
+            self._start_word = None
 
     def stop(self) -> None:
         """End the tail: a step waiting now returns None at once (any thread)."""
@@ -79,13 +90,14 @@ class TailCursor:
         if self._stop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._stop.set)
 
-    async def step(self) -> list[Entry] | None:
-        """The next entries (at least one), or None once the tail ended."""
+    async def step(self, deadline: float | None = None) -> list[Entry] | None:
+        """The next entries (at least one), or None once the tail ended; with a
+        ``deadline`` (``time.monotonic()``), [] if none came by then (``poll``)."""
         if self._stop is None:
             self._stop = asyncio.Event()
         if self.ended:
             return None
-        work = asyncio.ensure_future(self._next_batch())
+        work = asyncio.ensure_future(self._next_batch(deadline))
         stops: list[asyncio.Future[bool]] = [
             asyncio.ensure_future(self._stop.wait()),
             self.ledger.closing(),
@@ -107,12 +119,9 @@ class TailCursor:
             self.ended = True
         return batch
 
-    async def _next_batch(self) -> list[Entry] | None:
+    async def _next_batch(self, deadline: float | None) -> list[Entry] | None:
         ul = self.ledger
-        if self._cursor_name is not None:
-            ul.check_open()
-            self.position = await ul.cursor_start(self._cursor_name)
-            self._cursor_name = None
+        await self.resolve_start()
         while True:
             ul.check_open()
             md, lac = await ul.view()
@@ -140,6 +149,11 @@ class TailCursor:
                 left = self.timeout - (time.monotonic() - self._idle_since)
                 if left <= 0:
                     return None
+                wait = min(wait, left)
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
                 wait = min(wait, left)
             try:
                 await ul.wait_past(self.position - 1, wait)
@@ -195,6 +209,18 @@ class _TailState:
             return self._cursor.position
         return self._handed
 
+    def _take(self, max_entries: int) -> list[Entry]:
+        out = [self._buffer.popleft() for _ in range(min(max_entries, len(self._buffer)))]
+        if out:
+            self._handed = out[-1].entry_id + 1
+        return out
+
+
+def _poll_args(max_entries: object, timeout: object) -> tuple[int, float]:
+    count = validate.whole_number(max_entries, "max_entries", minimum=1)
+    wait = validate.optional_seconds(timeout, "timeout")
+    return count, 0.0 if wait is None else wait
+
 
 class Tail(_TailState, Iterator[Entry]):
     """What ``UnboundedLedger.tail()`` returns: an iterator of entries for a thread.
@@ -219,6 +245,15 @@ class Tail(_TailState, Iterator[Entry]):
         self._handed = entry.entry_id + 1
         return entry
 
+    def poll(self, max_entries: int = 500, timeout: float = 1.0) -> list[Entry]:
+        """Up to ``max_entries`` entries that are ready, waiting at most ``timeout``
+        seconds for the first one: [] if none came (or the tail ended)."""
+        count, wait = _poll_args(max_entries, timeout)
+        if not self._buffer and not self._cursor.ended:
+            batch = _run(self._cursor, time.monotonic() + wait)
+            self._buffer.extend(batch or ())
+        return self._take(count)
+
     def close(self) -> None:
         self._cursor.stop()
         self._buffer.clear()
@@ -230,12 +265,12 @@ class Tail(_TailState, Iterator[Entry]):
         self.close()
 
 
-def _run(cursor: TailCursor) -> list[Entry] | None:
+def _run(cursor: TailCursor, deadline: float | None = None) -> list[Entry] | None:
     ul = cursor.ledger
     if cursor.ended:
         return None
     try:
-        return ul.runtime.run(cursor.step())
+        return ul.runtime.run(cursor.step(deadline))
     except concurrent.futures.CancelledError:
         # The runtime cancels every task when its cluster stops: say so, in our terms.
         raise _closed_error(ul) from None
@@ -261,12 +296,21 @@ class AsyncTail(_TailState, AsyncIterator[Entry]):
         self._handed = entry.entry_id + 1
         return entry
 
-    async def _step(self) -> list[Entry] | None:
+    async def poll(self, max_entries: int = 500, timeout: float = 1.0) -> list[Entry]:
+        """``Tail.poll``: up to ``max_entries`` ready entries, awaiting the first for at
+        most ``timeout`` seconds."""
+        count, wait = _poll_args(max_entries, timeout)
+        if not self._buffer and not self._cursor.ended:
+            batch = await self._step(time.monotonic() + wait)
+            self._buffer.extend(batch or ())
+        return self._take(count)
+
+    async def _step(self, deadline: float | None = None) -> list[Entry] | None:
         cursor = self._cursor
         if cursor.ended:
             return None
         ul = cursor.ledger
-        future = ul.runtime.submit(cursor.step())
+        future = ul.runtime.submit(cursor.step(deadline))
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -279,6 +323,12 @@ class AsyncTail(_TailState, AsyncIterator[Entry]):
         self._buffer.clear()
 
     async def close(self) -> None:
+        await self.aclose()
+
+    async def __aenter__(self) -> AsyncTail:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 
