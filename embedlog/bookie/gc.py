@@ -17,7 +17,9 @@ up to date; the second round covers what a sync cannot (a deposed leader that ha
 noticed yet answers for a while). Any other answer (an error, a lost connection, the
 ledger found) keeps the ledger, and it must be confirmed twice again. Ledger ids are
 never reused (the metadata store allocates them from a counter), so a ledger whose
-metadata is gone is never written again by a client that follows the protocol.
+metadata is gone is never written again by a client that follows the protocol; a
+writer that still holds it is refused, since a dropped ledger leaves a tombstone
+(tombstones.py), as a deletion does.
 Restoring the metadata from a backup would make every ledger created since look
 deleted: set ``gc_interval = 0`` on every bookie first (docs/ledgers.md).
 """

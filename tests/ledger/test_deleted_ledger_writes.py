@@ -158,3 +158,20 @@ def test_a_recovery_of_a_deleted_ledger_raises_ledger_deleted(
     recovering = cluster.client("recovering")
     with pytest.raises(LedgerDeletedError, match=f"ledger {lid} was deleted"):
         recovering.runtime.run(recover_ledger(recovering.ctx, lid, b""))
+
+
+def test_a_stream_rollover_meeting_the_tombstones_raises_ledger_deleted(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    """A writer whose next append starts a new fragment (metadata still there: a delete
+    under way) fails with LedgerDeletedError, not with a wait for replacements."""
+    cluster = make_cluster(3)
+    ul = cluster.client("writer").create_unbounded(3, 3, 3, fragment_max_entries=3)
+    lid = ul.ledger_id
+    assert [ul.append(b"%d" % i) for i in range(3)] == [0, 1, 2]
+    for b in cluster.running_bookies():  # the bookies' half of a delete
+        cluster.runtime.run(cluster.bookie(b).drop_ledgers([lid]))
+    with pytest.raises(LedgerDeletedError, match=f"ledger {lid} was deleted"):
+        ul.append(b"the next fragment's first")
+    with pytest.raises(LedgerDeletedError):
+        ul.append(b"later")
