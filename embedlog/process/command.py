@@ -58,7 +58,7 @@ def add_run_command(bookie_commands: Any) -> None:
         "--metadata-timeout",
         type=float,
         default=None,
-        help="seconds to wait for ZooKeeper at start (default 10)",
+        help="seconds to wait for ZooKeeper, at start and then in each metadata call (default 10)",
     )
     # For LocalCluster(processes=True): where to report readiness (or why not), and stop
     # cleanly when the supervising process goes away (its end of stdin closes).
