@@ -34,7 +34,7 @@ def ensure_stream(uri: str, name: str) -> None:
     client = embedlog.connect(uri, name="aggregate-setup")
     try:
         try:
-            client.runtime.run(client.stream_id_aio(name))
+            client.stream_id(name)
         except NoSuchLedgerInMetadataError:
             client.create_unbounded(3, 3, 2, name=name).close()
     finally:
