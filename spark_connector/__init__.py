@@ -17,7 +17,7 @@ from spark_connector.options import SCHEMA, OptionError
 from spark_connector.reading import DataLossError, LedgerRange
 from spark_connector.sink import EmbedlogStreamAppender, TemporaryLedger
 from spark_connector.source import EmbedlogDataSource, register
-from spark_connector.stream_commit import StreamCommitError, temporary_ledgers
+from spark_connector.stream_commit import StreamCommitError, forget_sink, temporary_ledgers
 from spark_connector.stream_read import EmbedlogStreamReader
 from spark_connector.stream_sink import EmbedlogStreamSink
 from spark_connector.workers import WorkerPythonError
@@ -38,6 +38,7 @@ __all__ = [
     "StreamCommitError",
     "TemporaryLedger",
     "WorkerPythonError",
+    "forget_sink",
     "ledgers_with",
     "register",
     "temporary_ledgers",

@@ -100,6 +100,43 @@ def landed(record: SinkRecord, entries: Sequence[tuple[int, int | None]]) -> int
     return min(count, record.total - record.skip)
 
 
+def count_landed(
+    record: SinkRecord,
+    kept_from: int,
+    entries: Sequence[tuple[int, int | None]],
+    taker_term: int,
+    taker_start: int,
+) -> int | None:
+    """How many rows appended from ``record.first`` on are in the stream, counted by a
+    commit that took the stream over; None if that cannot be known.
+
+    ``kept_from``: the stream's first kept entry (retention or ``trim`` dropped those
+    below); ``entries``: (entry id, term) of the visible entries from
+    ``max(record.first, kept_from)`` on, in id order; ``taker_term``, ``taker_start``:
+    the asking commit's term and its first entry (the no-op its takeover wrote).
+
+    The record's pin keeps its entries, so they are normally all there. When retention
+    passed it anyway (``retention_overrides_cursors``): an entry of the record's term
+    above the trim point means every id between was that term's too (it appended
+    consecutive ids); and when no term came between the record's and the asker's, the
+    record's term ended right below the asker's no-op, since the asker's takeover fixed
+    that end. Otherwise nothing left in the stream tells.
+    """
+    if kept_from <= record.first:
+        return landed(record, entries)
+    remaining = record.total - record.skip
+    if entries and entries[0] == (kept_from, record.term):
+        count = kept_from - record.first
+        for entry_id, term in entries:
+            if entry_id != record.first + count or term != record.term:
+                break
+            count += 1
+        return min(count, remaining)
+    if taker_term == record.term + 1:
+        return min(max(0, taker_start - record.first), remaining)
+    return None
+
+
 def resumed(record: SinkRecord, count: int, first: int, term: int) -> SinkRecord:
     """The record of a commit that found ``count`` more of its rows in the stream and
     appends the rest from ``first`` in ``term``."""

@@ -383,8 +383,12 @@ KNOWN: dict[str, tuple[str, ...]] = {
     "write": (*_CONNECTION, *_WRITING),
     "writeStream": (*_CONNECTION, *_WRITING),
 }
-# Options Spark itself may put among a source's (a save()/load() path, the checkpoint).
-SPARK_OWN = ("path", "checkpointLocation")
+# Options Spark itself puts among a data source's, found in a PySpark 4 session
+# (tests/spark/test_spark_sink.py checks the writer's): load(path) / load([paths]) and
+# save(path) / writeStream.start(path) pass "path" / "paths"; writeStream passes
+# "checkpointLocation" and queryName(...)'s "queryName". Spark keeps the others it has
+# (trigger, outputMode, partitionBy) out of the options.
+SPARK_OWN = ("path", "paths", "checkpointLocation", "queryName")
 
 
 def unknown_options(options: Mapping[str, str], direction: str) -> list[str]:
@@ -393,10 +397,23 @@ def unknown_options(options: Mapping[str, str], direction: str) -> list[str]:
     return sorted(k for k in options if k.lower() not in known)
 
 
+def close_match(name: str, direction: str) -> str | None:
+    """The option of ``direction`` (or Spark's) that ``name`` is most likely a typo of."""
+    import difflib
+
+    names = {n.lower(): n for n in (*KNOWN[direction], *SPARK_OWN)}
+    found = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75)
+    return names[found[0]] if found else None
+
+
 def check_known(options: Mapping[str, str], direction: str) -> None:
     unknown = unknown_options(options, direction)
     if unknown:
+        hints = [(u, close_match(u, direction)) for u in unknown]
+        guess = "; ".join(f"{u!r}: did you mean {m!r}?" for u, m in hints if m)
         raise OptionError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for {direction}; "
-            f"{direction} knows: {', '.join(KNOWN[direction])}"
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {direction}"
+            + (f" ({guess})" if guess else "")
+            + f"; {direction} knows: {', '.join(KNOWN[direction])} "
+            f"(and Spark's own: {', '.join(SPARK_OWN)})"
         )

@@ -1,6 +1,6 @@
 """The driver's side of a write into a stream: take the stream over, finish what crashed
 commits left, append the temporary ledgers, record it, delete them (exactly_once.py says
-why this is exactly once).
+why this is exactly once; pins.py how a commit keeps retention off its rows until done).
 
 Temporary ledgers carry, in their custom metadata, ``spark.temporaryFor`` (the stream's
 ledger id), ``spark.writeId``, ``spark.sink`` and ``spark.batchId``, so the ones of tasks
@@ -14,11 +14,12 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from spark_connector import pins
 from spark_connector.exactly_once import (
     NO_BATCH,
     SinkRecord,
+    count_landed,
     decide,
-    landed,
     protected,
     resumed,
 )
@@ -63,6 +64,23 @@ def temporary_ledgers(client: Client, stream_id: int) -> dict[int, dict[str, str
         for lid, meta in custom_metadata_of_all(client)
         if meta.get(TEMPORARY_FOR) == want
     }
+
+
+def forget_sink(client: Client, stream_id: int, sink: str, *, password: bytes = b"") -> None:
+    """Drop sink ``sink``'s record of stream ``stream_id``, its pin and its temporary
+    ledgers: the way on after a commit that cannot be finished (StreamCommitError says
+    when). A batch Spark replays for that sink is then appended again, whole."""
+    for name, (_, version) in _records(client, stream_id).items():
+        if name == sink:
+            _drop_record(client, stream_id, sink, version)
+    ul = client.open_unbounded(stream_id, password=password, takeover=False)
+    try:
+        pins.unpin(ul, sink)
+    finally:
+        ul.close()
+    for lid, tags in temporary_ledgers(client, stream_id).items():
+        if tags.get("spark.sink") == sink:
+            delete_quietly(client, lid)
 
 
 def stream_id_of(client: Client, target: LedgerRef) -> int:
@@ -160,6 +178,7 @@ class StreamCommit:
             )
             version = _store(self.client, self.stream_id, sink, new, found[1] if found else None)
             if todo:
+                pins.pin(ul, sink, new.first)
                 self.append(ul, new)
                 version = _store(
                     self.client,
@@ -168,6 +187,7 @@ class StreamCommit:
                     resumed(new, new.total - new.skip, new.first, new.term),
                     version,
                 )
+                pins.unpin(ul, sink)
             self.delete(t for t, _ in temps)
             if batch == NO_BATCH:
                 _drop_record(self.client, self.stream_id, sink, version)
@@ -177,16 +197,26 @@ class StreamCommit:
 
     def finish_unfinished(self, ul: UnboundedLedger) -> dict[str, tuple[SinkRecord, int]]:
         """Finish every record left undone by a commit that died (or was displaced by
-        this one's takeover); returns the records as they are then."""
+        this one's takeover); returns the records as they are then. ``ul`` was just
+        taken over: nothing is appended in its term yet."""
+        taker_term, taker_start = ul.term, ul.last_add_confirmed
+        pins.drop_stale(
+            ul, lambda: {s: r for s, (r, _) in _records(self.client, ul.ledger_id).items()}
+        )
         records = _records(self.client, self.stream_id)
+        # Counted before anything is appended: this term's appends let retention trim.
+        counts = {
+            sink: self.count(ul, sink, record, taker_term, taker_start)
+            for sink, (record, _) in records.items()
+            if not record.done
+        }
         for sink, (record, version) in sorted(records.items()):
             if record.done:
                 if record.batch == NO_BATCH:
                     self.delete(record.temps)
                     _drop_record(self.client, self.stream_id, sink, version)
                 continue
-            count = self.landed(ul, record)
-            now = resumed(record, count, ul.last_add_confirmed + 1, ul.term)
+            now = resumed(record, counts[sink], ul.last_add_confirmed + 1, ul.term)
             log.warning(
                 "stream %d: finishing the commit of sink %s (batch %d) that stopped after "
                 "%d of %d rows",
@@ -198,24 +228,43 @@ class StreamCommit:
             )
             version = _store(self.client, self.stream_id, sink, now, version)
             if not now.done:
+                pins.pin(ul, sink, now.first)
                 self.append(ul, now)
                 now = resumed(now, now.total - now.skip, now.first, now.term)
                 version = _store(self.client, self.stream_id, sink, now, version)
+            pins.unpin(ul, sink)
             records[sink] = (now, version)
             self.delete(record.temps)
         return records
 
-    def landed(self, ul: UnboundedLedger, record: SinkRecord) -> int:
-        from embedlog.unbounded import follow
+    def count(
+        self, ul: UnboundedLedger, sink: str, record: SinkRecord, taker_term: int, taker_start: int
+    ) -> int:
+        """How many rows of ``record`` from its ``first`` on are in the stream."""
+        from embedlog.errors import NoSuchEntryError
+        from embedlog.unbounded import follow, layout
 
-        lac = ul.last_add_confirmed
-        last = min(lac, record.first + (record.total - record.skip) - 1)
-        if last < record.first:
-            return 0
-        terms = ul.runtime.run(
-            follow.read_terms(ul.ctx, ul.metadata, ul.digester, record.first, last)
+        last = min(taker_start, record.first + (record.total - record.skip) - 1)
+        for _ in range(5):  # a trim (``trim``, not retention: no writer but us) may race
+            md = self.client.ledger_metadata(self.stream_id)
+            kept_from = layout.first_entry(md)
+            start = max(record.first, kept_from)
+            try:
+                entries = (
+                    ul.runtime.run(follow.read_terms(ul.ctx, md, ul.digester, start, last))
+                    if start <= last
+                    else []
+                )
+            except NoSuchEntryError:
+                continue
+            count = count_landed(record, kept_from, entries, taker_term, taker_start)
+            if count is None:
+                raise StreamCommitError(_uncountable(self.stream_id, sink, record, kept_from))
+            return count
+        raise StreamCommitError(
+            f"stream {self.stream_id}: entries kept being trimmed while the commit of sink "
+            f"{sink} was counted; try again"
         )
-        return landed(record, terms)
 
     def append(self, ul: UnboundedLedger, record: SinkRecord) -> None:
         """Append rows ``record.skip..`` of the temporary ledgers from ``record.first``,
@@ -270,6 +319,18 @@ class StreamCommit:
             )
             if mine or earlier:
                 delete_quietly(self.client, lid)
+
+
+def _uncountable(stream_id: int, sink: str, record: SinkRecord, kept_from: int) -> str:
+    return (
+        f"stream {stream_id}: cannot tell how many rows of sink {sink}'s batch {record.batch} "
+        f"are in the stream: its commit appended them from entry {record.first} in term "
+        f"{record.term}, entries below {kept_from} were trimmed past its cursor "
+        f"{pins.pin_name(sink)!r} (the stream has retention_overrides_cursors=True, or the "
+        "cursor was deleted), and another term took the stream over since. To let commits "
+        f"go on, drop the record: spark_connector.forget_sink(client, {stream_id}, {sink!r}) "
+        "(Spark's replay then appends that batch whole: some of its rows may be there twice)"
+    )
 
 
 def _check(entry_id: int, expected: int) -> int:

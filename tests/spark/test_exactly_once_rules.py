@@ -7,13 +7,15 @@ import pytest
 from spark_connector.exactly_once import (
     NO_BATCH,
     SinkRecord,
+    count_landed,
     decide,
     landed,
     protected,
     resumed,
     sink_name,
 )
-from spark_connector.options import OptionError, unknown_options
+from spark_connector.options import OptionError, close_match, unknown_options
+from spark_connector.pins import pin_name, pins, stale
 from spark_connector.reading import DataLossError, checked_start
 from spark_connector.workers import WorkerPython, explain, worker_pythons
 
@@ -53,6 +55,47 @@ def test_landed(entries: list[tuple[int, int]], expected: int) -> None:
     assert landed(rec(), entries) == expected
 
 
+# rec(): rows 20.. of term 3, 10 of them; the asker is term 5 (or 4) from its no-op at 26.
+@pytest.mark.parametrize(
+    ("kept_from", "entries", "taker_term", "expected"),
+    [
+        # The pin kept everything from the record's first: the entries tell.
+        (0, [(20, 3), (21, 3), (22, 3)], 5, 3),
+        (20, [(20, 3), (21, 3)], 5, 2),
+        (20, [], 5, 0),
+        # Trimmed above first, an entry of the record's term at the trim point: all ids
+        # below it were that term's, then count on.
+        (24, [(24, 3), (25, 3)], 5, 6),
+        (24, [(24, 3), (25, 3), (27, 5)], 5, 6),
+        (24, [(24, 3)] + [(25 + i, 3) for i in range(10)], 5, 10),  # never above its rows
+        # Trimmed above first, nothing of the record's term left: only if no term came
+        # between the record's and the asker's, its term ended right below the no-op.
+        (26, [(27, 4)], 4, 6),
+        (26, [], 4, 6),
+        (40, [(40, 4)], 4, 6),
+        (26, [(27, 5)], 5, None),  # term 4 came between: cannot tell
+        (24, [(24, 4)], 5, None),
+    ],
+)
+def test_count_landed(
+    kept_from: int, entries: list[tuple[int, int]], taker_term: int, expected: int | None
+) -> None:
+    assert count_landed(rec(), kept_from, entries, taker_term, 26) == expected
+
+
+def test_count_landed_after_a_resume_counts_the_rows_left() -> None:
+    # 7 of 10 rows were found before; 3 remain, appended from 20 in term 3.
+    assert count_landed(rec(skip=7), 25, [(25, 3)], 4, 30) == 3
+    assert count_landed(rec(skip=7), 0, [(20, 3), (21, 3)], 4, 30) == 2
+
+
+def test_stale_pins_are_those_whose_record_is_done_or_gone() -> None:
+    cursors = {"reader": 4, pin_name("query-a"): 9, pin_name("query-b"): 19, pin_name("w"): 3}
+    assert pins(cursors) == {"query-a": 9, "query-b": 19, "w": 3}
+    records = {"query-a": rec(done=True), "query-b": rec(), "query-c": rec(done=True)}
+    assert stale(pins(cursors), records) == ["query-a", "w"]
+
+
 def test_resumed_counts_what_landed_and_moves_to_the_new_term() -> None:
     r = resumed(rec(skip=2), 3, 40, 5)
     assert (r.skip, r.first, r.term, r.done) == (5, 40, 5, False)
@@ -71,9 +114,10 @@ def test_sink_name() -> None:
 
 def test_unknown_options_in_every_direction() -> None:
     for direction in ("read", "readStream", "write", "writeStream"):
-        assert unknown_options({"metadataUri": "x", "PATH": "p", "ledgr": "1"}, direction) == [
-            "ledgr"
-        ]
+        # Spark's own: path / paths (load, save, start), checkpointLocation, queryName.
+        spark_own = {"PATH": "p", "paths": "[]", "checkpointlocation": "c", "queryname": "q1"}
+        given = {"metadataUri": "x", "ledgr": "1", **spark_own}
+        assert unknown_options(given, direction) == ["ledgr"]
     assert unknown_options({"maxEntriesPerTrigger": "5"}, "read") == ["maxEntriesPerTrigger"]
     assert unknown_options({"endingOffsets": "latest"}, "readStream") == ["endingOffsets"]
     assert unknown_options({"ensembleSize": "3"}, "read") == ["ensembleSize"]
@@ -114,5 +158,26 @@ def test_worker_pythons_follow_spark_s_order() -> None:
 def test_option_error_lists_the_known_options() -> None:
     from spark_connector.options import WriteOptions
 
-    with pytest.raises(OptionError, match=r"unknown option.*'ledgr'.*knows: metadataUri"):
+    with pytest.raises(
+        OptionError,
+        match=r"unknown option.*'ledgr' for writeStream \('ledgr': did you mean 'ledger'\?\); "
+        r"writeStream knows: metadataUri.*\(and Spark's own: path, paths, checkpointLocation",
+    ):
         WriteOptions.parse({"metadataUri": "zk://h:1/x", "ledgr": "1"}, "writeStream")
+
+
+@pytest.mark.parametrize(
+    ("name", "direction", "expected"),
+    [
+        ("ledgr", "write", "ledger"),
+        ("ensemblesise", "write", "ensembleSize"),
+        ("maxoutstandng", "writeStream", "maxOutstanding"),
+        ("checkpointlocaton", "writeStream", "checkpointLocation"),
+        ("querynme", "writeStream", "queryName"),
+        ("startingoffset", "readStream", "startingOffsets"),
+        ("zzz", "write", None),
+        ("maxentriespertrigger", "read", None),  # a readStream option is no typo for read
+    ],
+)
+def test_close_match(name: str, direction: str, expected: str | None) -> None:
+    assert close_match(name, direction) == expected

@@ -1,5 +1,7 @@
-"""A commit into a stream whose process is killed (SIGKILL) half-way through its appends:
-the next commit finishes it, and the replayed batch is not appended again."""
+"""A commit into a stream whose process is killed (SIGKILL): the next commit finishes it,
+and the replayed batch is not appended again. First the committing process alone, killed
+half-way through its appends; then a whole Spark driver (its Python, JVM and workers)
+killed at several points of a streaming commit into a stream with retention."""
 
 from __future__ import annotations
 
@@ -8,14 +10,26 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from spark_connector import temporary_ledgers
+import pytest
+import sink_crash_driver
+from processes import driver_env, kill_tree
+
+from embedlog import Retention
+from spark_connector import forget_sink, temporary_ledgers
 from spark_connector.options import WriteOptions
-from spark_connector.stream_commit import StreamCommit, _records, temporary_metadata
+from spark_connector.stream_commit import (
+    StreamCommit,
+    StreamCommitError,
+    _records,
+    temporary_metadata,
+)
 
 ROWS_PER_TEMP = 12_000
 _ROOT = Path(__file__).resolve().parents[2]
@@ -48,14 +62,9 @@ def _temporaries(client: Any, stream: int, write_id: str, sink: str) -> list[tup
     return out
 
 
-def test_a_commit_killed_mid_way_is_finished_by_the_replayed_batch(
-    client: Any, metadata_uri: str
-) -> None:
-    ul = client.create_unbounded(3, 3, 2, name=f"crash-{uuid.uuid4().hex[:8]}")
-    ul.append(b"before")
-    ul.close()
-    stream = ul.ledger_id
-    sink = "query-crash-test"
+def _kill_mid_commit(client: Any, metadata_uri: str, stream: int, sink: str, at: int) -> None:
+    """Commit batch 0 of ``sink`` in a process of its own, SIGKILLed once the stream's
+    last add confirmed reaches ``at``."""
     first_temps = _temporaries(client, stream, "w1", sink)
     env = dict(os.environ, PYTHONPATH=str(_ROOT))
     driver = subprocess.Popen(
@@ -78,7 +87,7 @@ def test_a_commit_killed_mid_way_is_finished_by_the_replayed_batch(
     follower = client.open_unbounded(stream, takeover=False)
     try:
         assert driver.stdout is not None and driver.stdout.readline().strip() == "committing"
-        while follower.read_last_add_confirmed() < 2_000:  # some of the rows are in
+        while follower.read_last_add_confirmed() < at:  # some of the rows are in
             assert driver.poll() is None, "the commit ended before it could be killed"
             time.sleep(0.01)
         os.killpg(driver.pid, signal.SIGKILL)
@@ -86,6 +95,17 @@ def test_a_commit_killed_mid_way_is_finished_by_the_replayed_batch(
     finally:
         follower.close()
     assert driver.returncode == -signal.SIGKILL
+
+
+def test_a_commit_killed_mid_way_is_finished_by_the_replayed_batch(
+    client: Any, metadata_uri: str
+) -> None:
+    ul = client.create_unbounded(3, 3, 2, name=f"crash-{uuid.uuid4().hex[:8]}")
+    ul.append(b"before")
+    ul.close()
+    stream = ul.ledger_id
+    sink = "query-crash-test"
+    _kill_mid_commit(client, metadata_uri, stream, sink, 2_000)
     ((record, _),) = _records(client, stream).values()
     assert not record.done  # killed between its first and its last append
 
@@ -105,3 +125,195 @@ def test_a_commit_killed_mid_way_is_finished_by_the_replayed_batch(
     assert temporary_ledgers(client, stream) == {}
     ((record, _),) = _records(client, stream).values()
     assert record.done and record.batch == 0
+
+
+@pytest.mark.parametrize("between", [False, True])
+def test_with_retention_overriding_cursors_the_replay_counts_by_terms_or_says_what_to_do(
+    client: Any, metadata_uri: str, between: bool
+) -> None:
+    ul = client.create_unbounded(
+        3,
+        3,
+        2,
+        name=f"crash-{uuid.uuid4().hex[:8]}",
+        fragment_max_entries=500,
+        retention=Retention(max_entries=1_000),
+        retention_overrides_cursors=True,
+    )
+    ul.append(b"before")
+    ul.close()
+    stream = ul.ledger_id
+    sink = "query-crash-overrides"
+    _kill_mid_commit(client, metadata_uri, stream, sink, 6_000)
+    ((record, _),) = _records(client, stream).values()
+    assert not record.done
+    # Retention went past the pin: the killed commit's first rows are gone.
+    assert client.ledger_metadata(stream).fragments[0][0] > record.first
+    if between:
+        # Another writer took the stream over before the replay, and appended enough for
+        # its retention to trim every row the killed commit appended.
+        other = client.open_unbounded(stream, takeover=True)
+        for f in [other.append_async(b"other-%05d" % i) for i in range(2_500)]:
+            f.result()
+        other.close()
+
+    again = _temporaries(client, stream, "w2", sink)
+    opts = WriteOptions.parse({"metadataUri": metadata_uri}, "write")
+    total = 2 * ROWS_PER_TEMP
+    if not between:
+        # The first entry retention kept is one of the killed commit's rows: every id
+        # between the record's first and it was that commit's too.
+        assert StreamCommit(client, opts, stream).commit(sink, 0, "w2", again) == "skip"
+        f = client.open_unbounded(stream, takeover=False)
+        try:
+            # One no-op between the killed term's rows and the rest: every row once.
+            assert f.read_last_add_confirmed() == record.first + total
+            assert f.read(f.read_last_add_confirmed(), f.read_last_add_confirmed())[0].data == (
+                b"p1-%05d" % (ROWS_PER_TEMP - 1)
+            )
+        finally:
+            f.close()
+    else:
+        with pytest.raises(StreamCommitError) as refused:
+            StreamCommit(client, opts, stream).commit(sink, 0, "w2", again)
+        message = str(refused.value)
+        assert "retention_overrides_cursors=True" in message
+        assert f"spark_connector.forget_sink(client, {stream}, {sink!r})" in message
+        forget_sink(client, stream, sink)
+        assert _records(client, stream) == {} and _pins(client, stream) == {}
+        # Spark replays the batch: with the record gone it is appended whole.
+        again = _temporaries(client, stream, "w3", sink)
+        assert StreamCommit(client, opts, stream).commit(sink, 0, "w3", again) == "append"
+    assert temporary_ledgers(client, stream) == {}
+    ((record, _),) = _records(client, stream).values()
+    assert record.done and _pins(client, stream) == {}
+
+
+# -- a Spark driver killed inside a commit into a stream with retention --------------------
+
+BATCH = 200  # rows of the batch whose commit is killed
+LATER = 50  # rows of the batch after it
+KEEP = 20  # the target stream's retention: entries
+FRAGMENT = 10  # entries per fragment, so retention trims as the batch is appended
+_HOOKS = Path(__file__).resolve().parent / "crash_hooks"
+
+
+class Reader:
+    """A consumer of the target stream: reads every entry as it comes and commits its
+    cursor after each one, which lets retention trim what it has read (and only that)."""
+
+    def __init__(self, client: Any, stream: int) -> None:
+        self.handle = client.open_unbounded(stream, takeover=False)
+        self.handle.commit("reader", -1)
+        self.rows: list[bytes] = []
+        self.tail = self.handle.tail(cursor="reader")
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        for entry in self.tail:
+            self.rows.append(entry.data)
+            self.handle.commit("reader", entry.entry_id)
+
+    def read_all(self) -> list[bytes]:
+        """Everything up to the stream's last add confirmed now, then stop."""
+        lac = self.handle.read_last_add_confirmed()
+        while self.tail.position <= lac and self.thread.is_alive():
+            time.sleep(0.05)
+        self.stop()
+        assert self.tail.skipped == 0  # the cursor kept every entry until it was read
+        return self.rows
+
+    def stop(self) -> None:
+        self.tail.close()
+        self.thread.join()
+        self.handle.close()
+
+
+def _pins(client: Any, stream: int) -> dict[str, int]:
+    f = client.open_unbounded(stream, takeover=False)
+    try:
+        return {c: at for c, at in f.cursors().items() if c.startswith("spark-sink.")}
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("point", ["before", "mid", "after"])
+def test_a_driver_killed_in_a_commit_into_a_stream_with_retention_loses_and_repeats_nothing(
+    spark: Any, client: Any, metadata_uri: str, tmp_path: Path, point: str
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    source, target = f"copy-from-{tag}", f"copy-to-{tag}"
+    src = client.create_unbounded(3, 3, 2, name=source)
+    for f in [src.append_async(b"r-%05d" % i) for i in range(BATCH)]:
+        f.result()
+    dst = client.create_unbounded(
+        3, 3, 2, name=target, fragment_max_entries=FRAGMENT, retention=Retention(max_entries=KEEP)
+    )
+    dst.close()
+    reader = Reader(client, dst.ledger_id)
+    try:
+        _kill_and_replay(spark, client, metadata_uri, tmp_path, point, reader, src, target)
+    finally:
+        reader.stop()
+
+
+def _kill_and_replay(
+    spark: Any,
+    client: Any,
+    metadata_uri: str,
+    tmp_path: Path,
+    point: str,
+    reader: Reader,
+    src: Any,
+    target: str,
+) -> None:
+    source = target.replace("copy-to-", "copy-from-")
+    target_id = client.runtime.run(client.stream_id_aio(target))
+    ckpt, marker, log = tmp_path / "ckpt", tmp_path / "stopped", tmp_path / "driver.log"
+    env = driver_env(str(_HOOKS))
+    env.update(
+        EMBEDLOG_CRASH_AT=point, EMBEDLOG_CRASH_MARKER=str(marker), EMBEDLOG_CRASH_ROWS="150"
+    )
+    started = time.monotonic()
+    with log.open("w") as out:
+        driver = subprocess.Popen(
+            [sys.executable, sink_crash_driver.__file__, metadata_uri, source, target, str(ckpt)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        while not marker.exists():
+            assert driver.poll() is None, f"the driver ended: {log.read_text()[-3000:]}"
+            time.sleep(0.05)
+    finally:
+        killed = kill_tree(driver)
+    assert len(killed) > 2 and driver.returncode == -signal.SIGKILL
+    ((sink, (record, _)),) = _records(client, target_id).items()
+    assert record.batch == 0 and not record.done, marker.read_text()
+    # The pin holds the batch's rows while the record is unfinished (retention has trimmed
+    # what the reader had read before them, if anything).
+    assert _pins(client, target_id) == {f"spark-sink.{sink}": record.first - 1}
+    kept_from = client.ledger_metadata(target_id).fragments[0][0]
+    assert kept_from <= record.first
+    print(f"killed {marker.read_text()!r}: record from {record.first}, kept from {kept_from}")
+
+    for f in [src.append_async(b"r-%05d" % i) for i in range(BATCH, BATCH + LATER)]:
+        f.result()
+    src.close()
+    # A new driver (this test's session) resumes the query from its checkpoint: it
+    # replays batch 0, then reads the rows appended since as batch 1.
+    query = sink_crash_driver.start(spark, metadata_uri, source, target, str(ckpt))
+    query.awaitTermination()  # type: ignore[attr-defined]
+    assert query.exception() is None  # type: ignore[attr-defined]
+
+    counts = Counter(reader.read_all())
+    assert counts == Counter(b"r-%05d" % i for i in range(BATCH + LATER))  # each once
+    assert temporary_ledgers(client, target_id) == {}
+    ((record, _),) = _records(client, target_id).values()
+    assert record.done and record.batch == 1
+    assert _pins(client, target_id) == {}
+    print(f"{point}: {sum(counts.values())} rows checked in {time.monotonic() - started:.1f} s")

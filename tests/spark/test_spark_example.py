@@ -6,7 +6,6 @@ every window's final counts once."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ if str(_EXAMPLES) not in sys.path:
 
 import aggregate_job  # noqa: E402
 import events_app  # noqa: E402
+from processes import driver_env, kill_tree  # noqa: E402
 
 from spark_connector import temporary_ledgers  # noqa: E402
 from spark_connector.stream_commit import _records  # noqa: E402
@@ -60,81 +60,8 @@ def test_expected_counts_close_only_the_windows_the_watermark_passed() -> None:
     )
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process, one pass over /proc."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                out[int(entry.name)] = int(
-                    (entry / "stat").read_text().rpartition(")")[2].split()[1]
-                )
-            except OSError:
-                continue
-    return out
-
-
-def _tree(root: int) -> set[int]:
-    parents = _parents()
-    tree = {root}
-    grew = True
-    while grew:
-        below = {pid for pid, parent in parents.items() if parent in tree}
-        grew = not below <= tree
-        tree |= below
-    return tree
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def kill_tree(root: subprocess.Popen[str]) -> set[int]:
-    """SIGKILL the driver and every process under it, as a machine failure would: all are
-    stopped first (so none acts on another's death, and none forks unseen), then killed.
-    Spark's Python worker daemon makes a process group of its own, so a killpg of the
-    driver's group would miss it and the workers it forks (the commit runs in one)."""
-    frozen: set[int] = set()
-    while new := _tree(root.pid) - frozen:
-        for pid in new:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-        frozen |= new
-    for pid in frozen:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    root.wait()
-    while any(_alive(pid) for pid in frozen):  # orphans, reaped by init
-        time.sleep(0.05)
-    return frozen
-
-
 def _start_driver(uri: str, ckpt: Path, log: Path) -> subprocess.Popen[str]:
-    path = os.environ.get("PYTHONPATH", "")
-    env = dict(
-        os.environ,
-        PYTHONPATH=str(_ROOT) + (os.pathsep + path if path else ""),
-        PYSPARK_PYTHON=sys.executable,
-        SPARK_LOCAL_IP="127.0.0.1",
-        # What the tests' own session runs with (conftest.py): 127.0.0.1 only, no UI, a
-        # JVM that starts fast on a small machine.
-        PYSPARK_SUBMIT_ARGS=" ".join(
-            [
-                "--conf spark.driver.host=127.0.0.1",
-                "--conf spark.driver.bindAddress=127.0.0.1",
-                "--conf spark.ui.enabled=false",
-                "--conf spark.driver.extraJavaOptions='-XX:TieredStopAtLevel=1 -XX:+UseSerialGC'",
-                "pyspark-shell",
-            ]
-        ),
-    )
+    env = driver_env()
     with log.open("w") as out:
         return subprocess.Popen(
             [sys.executable, str(_EXAMPLES / "aggregate_job.py"), uri, str(ckpt)],

@@ -177,3 +177,44 @@ def test_a_streaming_aggregation_in_complete_or_update_mode_is_refused(
     assert temporary_ledgers(client, target.ledger_id) == {}
     source.close()
     target.close()
+
+
+def test_spark_own_writer_options_are_accepted_and_a_typo_is_refused_naming_the_option(
+    spark: Any, client: Any, metadata_uri: str, tmp_path: Path
+) -> None:
+    source = _stream(client)
+    target = _stream(client)
+    for i in range(5):
+        source.append(b"q%d" % i)
+
+    def query(**options: str) -> Any:
+        writer = (
+            spark.readStream.format("embedlog")
+            .option("metadataUri", metadata_uri)
+            .option("ledger", str(source.ledger_id))
+            .load()
+            .select("data")
+            .writeStream.format("embedlog")
+            .queryName(f"q1_{uuid.uuid4().hex[:6]}")  # Spark passes it as option queryName
+            .option("metadataUri", metadata_uri)
+            .option("ledger", str(target.ledger_id))
+            .option("checkpointLocation", str(tmp_path / uuid.uuid4().hex))
+            .options(**options)
+            .trigger(availableNow=True)
+        )
+        return writer.start(str(tmp_path / "ignored"))  # and start(path) as option path
+
+    q = query()
+    q.awaitTermination()
+    assert q.exception() is None
+    assert _contents(client, target.ledger_id) == [b"q%d" % i for i in range(5)]
+
+    with pytest.raises(
+        Exception,
+        match=r"unknown option\(s\) 'maxoutstandng' for writeStream "
+        r"\('maxoutstandng': did you mean 'maxOutstanding'\?\); writeStream knows: metadataUri",
+    ):
+        query(maxOutstandng="5").awaitTermination()
+    assert _contents(client, target.ledger_id) == [b"q%d" % i for i in range(5)]
+    source.close()
+    target.close()

@@ -1,0 +1,67 @@
+"""The pin: a stream cursor that holds retention while a commit into the stream is open.
+
+Retention never trims a stream above a committed cursor + 1 (unless the stream was
+created with ``retention_overrides_cursors=True``). A commit into a stream stores its
+sink record, then commits the cursor ``spark-sink.<sink>`` at the entry before the first
+row it appends, and deletes the cursor once the record says done. So while a commit is
+unfinished (its driver died, say) the rows it appended stay in the stream, and the next
+commit can count them (exactly_once.count_landed) however much retention has trimmed
+above it meanwhile.
+
+Any commit into the stream removes the pins of sinks whose record is done or gone (a
+driver that died between marking its record done and deleting its pin). The record is
+read again after that delete, and a record that became unfinished meanwhile (a commit of
+that sink that was just starting) gets its pin back: a record is stored before its pin,
+so a pin that record's commit committed is either seen with the record or put back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from spark_connector.exactly_once import SinkRecord
+
+if TYPE_CHECKING:
+    from embedlog.unbounded.ledger import UnboundedLedger
+
+PREFIX = "spark-sink."
+
+
+def pin_name(sink: str) -> str:
+    return PREFIX + sink
+
+
+def pin(ul: UnboundedLedger, sink: str, first: int) -> None:
+    """Keep entries from ``first`` on until ``unpin``."""
+    # force: a pin of this sink left by a commit that died may stand elsewhere.
+    ul.commit(pin_name(sink), first - 1, force=True)
+
+
+def unpin(ul: UnboundedLedger, sink: str) -> None:
+    ul.delete_cursor(pin_name(sink))
+
+
+def pins(cursors: Mapping[str, int]) -> dict[str, int]:
+    """sink -> pinned position, from a stream's cursors."""
+    return {c[len(PREFIX) :]: at for c, at in cursors.items() if c.startswith(PREFIX)}
+
+
+def stale(pinned: Mapping[str, int], records: Mapping[str, SinkRecord]) -> list[str]:
+    """The sinks whose pin holds nothing: their record is done, or there is none."""
+    return sorted(s for s in pinned if s not in records or records[s].done)
+
+
+def drop_stale(ul: UnboundedLedger, read: Callable[[], Mapping[str, SinkRecord]]) -> list[str]:
+    """Delete the stale pins (``read``: the stream's sink records as they are now);
+    returns the sinks whose pin was deleted and stayed deleted."""
+    dropped = stale(pins(ul.cursors()), read())
+    if not dropped:
+        return []
+    for sink in dropped:
+        unpin(ul, sink)
+    now = read()
+    back = [s for s in dropped if s in now and not now[s].done]
+    for sink in back:
+        pin(ul, sink, now[sink].first)
+    return [s for s in dropped if s not in back]
