@@ -168,6 +168,7 @@ def add_commands(sub: Any) -> None:
     from embedlog.sandbox import add_sandbox_command
 
     add_ledger_commands(sub)
+    __import__("embedlog.admin_stream").admin_stream.add_stream_commands(sub)
     bookie = sub.add_parser("bookie", help="bookie administration").add_subparsers(
         dest="bookie_command", required=True
     )

@@ -252,7 +252,7 @@ def confirm(question: str, *, yes: bool) -> bool:
     if yes:
         return True
     if not sys.stdin.isatty():
-        raise ValueError("refusing to delete without a terminal to ask on; pass --yes")
+        raise ValueError(f"{question.split('?')[0]}: no terminal to ask on; pass --yes")
     try:
         answer = input(f"{question} [y/N] ")
     except EOFError:

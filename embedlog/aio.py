@@ -100,6 +100,9 @@ class AsyncClient:
         )
         return AsyncUnboundedLedger(ul)
 
+    async def stream_id(self, ledger_id_or_name: int | str) -> int:
+        return await asyncio.to_thread(self.client.stream_id, ledger_id_or_name)
+
     async def list_streams(self) -> dict[str, int]:
         return await asyncio.to_thread(self.client.list_streams)
 

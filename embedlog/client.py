@@ -368,6 +368,12 @@ class Client:
         md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
         return UnboundedLedger(self._runtime, self.ctx, md, password, lac=lac)
 
+    def stream_id(self, ledger_id_or_name: int | str) -> int:
+        """The ledger id of a stream given by id or by name (NoSuchLedgerInMetadataError
+        for a name no stream has)."""
+        self._check_open()
+        return self._runtime.run(self.stream_id_aio(ledger_id_or_name))
+
     async def stream_id_aio(self, ledger_id_or_name: int | str) -> int:
         """The ledger id of a stream given by id or by name."""
         if not isinstance(ledger_id_or_name, str):

@@ -1,0 +1,382 @@
+"""``embedlog stream list|show|read|tail|cursors|reset-cursor|create|delete``.
+
+Streams by name (or ledger id), as a Kafka or JetStream user manages topics and consumer
+positions. Every command takes ``--metadata-uri`` (a running cluster) or ``--data-dir``
+(a stopped LocalCluster's directory) like the other commands. list, show, read, tail and
+cursors only look: they open the stream as a follower (``takeover=False``), which never
+disturbs its writer, and on a ``--data-dir`` they work on a private copy. create,
+delete and reset-cursor change the cluster; delete, and a reset that moves a cursor
+back, ask first unless ``--yes``.
+
+What ``list`` counts without reading the stream: ``ids kept`` is LAC + 1 - the first
+kept id (no-op ids of takeovers included); ``sealed bytes`` the payload bytes of the
+sealed stretches retention recorded (the open stretch is not counted, so it is a lower
+bound, and 0 for a stream without retention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from embedlog import cli_access
+from embedlog.admin_ledger import confirm, password, printable
+from embedlog.console import print_json, table
+
+if TYPE_CHECKING:
+    from embedlog.client import Client
+    from embedlog.ledger.entries import Entry
+    from embedlog.unbounded.ledger import UnboundedLedger
+
+FORMATS = ("text", "raw", "json")
+
+
+def _ledger_ref(text: str) -> int | str:
+    """A stream given on the command line: its name, or its ledger id."""
+    return int(text) if text.isdigit() else text
+
+
+def _follower(client: Client, args: argparse.Namespace) -> UnboundedLedger:
+    return client.open_unbounded(_ledger_ref(args.stream), password=password(args), takeover=False)
+
+
+def stream_row(client: Client, name: str | None, ledger_id: int) -> dict[str, Any]:
+    """One stream as ``stream list`` and ``stream show`` report it."""
+    from embedlog.unbounded import layout
+
+    ul = client.open_unbounded(ledger_id, takeover=False)
+    try:
+        md = ul.metadata
+        lac = ul.read_last_add_confirmed()
+        first = ul.first_entry_id()
+        retention = layout.retention(md)
+        marks = layout.marks(md)
+        cursors = ul.cursors()
+        return {
+            "name": name if name is not None else layout.name(md),
+            "ledger_id": ledger_id,
+            "term": md.term,
+            "first_kept": first,
+            "lac": lac,
+            "ids_kept": max(0, lac + 1 - first),
+            "sealed_bytes": sum(m[1] for m in marks if m[0] > first),
+            "retention": None if retention is None else retention.to_json(),
+            "retention_overrides_cursors": layout.retention_overrides_cursors(md),
+            "cursors": {c: {"position": p, "lag": max(0, lac - p)} for c, p in cursors.items()},
+        }
+    finally:
+        ul.close()
+
+
+def _retention_text(doc: dict[str, Any] | None) -> str:
+    if not doc:
+        return "-"
+    parts = [f"{k.removeprefix('max_')}={v}" for k, v in doc.items() if v is not None]
+    return ",".join(parts) or "-"
+
+
+def _list(args: argparse.Namespace) -> int:
+    with cli_access.cluster(args, readonly=True) as access:
+        rows = [
+            stream_row(access.client, name, lid)
+            for name, lid in sorted(access.client.list_streams().items())
+        ]
+    if args.json:
+        print_json(rows)
+        return 0
+    headers = ["name", "ledger", "first kept", "lac", "ids kept", "sealed bytes"]
+    headers += ["retention", "cursors"]
+    print(
+        table(
+            headers,
+            [
+                [
+                    r["name"],
+                    r["ledger_id"],
+                    r["first_kept"],
+                    r["lac"],
+                    r["ids_kept"],
+                    r["sealed_bytes"],
+                    _retention_text(r["retention"]),
+                    len(r["cursors"]),
+                ]
+                for r in rows
+            ],
+        )
+    )
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    with cli_access.cluster(args, readonly=True) as access:
+        lid = access.client.stream_id(_ledger_ref(args.stream))
+        row = stream_row(access.client, None, lid)
+        md = access.client.ledger_metadata(lid)
+        row["state"] = md.state.name.lower()
+        row["quorum"] = f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}"
+        row["fragments"] = [[first, list(ens)] for first, ens in md.fragments]
+    print_json(row)
+    return 0
+
+
+def write_record(entry: Entry, fmt: str) -> None:
+    data = bytes(entry.data)
+    if fmt == "json":
+        import base64
+        import json
+
+        doc = {"entry_id": entry.entry_id, "size": len(data)}
+        doc["data_base64"] = base64.b64encode(data).decode("ascii")  # type: ignore[assignment]
+        print(json.dumps(doc))
+    elif fmt == "raw":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        print(f"{entry.entry_id}\t{printable(data)}")
+
+
+def _read(args: argparse.Namespace) -> int:
+    if args.count is not None and args.count < 0:
+        raise ValueError(f"--count {args.count}: give a number of entries, 0 or more")
+    if args.start is not None and args.start < 0:
+        raise ValueError(f"--from {args.start}: give an entry id, 0 or more")
+    with cli_access.cluster(args, readonly=True) as access:
+        ul = _follower(access.client, args)
+        lac = ul.read_last_add_confirmed()
+        first = ul.first_entry_id() if args.start is None else args.start
+        if first < ul.first_entry_id():
+            raise ValueError(
+                f"stream {args.stream}: --from {first} was trimmed; its first kept entry is "
+                f"{ul.first_entry_id()} (leave out --from to start there)"
+            )
+        shown = 0
+        if first <= lac:
+            for entry in ul.entries(first, lac):
+                if args.count is not None and shown >= args.count:
+                    break
+                write_record(entry, args.format)
+                shown += 1
+        ul.close()
+    return 0
+
+
+def _tail(args: argparse.Namespace) -> int:
+    follow = args.metadata_uri is not None
+    with cli_access.cluster(args, readonly=True) as access:
+        ul = _follower(access.client, args)
+        start: int | str = "latest" if args.new_only else "earliest"
+        timeout = args.idle if follow else 0
+        tail = (
+            ul.tail(cursor=args.cursor, timeout=timeout)
+            if args.cursor is not None
+            else ul.tail(start, timeout=timeout)
+        )
+        try:
+            for entry in tail:
+                write_record(entry, args.format)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            tail.close()
+            ul.close()
+        if tail.skipped:
+            print(f"skipped {tail.skipped} trimmed entry ids", file=sys.stderr)
+    return 0
+
+
+def _cursors(args: argparse.Namespace) -> int:
+    with cli_access.cluster(args, readonly=True) as access:
+        lid = access.client.stream_id(_ledger_ref(args.stream))
+        row = stream_row(access.client, None, lid)
+    cursors = row["cursors"]
+    if args.json:
+        print_json(cursors)
+        return 0
+    rows = [[c, v["position"], v["lag"]] for c, v in sorted(cursors.items())]
+    print(table(["cursor", "position", "lag (entries)"], rows))
+    return 0
+
+
+def _reset_cursor(args: argparse.Namespace) -> int:
+    with cli_access.cluster(args, readonly=False) as access:
+        ul = _follower(access.client, args)
+        try:
+            lac = ul.read_last_add_confirmed()
+            if args.to_earliest:
+                target = ul.first_entry_id() - 1
+            elif args.to_latest:
+                target = lac
+            else:
+                target = args.to_entry
+                if target < -1 or target > lac:
+                    raise ValueError(
+                        f"--to-entry {target}: give a position from -1 (nothing read) to the "
+                        f"stream's last add confirmed {lac}"
+                    )
+            current = ul.cursors().get(args.cursor)
+            back = current is not None and target < current
+            if back:
+                question = (
+                    f"move cursor {args.cursor!r} of stream {args.stream} back from {current} "
+                    f"to {target}? Its consumer will take entries {target + 1}..{current} again"
+                )
+                if not confirm(question, yes=args.yes):
+                    print("not moved", file=sys.stderr)
+                    return 1
+            ul.commit(args.cursor, target, force=back)
+        finally:
+            ul.close()
+    print(f"cursor {args.cursor!r} of stream {args.stream}: {current} -> {target}")
+    return 0
+
+
+def _create(args: argparse.Namespace) -> int:
+    from embedlog.unbounded.retention import Retention
+
+    limits = (args.max_entries, args.max_bytes, args.max_age)
+    retention = None if limits == (None, None, None) else Retention(*limits)
+    with cli_access.cluster(args, readonly=False) as access:
+        ul = access.client.create_unbounded(
+            args.ensemble,
+            args.write_quorum,
+            args.ack_quorum,
+            password=password(args),
+            name=args.name,
+            retention=retention,
+            retention_overrides_cursors=args.retention_overrides_cursors,
+            fragment_max_entries=args.fragment_max_entries,
+        )
+        lid = ul.ledger_id
+        ul.close()
+    print(f"created stream {args.name} (ledger {lid})")
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    with cli_access.cluster(args, readonly=False) as access:
+        lid = access.client.stream_id(_ledger_ref(args.stream))
+        row = stream_row(access.client, None, lid)
+        question = (
+            f"delete stream {args.stream} (ledger {lid}, {row['ids_kept']} entry ids kept, "
+            f"{len(row['cursors'])} cursors)? Its entries and cursors are gone for good"
+        )
+        if not confirm(question, yes=args.yes):
+            print("not deleted", file=sys.stderr)
+            return 1
+        access.client.delete_ledger(lid)
+    print(f"deleted stream {args.stream} (ledger {lid})")
+    return 0
+
+
+# -- the parser --------------------------------------------------------------------------------
+
+
+def _target(p: argparse.ArgumentParser) -> None:
+    cli_access.add_target_options(p, tls=False)
+    p.add_argument(
+        "--password-file",
+        default=None,
+        help="the stream's password (default: $EMBEDLOG_LEDGER_PASSWORD, else empty)",
+    )
+
+
+def _count(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def add_stream_commands(sub: Any) -> None:
+    stream = sub.add_parser(
+        "stream", help="streams by name: list, read, tail, cursors, create, delete"
+    ).add_subparsers(dest="stream_command", required=True)
+
+    p = stream.add_parser("list", help="every stream: first kept id, LAC, retention, cursors")
+    _target(p)
+    p.add_argument("--json", action="store_true", help="a JSON list instead of the table")
+    p.set_defaults(func=_list)
+
+    p = stream.add_parser("show", help="one stream as JSON: fragments, retention, cursors")
+    _target(p)
+    p.add_argument("stream", help="the stream's name (or ledger id)")
+    p.set_defaults(func=_show)
+
+    p = stream.add_parser("read", help="print a stream's entries (no-ops left out)")
+    _target(p)
+    p.add_argument("stream", help="the stream's name (or ledger id)")
+    p.add_argument(
+        "--from", dest="start", type=_count, default=None, help="first entry id (default: earliest)"
+    )
+    p.add_argument("--count", type=_count, default=None, help="at most this many entries")
+    p.add_argument("--format", choices=FORMATS, default="text", help="text (default), raw, json")
+    p.set_defaults(func=_read)
+
+    p = stream.add_parser(
+        "tail",
+        help="print a stream's entries as they come (a --data-dir prints what it holds)",
+    )
+    _target(p)
+    p.add_argument("stream", help="the stream's name (or ledger id)")
+    p.add_argument("--cursor", default=None, help="start after this cursor's position")
+    p.add_argument("--new-only", action="store_true", help="only entries confirmed from now")
+    p.add_argument(
+        "--idle",
+        type=cli_access.seconds,
+        default=None,
+        help="stop after this many seconds without a new entry (default: never; Ctrl-C)",
+    )
+    p.add_argument("--format", choices=FORMATS, default="text", help="text (default), raw, json")
+    p.set_defaults(func=_tail)
+
+    p = stream.add_parser("cursors", help="each cursor's position and lag in entries")
+    _target(p)
+    p.add_argument("stream", help="the stream's name (or ledger id)")
+    p.add_argument("--json", action="store_true", help="a JSON object instead of the table")
+    p.set_defaults(func=_cursors)
+
+    p = stream.add_parser(
+        "reset-cursor", help="move a consumer's cursor (asks before moving it back)"
+    )
+    _target(p)
+    p.add_argument("stream", help="the stream's name (or ledger id)")
+    p.add_argument("cursor", help="the cursor's name")
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="before the first kept entry")
+    to.add_argument("--to-latest", action="store_true", help="at the last add confirmed")
+    to.add_argument(
+        "--to-entry", type=_count, default=None, help="at this entry id (-1: nothing read)"
+    )
+    p.add_argument("--yes", action="store_true", help="move it back without asking")
+    p.set_defaults(func=_reset_cursor)
+
+    p = stream.add_parser("create", help="create a named stream")
+    _target(p)
+    p.add_argument("name", help="the stream's name (unique in the cluster)")
+    p.add_argument("--ensemble", type=_count, default=3, help="bookies per fragment (3)")
+    p.add_argument("--write-quorum", type=_count, default=3, help="copies of each entry (3)")
+    p.add_argument("--ack-quorum", type=_count, default=2, help="acks per append (2)")
+    p.add_argument("--max-entries", type=_count, default=None, help="retention: entries kept")
+    p.add_argument("--max-bytes", type=_count, default=None, help="retention: payload bytes")
+    p.add_argument(
+        "--max-age", type=cli_access.seconds, default=None, help="retention: seconds kept"
+    )
+    p.add_argument(
+        "--retention-overrides-cursors",
+        action="store_true",
+        help="retention trims past cursors that lag behind",
+    )
+    p.add_argument("--fragment-max-entries", type=_count, default=None, help="entries per fragment")
+    p.set_defaults(func=_create)
+
+    p = stream.add_parser("delete", help="delete a stream, its entries and cursors (asks)")
+    _target(p)
+    p.add_argument("stream", help="the stream's name (or ledger id)")
+    p.add_argument("--yes", action="store_true", help="delete without asking")
+    p.set_defaults(func=_delete)
+
+
+__all__ = ["add_stream_commands", "stream_row"]

@@ -1,0 +1,162 @@
+"""``embedlog stream ...`` in a subprocess, against a stopped cluster's directory and a
+running cluster on ZooKeeper (bookies over TCP)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from cli_helpers import embedlog_env, run
+
+from embedlog import LocalCluster, Retention
+
+
+def _make_stream(cluster: LocalCluster) -> int:
+    """ "orders": 30 entries, a takeover's no-op at 20, cursor "billing" at 9."""
+    w = cluster.client("w")
+    ul = w.create_unbounded(3, 3, 2, name="orders", retention=Retention(max_entries=1000))
+    for i in range(20):
+        ul.append(b"order %d" % i)
+    ul.close()
+    ul = cluster.client("w2").open_unbounded("orders")  # no-op at 20
+    for i in range(20, 30):
+        ul.append(b"order %d" % i)
+    ul.commit("billing", 9)
+    ul.close()
+    return ul.ledger_id
+
+
+def _ok(*argv: str) -> str:
+    done = run(*argv)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _ids(text: str) -> list[int]:
+    return [json.loads(line)["entry_id"] for line in text.splitlines()]
+
+
+def test_stream_commands_on_a_stopped_clusters_directory(tmp_path):
+    d = tmp_path / "c"
+    with LocalCluster(3, d) as cluster:
+        lid = _make_stream(cluster)
+    target = ("--data-dir", str(d))
+
+    (row,) = json.loads(_ok("stream", "list", "--json", *target))
+    assert row["name"] == "orders" and row["ledger_id"] == lid
+    assert row["first_kept"] == 0 and row["lac"] == 30 and row["ids_kept"] == 31
+    assert row["retention"]["max_entries"] == 1000
+    assert row["cursors"] == {"billing": {"position": 9, "lag": 21}}
+    table = _ok("stream", "list", *target)
+    assert "orders" in table and "entries=1000" in table
+
+    shown = json.loads(_ok("stream", "show", "orders", *target))
+    assert shown["state"] == "open" and shown["fragments"][0][0] == 0
+
+    everything = _ids(_ok("stream", "read", "orders", "--format", "json", *target))
+    assert everything == [*range(20), *range(21, 31)]  # the no-op at 20 is left out
+    some = _ok("stream", "read", "orders", "--from", "18", "--count", "3", *target)
+    assert some.splitlines() == ["18\torder 18", "19\torder 19", "21\torder 20"]
+    raw = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "embedlog",
+            "stream",
+            "read",
+            str(lid),
+            "--format",
+            "raw",
+            "--count",
+            "2",
+            *target,
+        ],
+        capture_output=True,
+        env=embedlog_env(),
+        timeout=300,
+        check=True,
+    ).stdout
+    assert raw == b"order 0order 1"
+
+    after_cursor = _ids(
+        _ok("stream", "tail", "orders", "--cursor", "billing", "--format", "json", *target)
+    )
+    assert after_cursor == [*range(10, 20), *range(21, 31)]
+
+    assert json.loads(_ok("stream", "cursors", "orders", "--json", *target)) == {
+        "billing": {"position": 9, "lag": 21}
+    }
+    assert "billing" in _ok("stream", "cursors", "orders", *target)
+
+    # A rewind asks first: a script without a terminal must say --yes.
+    refused = run("stream", "reset-cursor", "orders", "billing", "--to-entry", "3", *target)
+    assert refused.returncode == 2
+    assert "pass --yes" in refused.stderr and "Traceback" not in refused.stderr
+    _ok("stream", "reset-cursor", "orders", "billing", "--to-entry", "3", "--yes", *target)
+    _ok("stream", "reset-cursor", "orders", "billing", "--to-latest", *target)  # forward
+    positions = json.loads(_ok("stream", "cursors", "orders", "--json", *target))
+    assert positions["billing"]["position"] == 30
+    _ok("stream", "reset-cursor", "orders", "billing", "--to-earliest", "--yes", *target)
+    positions = json.loads(_ok("stream", "cursors", "orders", "--json", *target))
+    assert positions["billing"]["position"] == -1
+
+    _ok("stream", "create", "audit", "--max-age", "3600", "--fragment-max-entries", "50", *target)
+    names = {r["name"] for r in json.loads(_ok("stream", "list", "--json", *target))}
+    assert names == {"orders", "audit"}
+    refused = run("stream", "delete", "audit", *target)
+    assert refused.returncode == 2 and "pass --yes" in refused.stderr
+    _ok("stream", "delete", "audit", "--yes", *target)
+    assert [r["name"] for r in json.loads(_ok("stream", "list", "--json", *target))] == ["orders"]
+
+    missing = run("stream", "show", "nope", *target)
+    assert missing.returncode == 2 and "no stream named 'nope'" in missing.stderr
+    trimmed = run("stream", "read", "orders", "--from", "-1", *target)
+    assert trimmed.returncode == 2
+
+
+def test_stream_commands_against_a_running_cluster(tmp_path, zk_uri):
+    with LocalCluster(3, tmp_path / "c", transport="tcp", metadata_uri=zk_uri) as cluster:
+        _make_stream(cluster)
+        target = ("--metadata-uri", zk_uri)
+        (row,) = json.loads(_ok("stream", "list", "--json", *target))
+        assert row["lac"] == 30 and row["cursors"]["billing"]["lag"] == 21
+
+        # A tail follows a running stream: it prints what comes, and stops when idle.
+        writer = cluster.client("w3").open_unbounded("orders")
+        tail = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "embedlog",
+                "stream",
+                "tail",
+                "orders",
+                "--cursor",
+                "billing",
+                "--idle",
+                "5",
+                "--format",
+                "json",
+                *target,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=embedlog_env(),
+        )
+        for i in range(3):
+            writer.append(b"live %d" % i)
+        out, err = tail.communicate(timeout=300)
+        assert tail.returncode == 0, err
+        ids = _ids(out)
+        assert ids[0] == 10 and ids[-3:] == [32, 33, 34]  # after the takeover's no-op, 31
+        writer.close()
+
+        _ok("stream", "reset-cursor", "orders", "billing", "--to-latest", *target)
+        assert json.loads(_ok("stream", "cursors", "orders", "--json", *target)) == {
+            "billing": {"position": 34, "lag": 0}
+        }
+        _ok("stream", "create", "events", *target)
+        _ok("stream", "delete", "events", "--yes", *target)
+        assert set(cluster.client("x").list_streams()) == {"orders"}
