@@ -17,14 +17,20 @@ def embedlog_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run(*argv: str, stdin: str | None = None, env: dict[str, str] | None = None):
-    """``python -m embedlog ARGV``: the completed process (text)."""
+def run(
+    *argv: str,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+):
+    """``python -m embedlog ARGV`` (in ``cwd``): the completed process (text)."""
     return subprocess.run(
         [sys.executable, "-m", "embedlog", *argv],
         capture_output=True,
         text=True,
         input=stdin,
         env=env or embedlog_env(),
+        cwd=cwd,
         timeout=300,
     )
 
