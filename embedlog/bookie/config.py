@@ -33,7 +33,9 @@ class BookieConfig:
     rack: str = "/default-rack"
     # Journal: every add (unless journal_write_data is False) and every state change.
     journal_write_data: bool = True
-    journal_max_group_wait: float = field(default=0.001, validator=_non_negative)  # seconds
+    # 0: write as soon as the journal is idle, grouping what arrives during an fsync;
+    # > 0: also wait this long for company first (docs/performance.md).
+    journal_max_group_wait: float = field(default=0.0, validator=_non_negative)  # seconds
     journal_group_bytes: int = field(default=512 * 1024, validator=_positive)
     journal_max_file_size: int = field(default=64 * 1024 * 1024, validator=_positive)
     # Ledger storage: write cache flushed to entry logs and the index.

@@ -106,7 +106,9 @@ def test_wiped_bookie_refuses_a_displaced_writer(make_cluster, skip_fence):
         assert resp.status == StatusCode.EOK
     else:
         assert resp.status == StatusCode.EINVALIDTERM
-        assert cluster.bookie(b3).ledger_info(ul.ledger_id).term == taken.term
+        # At least the takeover's term: the repair that follows the boot may already have
+        # taken the stream over once more (a later term) by now.
+        assert cluster.bookie(b3).ledger_info(ul.ledger_id).term >= taken.term
     taken.close()
 
 
