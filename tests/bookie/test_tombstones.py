@@ -5,6 +5,7 @@ tombstone is durable with the drop and survives restarts, journal replay and BP-
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from harness import DIGEST, KEY, Harness, entry
@@ -31,8 +32,8 @@ OTHER = master_key(b"another password")
 LID = 7
 
 
-def req(op: OpCode, key: bytes = KEY, **kw: object) -> Request:
-    return Request(op, 1, LID, 0, master_key=key, **kw)  # type: ignore[arg-type]
+def req(op: OpCode, key: bytes = KEY, **kw: Any) -> Request:
+    return Request(op, 1, LID, 0, master_key=key, **kw)
 
 
 TABLE = [
@@ -174,7 +175,7 @@ def test_requests_arriving_while_the_drop_runs_are_refused(harness) -> None:
     for i in range(3):
         assert h.add(LID, i).status == StatusCode.EOK
 
-    def send(op: OpCode, eid: int = -1, **kw: object) -> asyncio.Future:
+    def send(op: OpCode, eid: int = -1, **kw: Any) -> asyncio.Future:
         kw.setdefault("master_key", KEY)
         return asyncio.ensure_future(h.serve(Request(op, next_txn(), LID, eid, **kw)))
 
