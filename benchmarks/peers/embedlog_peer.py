@@ -1,0 +1,83 @@
+"""embedlog: three bookies, E3 WQ3 AQ2, journal on, 1 KiB entries; in the benchmark's
+process (``LocalCluster``) or each bookie in a process of its own
+(``LocalCluster(processes=True)``, ``embedlog bookie run``, on a real ZooKeeper)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from common import Figures, Load, payload, pipelined, seq_of
+
+from embedlog import LocalCluster
+from embedlog.metadata.zkserver import running_zookeeper
+
+
+def measure(directory: Path, load: Load, *, processes: bool, **config: Any) -> Figures:
+    """``config``: bookie settings (e.g. ``journal_max_group_wait``)."""
+    if not processes:
+        return _measure(directory, load, config)
+    with running_zookeeper() as zk:
+        return _measure(directory, load, {"processes": True, "metadata_uri": zk.uri(), **config})
+
+
+def _measure(directory: Path, load: Load, kw: dict[str, Any]) -> Figures:
+    fig = Figures()
+    with LocalCluster(3, data_dir=directory, **kw) as cluster:
+        wh = cluster.client("bench").create_ledger(3, 3, 2)
+        for i in range(200):  # warm-up: connections, caches
+            wh.add(payload(i))
+        data = payload(0)
+        with pipelined(fig, load.entries):
+            futures = []
+            for _ in range(load.entries):
+                futures.append(wh.add_async(data))
+                if len(futures) >= load.window:
+                    futures.pop(0).result()
+            for f in futures:
+                f.result()
+        # Each blocking add is paired with a write+fsync of 1 KiB on the same disk just
+        # before it: issue #29's bound compares the two, and both drift with the VM.
+        probe = os.open(directory / "fsync-probe.bin", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for _ in range(load.blocking):
+                t0 = time.perf_counter()
+                os.write(probe, data)
+                os.fsync(probe)
+                t1 = time.perf_counter()
+                wh.add(data)
+                fig.fsync.append(t1 - t0)
+                fig.blocking.append(time.perf_counter() - t1)
+        finally:
+            os.close(probe)
+        wh.close()
+        fig.follow = _follow(cluster, load)
+    return fig
+
+
+def _follow(cluster: LocalCluster, load: Load) -> list[float]:
+    writer = cluster.client("tw").create_unbounded(3, 3, 2)
+    follower = cluster.client("tf").open_unbounded(writer.ledger_id, takeover=False)
+    tail = follower.tail(0, timeout=30)
+    started: dict[int, float] = {}
+    seen: dict[int, float] = {}
+
+    def follow() -> None:
+        for e in tail:
+            seen[seq_of(e.data)] = time.perf_counter()
+            if len(seen) == load.follow:
+                return
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    for i in range(load.follow):
+        started[i] = time.perf_counter()
+        writer.append(payload(i))
+        time.sleep(load.gap)
+    t.join(30)
+    writer.close()
+    follower.close()
+    return [seen[i] - started[i] for i in started if i in seen]
