@@ -123,6 +123,7 @@ def _sandbox(args: argparse.Namespace) -> int:
     ).absolute()
     data_dir.mkdir(parents=True, exist_ok=True)
     zk: zkserver.ZooKeeperServer | None = None
+    zk_running = False
     cluster: LocalCluster | None = None
     exporter: MetricsServer | None = None
     with _StopSignals() as signals:
@@ -143,18 +144,16 @@ def _sandbox(args: argparse.Namespace) -> int:
                 zk_dir = data_dir / "zookeeper"
                 port = int(stable_address(zk_dir).rpartition(":")[2])
                 zk = zkserver.ZooKeeperServer(zk_dir, port=port)
-                _say(f"starting ZooKeeper on 127.0.0.1:{port} ...")
-                zk.start()
                 uri = zk.uri(SANDBOX_CHROOT)
-            if signals.stop.is_set():
-                return 0
             tls_files = {
                 "tls_cert": args.tls_cert,
                 "tls_key": args.tls_key,
                 "tls_ca": args.tls_ca,
                 "tls_require_client_cert": args.tls_require_client_cert,
             }
-            cluster = LocalCluster(
+            # Made (and its settings, TLS files included, checked) before ZooKeeper
+            # starts: a wrong setting is its one line, with nothing started.
+            made = LocalCluster(
                 args.bookies,
                 data_dir,
                 transport="tcp",
@@ -162,7 +161,15 @@ def _sandbox(args: argparse.Namespace) -> int:
                 metadata_uri=uri,
                 processes=args.processes,
                 **{k: v for k, v in tls_files.items() if v},
-            ).start()
+            )
+            if zk is not None:
+                _say(f"starting ZooKeeper on 127.0.0.1:{zk.port} ...")
+                zk.start()
+                zk_running = True
+            if signals.stop.is_set():
+                return 0
+            cluster = made
+            cluster.start()
             _print_connection(args, cluster, uri, data_dir, own_dir)
             if args.metrics_port is not None:
                 from embedlog.prometheus import serve_metrics
@@ -181,11 +188,12 @@ def _sandbox(args: argparse.Namespace) -> int:
                 _say("stopping the bookies ...")
                 cluster.stop()
             if zk is not None:
-                _say("stopping ZooKeeper ...")
-                zk.stop()
+                if zk_running:
+                    _say("stopping ZooKeeper ...")
+                zk.stop()  # also one that failed half way through its start
             if own_dir:
                 shutil.rmtree(data_dir, ignore_errors=True)
-            if zk is not None or cluster is not None:
+            if zk_running or cluster is not None:
                 _say("sandbox stopped")
     return 0
 

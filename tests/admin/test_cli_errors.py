@@ -44,6 +44,15 @@ def test_sandbox_with_no_bookies_is_an_error(tmp_path: Path) -> None:
     assert not (tmp_path / "d").exists()
 
 
+def test_sandbox_with_a_missing_certificate_starts_nothing(tmp_path: Path) -> None:
+    line = one_line_error(
+        "sandbox", "--tls-cert", str(tmp_path / "nope.pem"), "--tls-key",
+        str(tmp_path / "nope.key"), "--data-dir", str(tmp_path / "d"),
+    )  # fmt: skip
+    assert line.startswith(f"embedlog sandbox: error: tls_cert {tmp_path / 'nope.pem'} does not")
+    assert not list((tmp_path / "d").glob("zookeeper/data-*"))  # ZooKeeper never ran
+
+
 @pytest.fixture(scope="module")
 def five_entries(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data_dir = tmp_path_factory.mktemp("cli-errors") / "cluster"
