@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from attrs import define, field
 
@@ -48,6 +49,9 @@ from embedlog.wire.messages import (
     unpack_entries,
     unpack_results,
 )
+
+if TYPE_CHECKING:
+    from embedlog.testing.oracle_streams import StreamRules
 
 _NEGATIVE = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
 
@@ -84,6 +88,10 @@ class StreamOracle(Oracle):
         # Negatives for entries a bookie acknowledged with a payload no writer had
         # acknowledged yet: a violation if one does later. (lid, eid, payload) -> detail
         self._suspect: dict[tuple[int, int, bytes], str] = {}
+        # The stream layer's rules (oracle_streams.py), in the scenarios that have it; and
+        # which streams were deleted (no end-of-history count of their copies).
+        self.rules: StreamRules | None = None
+        self.dropped: Callable[[int], bool] = lambda _lid: False
 
     # -- entries on the wire -------------------------------------------------------------------
 
@@ -110,11 +118,15 @@ class StreamOracle(Oracle):
             return []
 
     def sent(self, src: str, bookie_id: str, req: Request) -> None:
+        if self.rules is not None:
+            self.rules.request_sent(bookie_id, req)
         if req.op not in (OpCode.ADD, OpCode.ADD_BATCH):
             return
         lid = req.ledger_id
         for eid, entry in self._entries(req):
             flags, payload = self._parse(entry)
+            if self.rules is not None:
+                self.rules.sent(lid, eid, b"" if flags & FLAG_NOOP else payload)
             if req.flags & AddFlags.TRUNCATE:
                 self._counts["path.truncate_noop"] += 1
             if not req.flags & AddFlags.RECOVERY:
@@ -133,6 +145,8 @@ class StreamOracle(Oracle):
 
     def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
         lid, eid = req.ledger_id, req.entry_id
+        if self.rules is not None:
+            self.rules.answered(bookie_id, req, resp)
         held = self._held.setdefault((bookie_id, lid), {})
         if req.op in (OpCode.ADD, OpCode.ADD_BATCH):
             self._stored(held, req, resp)
@@ -200,6 +214,8 @@ class StreamOracle(Oracle):
     def forget_lost(self, bookie_id: str, protected: Callable[[int], bool]) -> list[int]:
         """As ``Oracle.forget_lost``, for what this oracle holds of a bookie's own acks."""
         gone = super().forget_lost(bookie_id, protected)
+        if self.rules is not None:
+            self.rules.lost_disks(bookie_id)
         for b, lid in list(self._held):
             if b == bookie_id and not protected(lid):
                 del self._held[(b, lid)]
@@ -209,7 +225,11 @@ class StreamOracle(Oracle):
     def acked_entries(self) -> dict[int, dict[int, bytes]]:
         """Every entry acknowledged in any term, for invariant 4 (ackquorum.py, which
         leaves out what lies below the trim point)."""
-        return {lid: {e: a[0] for e, a in ids.items()} for lid, ids in self.stream_acked.items()}
+        return {
+            lid: {e: a[0] for e, a in ids.items()}
+            for lid, ids in self.stream_acked.items()
+            if not self.dropped(lid)
+        }
 
     def append(self, writer: str, payload: bytes) -> None:
         seq = self.sequences.setdefault(writer, [])

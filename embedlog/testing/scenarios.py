@@ -108,7 +108,10 @@ SCENARIOS["unbounded-streams"] = attrs.evolve(
     name="unbounded-streams",
     summary="unbounded streams with retention (small fragments), consumers committing "
     "cursors, and deletes of streams while they are written and committed to",
+    entries=(10, 60),
+    loss=(0.0, 0.04),
     trims=(0, 0),
+    takeovers=(0, 2),
     committers=(1, 3),
     deletes=(0, 1),
     retention=True,
@@ -197,6 +200,13 @@ UNSAFE: dict[str, UnsafeSwitch] = {
             "(issue #12 race 2: unsafe_limbo_clears_at_first_resend)",
             "unbounded-nojournal-races",
             bookie={"unsafe_limbo_clears_at_first_resend": True},
+        ),
+        UnsafeSwitch(
+            "forget-deletions",
+            "bookies keep no tombstone of a deleted ledger: adds sent after the delete "
+            "are accepted again (issue #27 item 2: unsafe_forget_deletions)",
+            "unbounded-streams",
+            bookie={"unsafe_forget_deletions": True},
         ),
         UnsafeSwitch(
             "recovery-ignores-term",

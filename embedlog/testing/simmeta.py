@@ -191,18 +191,28 @@ class FaultyMetadataStore(MetadataStore):
     def __init__(self, inner: MetadataStore, faults: MetadataFaults) -> None:
         self.inner = inner
         self.faults = faults
+        # Told (operation, path) of every write the store applied, as it applies it (the
+        # caller may learn later, or see an error): the oracle of the stream layer; and of
+        # every read served (a workload aims at the moment a decision read its inputs).
+        self.on_write: Callable[[str, str], None] | None = None
+        self.on_read: Callable[[str, str], None] | None = None
 
     def _read(self, op: str, path: str, call: Callable[[], T]) -> T:
         outcome = self.faults.decide(op, path, write=False)
         if outcome != OK:
             raise self.faults.connection_loss(op, path, outcome)
-        return call()
+        result = call()
+        if self.on_read is not None:
+            self.on_read(op, path)
+        return result
 
     def _write(self, op: str, path: str, call: Callable[[], T]) -> T:
         outcome = self.faults.decide(op, path, write=True)
         if outcome == LOST:
             raise self.faults.connection_loss(op, path, outcome)
         result = call()
+        if self.on_write is not None:
+            self.on_write(op, path)
         if outcome == APPLIED:
             raise self.faults.connection_loss(op, path, outcome)
         return result

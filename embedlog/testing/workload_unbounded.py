@@ -21,7 +21,13 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from embedlog.client import Client
-from embedlog.errors import BKError, InvalidTermError, NoSuchEntryError, NoSuchLedgerInMetadataError
+from embedlog.errors import (
+    BKError,
+    InvalidTermError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    NoSuchLedgerInMetadataError,
+)
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
@@ -33,6 +39,7 @@ from embedlog.testing.workload import (
     create_with_retries,
     maybe_pause,
 )
+from embedlog.testing.workload_streams import StreamOps
 from embedlog.unbounded import follow, layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.entry import Digester
@@ -59,6 +66,12 @@ class UnboundedWorkload:
         # Whether takeovers write the truncate no-op (off only under an unsafe switch):
         # with it, the new term owns the no-op's id and everything above.
         self._noop = not sim.client_options.get("unsafe_takeover_without_noop", False)
+        # The stream layer (retention, cursors, deletes: workload_streams.py), when asked.
+        sc = sim.scenario
+        self.ops = StreamOps(self) if sc.retention or max(sc.committers + sc.deletes) else None
+        if self.ops is not None:
+            self.oracle.rules = self.ops.rules
+            self.oracle.dropped = self.ops.gone
 
     # -- the Workload protocol -----------------------------------------------------------------
 
@@ -71,6 +84,8 @@ class UnboundedWorkload:
         work += [asyncio.ensure_future(self.taker(j)) for j in range(rng.randint(*sc.takeovers))]
         work += [asyncio.ensure_future(self.trimmer(j)) for j in range(rng.randint(*sc.trims))]
         work += [asyncio.ensure_future(self.follower(j)) for j in range(rng.randint(*sc.followers))]
+        if self.ops is not None:
+            work += self.ops.tasks()
         return work
 
     def stop(self) -> None:
@@ -78,11 +93,15 @@ class UnboundedWorkload:
             if h.writer is not None:
                 h.writer.stop()
 
+    def writers_done(self) -> bool:
+        """Whether every stream's writers (first terms and takeovers) are done."""
+        return self._quiet.is_set()
+
     def responsible(self, lid: int, eid: int, bookie: str) -> bool:
         try:
             md = self.sim.truth.read_ledger(lid)
         except NoSuchLedgerInMetadataError:
-            return True  # never deleted in these scenarios
+            return False  # deleted: nobody keeps its entries
         if eid < layout.first_entry(md):
             return False  # trimmed: gone by design
         return bookie in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
@@ -97,7 +116,10 @@ class UnboundedWorkload:
         self._writing += 1
         try:
             await asyncio.sleep(rng.uniform(0, 0.05))
-            fragment_max = rng.choice((None, 6, 15))
+            settings: dict[str, Any] = {"fragment_max_entries": rng.choice((None, 6, 15))}
+            if self.ops is not None:
+                settings.update(self.ops.creation())
+            fragment_max = settings["fragment_max_entries"]
             handle = await create_with_retries(
                 sim,
                 name,
@@ -106,12 +128,14 @@ class UnboundedWorkload:
                     sim.write_quorum,
                     sim.ack_quorum,
                     password=PASSWORD,
-                    fragment_max_entries=fragment_max,
                     digest=DIGEST,
+                    **settings,
                 ),
             )
             if handle is None:
                 return
+            if self.ops is not None:
+                self.ops.created(handle, settings)
             self.ledgers.append(handle.ledger_id)
             sim.trace("created", name, handle.ledger_id, handle.metadata.fragments, fragment_max)
             displaced = await self.write_term(client, name, handle)
@@ -181,6 +205,8 @@ class UnboundedWorkload:
             "took-over", name, lid, "term", handle.term, "last", last, handle.metadata.fragments
         )
         self.oracle.took_over(lid, handle.term, end, name)
+        if self.ops is not None:
+            self.ops.rules.took_over(lid, last if self._noop else None)
         return handle
 
     async def write_term(self, client: Client, name: str, handle: UnboundedLedger) -> bool:
@@ -207,13 +233,15 @@ class UnboundedWorkload:
             ):
                 combos.append(asyncio.ensure_future(dirty_leftover(self, name, lid, writer)))
             payload = b"%d:%s:%d:%08x" % (lid, who.encode(), seq, rng.getrandbits(32))
-            self.oracle.append(who, payload)
+            self._appended(who, payload)
             fut = writer.add(payload)
             fut.add_done_callback(functools.partial(self._add_done, who, lid, term, payload))
             futures.append(fut)
             sim.counts["add"] += 1
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.expovariate(50.0))
+            if self.ops is not None:
+                await self.ops.pace()
             await maybe_pause(sim, who, lid)
         if futures:
             await asyncio.wait(futures)
@@ -231,11 +259,16 @@ class UnboundedWorkload:
         lid, term = handle.ledger_id, handle.term
         who = f"{name}@t{term}"
         payload = b"%d:%s:0:%s" % (lid, who.encode(), payload)
-        self.oracle.append(who, payload)
+        self._appended(who, payload)
         fut = handle.writer.add(payload)
         fut.add_done_callback(functools.partial(self._add_done, who, lid, term, payload))
         self.sim.counts["add"] += 1
         return fut
+
+    def _appended(self, who: str, payload: bytes) -> None:
+        self.oracle.append(who, payload)
+        if self.ops is not None:
+            self.ops.rules.appended(payload)
 
     def _add_done(
         self, who: str, lid: int, term: int, payload: bytes, f: asyncio.Future[int]
@@ -252,6 +285,8 @@ class UnboundedWorkload:
         sim.trace("acked", who, lid, eid)
         sim.counts["add.acked"] += 1
         self.oracle.stream_acknowledged(lid, eid, payload, term, who)
+        if self.ops is not None:
+            self.ops.acknowledged(lid, eid, payload, who)
 
     # -- trims ---------------------------------------------------------------------------------
 
@@ -267,6 +302,8 @@ class UnboundedWorkload:
         before = rng.randint(0, max(acked, default=0) + 1)
         if not sim.decide("trim", name, lid, before):
             return
+        if self.ops is not None:
+            self.ops.rules.trimmed_by_hand(lid)
         sim.counts["trim"] += 1
         sim.trace("trim", name, lid, before)
         try:
@@ -318,7 +355,10 @@ class UnboundedWorkload:
                 last = min(lac, next_id + READ_BATCH - 1)
                 got = await self._read(client, md, digester, next_id, last, name)
                 if got is None:
-                    md = await self._metadata(client, lid, md)
+                    fresh = await self._metadata(client, lid, md)
+                    if fresh is None:
+                        break
+                    md = fresh
                     await asyncio.sleep(0.2)
                     continue
                 entries = [(e.entry_id, e.data) for e in got]
@@ -331,6 +371,9 @@ class UnboundedWorkload:
                 quiet_polls += 1
             try:
                 seen, md = await follow.wait_for_lac(client.ctx, md, next_id - 1, follow.POLL_SLICE)
+            except NoSuchLedgerError:
+                sim.trace("follower-ends", name, lid, "deleted")
+                break
             except BKError as exc:  # the metadata read failed: poll again
                 sim.trace("follow-poll-failed", name, lid, type(exc).__name__)
                 continue
@@ -356,9 +399,14 @@ class UnboundedWorkload:
             self.sim.trace("read-failed", name, md.ledger_id, first, last, type(exc).__name__)
             return None
 
-    async def _metadata(self, client: Client, lid: int, md: LedgerMetadata) -> LedgerMetadata:
+    async def _metadata(
+        self, client: Client, lid: int, md: LedgerMetadata
+    ) -> LedgerMetadata | None:
+        """The metadata as stored now (``md`` when the read failed; None: deleted)."""
         try:
             return await client.ctx.meta(client.ctx.metadata.read_ledger, lid)
+        except NoSuchLedgerError:
+            return None
         except BKError:
             return md
 
@@ -369,7 +417,13 @@ class UnboundedWorkload:
         history acknowledged and every follower saw."""
         sim = self.sim
         checker = sim.client("checker")
+        if self.ops is not None:
+            # Retention trims as time passes: no writer may trim under the final reader.
+            self.stop()
+            await self.ops.finish_deletes(checker)
         for lid in list(self.ledgers):
+            if self.ops is not None and self.ops.gone(lid):
+                continue
             md = sim.truth.read_ledger(lid)
             lost = sim.budget.lossy_fragments(md)
             handle = None
@@ -388,6 +442,8 @@ class UnboundedWorkload:
                     "LedgerIsClosed", f"stream {lid} could not be taken over after healing"
                 )
                 continue
+            if self.ops is not None and handle.writer is not None:
+                handle.writer.stop()
             entries = await self._read_whole(checker, handle)
             if sim.races is not None:
                 await self._probe(checker, lid)

@@ -1,0 +1,298 @@
+"""The stream layer's workload: retention, consumers committing cursors, deletes.
+
+On top of the streams' workload (``workload_unbounded``), in the scenarios that ask for
+it (``Scenario.retention``, ``committers``, ``deletes``):
+
+* each stream is created with a ``Retention`` (entries, bytes and age limits drawn per
+  stream, small fragments so that rollovers and trims come often), a fifth of them with
+  ``retention_overrides_cursors=True``;
+* consumers (``takeover=False`` handles) commit cursors at ids at or below the LAC they
+  learnt, often a new cursor at the first kept entry (a consumer starting from the
+  oldest entry), sometimes moving one back with ``force=True`` or deleting it;
+* a deleter deletes a stream (``Client.delete_ledger_aio``) while its writers append and
+  its consumers commit, and they go on doing so.
+
+Every commit, cursor delete and delete is told to the oracle (``oracle_streams``) with
+when it was invoked and how it returned; the oracle sees every compare-and-swap of a
+stream's metadata as the store applies it (``FaultyMetadataStore.on_write``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from embedlog.client import Client
+from embedlog.errors import BKError, NoSuchLedgerInMetadataError
+from embedlog.metadata import streams
+from embedlog.metadata.client import LEDGERS
+from embedlog.testing.oracle_streams import StreamRules
+from embedlog.testing.simloop import seeded
+from embedlog.testing.workload import PASSWORD
+from embedlog.unbounded import layout
+from embedlog.unbounded.ledger import UnboundedLedger
+from embedlog.unbounded.retention import Retention
+
+if TYPE_CHECKING:
+    from embedlog.testing.workload_unbounded import UnboundedWorkload
+
+SHARED_CURSORS = ("a", "b")  # names several consumers commit to at once
+MAX_COMMITS = 300  # rounds of one consumer
+
+
+class StreamOps:
+    def __init__(self, workload: UnboundedWorkload) -> None:
+        self.w = workload
+        self.sim = sim = workload.sim
+        # A stream of its own: the other scenarios' histories do not draw these.
+        self.rng = seeded(sim.seed, "streams")
+        self.rules = StreamRules(
+            sim.loop.time, workload.oracle.violate, workload.oracle.stream_acked, sim.counts
+        )
+        self._deleting: set[int] = set()  # a delete_ledger was invoked
+        self._acks: dict[int, asyncio.Event] = {}  # set at each acknowledgement of a stream
+        self._changes: dict[int, asyncio.Event] = {}  # set at each change of its metadata
+        self._first: dict[int, int] = {}  # each stream's first kept entry, as last seen
+        self._reads: dict[int, asyncio.Event] = {}  # set when retention reads its cursors
+        sim.meta.store.on_write = self._written  # type: ignore[attr-defined]
+        sim.meta.store.on_read = self._read  # type: ignore[attr-defined]
+
+    # -- creation ------------------------------------------------------------------------------
+
+    def creation(self) -> dict[str, Any]:
+        """The retention settings of a new stream (``create_unbounded_aio`` keywords)."""
+        rng = self.rng
+        if not self.sim.scenario.retention:
+            return {}
+        # Payloads are 20-30 bytes; a fragment rolls over at a quarter of each limit unless
+        # fragment_max_entries says otherwise. Each rollover waits until its fragment is on
+        # every bookie of its write sets, which a lost add delays by a request timeout: too
+        # small a fragment and the writer crawls.
+        entries = rng.choice((None, 5, 10, 20))
+        size = rng.choice((None, None, 400, 1000))
+        age = rng.choice((None, None, 0.5, 2.0))
+        if entries is None and size is None and age is None:
+            entries = 10
+        return {
+            "retention": Retention(entries, size, age),
+            "retention_overrides_cursors": rng.random() < 0.2,
+            "fragment_max_entries": rng.choice((None, 3, 4, 6)),
+        }
+
+    def created(self, handle: UnboundedLedger, settings: dict[str, Any]) -> None:
+        self.rules.created(
+            handle.ledger_id,
+            settings.get("retention"),
+            settings.get("retention_overrides_cursors", False),
+        )
+
+    def _written(self, op: str, path: str) -> None:
+        """A write the store applied: a stream's metadata may have a new first fragment."""
+        if op != "set" or not path.startswith(LEDGERS + "/"):
+            return
+        lid = int(path.rsplit("/", 1)[1])
+        try:
+            md = self.sim.truth.read_ledger(lid)
+        except NoSuchLedgerInMetadataError:
+            return
+        first = layout.first_entry(md)
+        if first != self._first.get(lid, 0):
+            self._first[lid] = first
+            self.sim.trace("first-kept", lid, first)
+        self.rules.first_kept(lid, first)
+        changed = self._changes.pop(lid, None)
+        if changed is not None:
+            changed.set()
+
+    def _read(self, op: str, path: str) -> None:
+        """A read the store served: a trim decision reading a stream's cursors wakes the
+        consumers aimed at it."""
+        if op == "children" and path.startswith(streams.CURSORS + "/"):
+            read = self._reads.pop(int(path.rsplit("/", 1)[1]), None)
+            if read is not None:
+                read.set()
+
+    # -- what the rest of the workload asks ----------------------------------------------------
+
+    def acknowledged(self, lid: int, eid: int, payload: bytes, who: str) -> None:
+        self.rules.acknowledged(lid, eid, payload, who)
+        ack = self._acks.get(lid)
+        if ack is not None:
+            ack.set()
+
+    async def pace(self) -> None:
+        """Between two appends: a term writes for a second or two, so that consumers
+        commit, retention trims and deletes strike while it writes."""
+        await asyncio.sleep(self.rng.expovariate(1 / 0.04))
+
+    def gone(self, lid: int) -> bool:
+        """Whether ``lid`` was deleted: a delete was invoked and the store holds no ledger
+        (its end-of-history checks do not apply)."""
+        if lid not in self._deleting:
+            return False
+        try:
+            self.sim.truth.read_ledger(lid)
+        except NoSuchLedgerInMetadataError:
+            return True
+        return False
+
+    def tasks(self) -> list[asyncio.Future[Any]]:
+        rng, sc = self.rng, self.sim.scenario
+        work: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(self.committer(j)) for j in range(rng.randint(*sc.committers))
+        ]
+        work += [asyncio.ensure_future(self.deleter(j)) for j in range(rng.randint(*sc.deletes))]
+        return work
+
+    # -- consumers -----------------------------------------------------------------------------
+
+    async def committer(self, j: int) -> None:
+        sim, rng = self.sim, self.rng
+        name = f"k{j}"
+        client = sim.client(name)
+        await asyncio.sleep(rng.uniform(0.05, 0.6))
+        if not self.w.ledgers:
+            return
+        lid = rng.choice(self.w.ledgers)
+        try:
+            handle = await client.open_unbounded_aio(lid, password=PASSWORD, takeover=False)
+        except BKError as exc:
+            sim.trace("consumer-open-failed", name, lid, type(exc).__name__)
+            return
+        fresh = 0
+        # While the writers write, then a few seconds more (retention trims as time
+        # passes); at most MAX_COMMITS rounds.
+        after = rng.randint(5, 30)
+        for _ in range(MAX_COMMITS):
+            if self.w.writers_done():
+                after -= 1
+                if after < 0:
+                    break
+            await asyncio.sleep(rng.expovariate(1 / 0.15))
+            try:  # learn the LAC, as a tail does
+                await handle.wait_past(handle.last_add_confirmed, 0.0)
+            except BKError as exc:
+                sim.trace("consumer-poll-failed", name, lid, type(exc).__name__)
+            lac, low = handle.last_add_confirmed, max(-1, layout.first_entry(handle.metadata) - 1)
+            pick = rng.random()
+            if pick < 0.3:  # a new consumer, starting from the oldest entry kept
+                fresh += 1
+                cursor, at = f"{name}-{fresh}", min(lac, low + rng.randint(0, 2))
+                aim = rng.random()
+                if aim < 0.7:
+                    # Aimed: right after a trim decision read the cursors (into the window
+                    # between that read and the trim), or after the stream's metadata
+                    # changed (a rollover, after which the writer applies retention).
+                    events = self._reads if aim < 0.5 else self._changes
+                    event = events.setdefault(lid, asyncio.Event())
+                    try:
+                        await asyncio.wait_for(event.wait(), 3.0)
+                    except TimeoutError:
+                        if events.get(lid) is event:
+                            del events[lid]
+                    else:
+                        # A trim decision's next step follows its read within a round trip.
+                        await asyncio.sleep(0.0 if aim < 0.5 else rng.uniform(0.0, 0.01))
+            else:
+                cursor = rng.choice(SHARED_CURSORS)
+                at = lac if pick < 0.6 else rng.randint(min(low, lac), lac)
+            if pick > 0.93:
+                await self._delete_cursor(client, name, lid, cursor)
+            else:
+                await self._commit(handle, name, cursor, at, force=rng.random() < 0.1)
+
+    async def _commit(
+        self, handle: UnboundedLedger, name: str, cursor: str, at: int, *, force: bool
+    ) -> None:
+        sim, lid = self.sim, handle.ledger_id
+        op = self.rules.commit_started(lid, cursor, at, force)
+        sim.trace("commit", name, lid, cursor, at, "force" if force else "")
+        sim.counts["cursor.commit"] += 1
+        try:
+            await handle.commit_aio(cursor, at, force=force)
+        except (BKError, ValueError) as exc:  # a rewind, a deleted stream, a metadata error
+            sim.counts[f"cursor.commit_failed.{type(exc).__name__}"] += 1
+            sim.trace("commit-failed", name, lid, cursor, at, type(exc).__name__)
+            self.rules.commit_returned(op, ok=False)
+            return
+        sim.counts["cursor.committed"] += 1
+        sim.trace("committed", name, lid, cursor, at)
+        self.rules.commit_returned(op, ok=True)
+
+    async def _delete_cursor(self, client: Client, name: str, lid: int, cursor: str) -> None:
+        sim = self.sim
+        op = self.rules.commit_started(lid, cursor, None, False)
+        sim.trace("delete-cursor", name, lid, cursor)
+        sim.counts["cursor.delete"] += 1
+        ok = True
+        try:  # what UnboundedLedger.delete_cursor does, on the loop
+            await client.ctx.meta(streams.delete_cursor, client.ctx.metadata.store, lid, cursor)
+        except BKError as exc:
+            ok = False
+            sim.trace("delete-cursor-failed", name, lid, cursor, type(exc).__name__)
+        self.rules.commit_returned(op, ok=ok)
+
+    # -- deletes -------------------------------------------------------------------------------
+
+    async def finish_deletes(self, client: Client) -> None:
+        """After healing: a delete that never returned is run again until it does, as its
+        operator would (a stream whose delete began cannot be taken over)."""
+        sim = self.sim
+        for lid in sorted(self._deleting):
+            if self.rules.deleted(lid):
+                continue
+            for attempt in range(5):
+                try:
+                    await client.delete_ledger_aio(lid)
+                except NoSuchLedgerInMetadataError:
+                    break  # an earlier attempt got that far
+                except BKError as exc:
+                    sim.trace("delete-failed", "checker", lid, type(exc).__name__)
+                    await asyncio.sleep(1.0 + attempt)
+                    continue
+                sim.counts["delete.finished"] += 1
+                sim.trace("deleted", "checker", lid)
+                self.rules.delete_returned(lid)
+                break
+            else:
+                self.w.oracle.violate(
+                    "LedgerIsClosed", f"delete_ledger({lid}) could not finish after healing"
+                )
+        self.rules.check_end(sim.store)
+
+    async def deleter(self, j: int) -> None:
+        sim, rng = self.sim, self.rng
+        name = f"del{j}"
+        await asyncio.sleep(rng.uniform(0.1, 1.0))
+        if not self.w.ledgers:
+            return
+        lid = rng.choice(self.w.ledgers)
+        # Aimed at a writer at work: the delete starts right after an acknowledgement, so
+        # that the writer's next appends come after it returned.
+        ack = self._acks[lid] = asyncio.Event()
+        try:
+            await asyncio.wait_for(ack.wait(), 2.0)
+        except TimeoutError:
+            pass
+        if not sim.decide("delete", name, lid):
+            return
+        client = sim.client(name)
+        self._deleting.add(lid)
+        sim.counts["delete"] += 1
+        for _attempt in range(5):
+            sim.trace("delete", name, lid)
+            try:
+                await client.delete_ledger_aio(lid)
+            except NoSuchLedgerInMetadataError:
+                # An earlier attempt deleted the ledger, then failed (its end is unknown).
+                sim.trace("delete-gone", name, lid)
+                return
+            except BKError as exc:
+                sim.counts[f"delete.failed.{type(exc).__name__}"] += 1
+                sim.trace("delete-failed", name, lid, type(exc).__name__)
+                await asyncio.sleep(rng.uniform(0.1, 0.5))
+                continue
+            sim.counts["delete.ok"] += 1
+            sim.trace("deleted", name, lid)
+            self.rules.delete_returned(lid)
+            return

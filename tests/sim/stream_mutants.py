@@ -1,0 +1,59 @@
+"""Test-only mutants of the stream layer: each breaks one promise the simulator's stream
+rules (embedlog/testing/oracle_streams.py) must catch. A mutant is a context manager that
+patches the real code in this process (run seeds with ``run_seed``, not in workers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from embedlog.metadata import streams
+from embedlog.metadata.store import MetadataStore
+from embedlog.unbounded import retention, trim
+
+
+@contextmanager
+def _patched(module: Any, name: str, value: object) -> Iterator[None]:
+    before = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, before)
+
+
+def stale_cursors() -> Any:
+    """Retention decides from cursor positions read before its decision (issue #27's
+    race): a commit that lands in between is passed over."""
+    decide = trim.decide
+
+    async def stale(ctx: Any, md: Any, wanted: Callable[[int, dict[str, int]], int]) -> int:
+        positions = await ctx.meta(streams.cursors, ctx.metadata.store, md.ledger_id)
+        return await decide(ctx, md, lambda first, _now: wanted(first, positions))
+
+    return _patched(trim, "decide", stale)
+
+
+def limit_too_far() -> Any:
+    """Retention's point lies a few entries beyond what its limits ask for."""
+    limit_point = retention.limit_point
+    return _patched(retention, "limit_point", lambda *a, **k: limit_point(*a, **k) + 4)
+
+
+def commit_ignores_delete() -> Any:
+    """A commit writes the cursor without looking at the stream (deleted or not)."""
+
+    def commit(store: MetadataStore, ledger_id: int, name: str, entry_id: int, force: bool) -> int:
+        path = f"{streams.CURSORS}/{ledger_id:020d}/{name}"
+        streams._write_cursor(store, ledger_id, path, name, entry_id, force)
+        return 0
+
+    return _patched(streams, "commit", commit)
+
+
+MUTANTS: dict[str, Callable[[], Any]] = {
+    "stale-cursors": stale_cursors,
+    "limit-too-far": limit_too_far,
+    "commit-ignores-delete": commit_ignores_delete,
+}
