@@ -56,9 +56,12 @@ def check_uri_option(uri: str, option: str = "--metadata-uri") -> None:
     """A command's ``--metadata-uri``: ZooKeeper only (other processes share nothing
     else; None and memory:// are for programs); ValueError saying what to give."""
     if not uri.startswith("zk://"):
-        raise ValueError(f"{option} {uri!r} is not a ZooKeeper URI: give {ZK_FORM}")
+        raise ValueError(f"{option} {uri!r} is not a ZooKeeper URI: {_GIVE_ZK}")
     if problem := _zk_problem(uri):
-        raise ValueError(f"{option} {uri!r}: {problem}; give {ZK_FORM}")
+        raise ValueError(f"{option} {uri!r}: {problem}; {_GIVE_ZK}")
+
+
+_GIVE_ZK = f"give the cluster's ZooKeeper, {ZK_FORM}"
 
 
 def open_store(

@@ -102,7 +102,7 @@ def test_a_missing_password_file_is_named(five_entries, tmp_path: Path) -> None:
 def test_a_metadata_uri_error_names_the_zookeeper_form_only(command, uri, problem) -> None:
     line = one_line_error(*command, "--metadata-uri", uri)
     assert line.startswith(f"embedlog {' '.join(command)}: error: --metadata-uri {problem}")
-    assert line.endswith("give zk://host:port[,host:port...]/path")
+    assert line.endswith("give the cluster's ZooKeeper, zk://host:port[,host:port...]/path")
     assert "None" not in line and "accepted forms" not in line
 
 
