@@ -238,7 +238,7 @@ def _pins(client: Any, stream: int) -> dict[str, int]:
         f.close()
 
 
-@pytest.mark.parametrize("point", ["before", "mid", "after"])
+@pytest.mark.parametrize("point", ["record", "before", "mid", "after", "unpin"])
 def test_a_driver_killed_in_a_commit_into_a_stream_with_retention_loses_and_repeats_nothing(
     spark: Any, client: Any, metadata_uri: str, tmp_path: Path, point: str
 ) -> None:
@@ -292,14 +292,18 @@ def _kill_and_replay(
     finally:
         killed = kill_tree(driver)
     assert len(killed) > 2 and driver.returncode == -signal.SIGKILL
-    ((sink, (record, _)),) = _records(client, target_id).items()
-    assert record.batch == 0 and not record.done, marker.read_text()
-    # The pin holds the batch's rows while the record is unfinished (retention has trimmed
-    # what the reader had read before them, if anything).
-    assert _pins(client, target_id) == {f"spark-sink.{sink}": record.first - 1}
-    kept_from = client.ledger_metadata(target_id).fragments[0][0]
-    assert kept_from <= record.first
-    print(f"killed {marker.read_text()!r}: record from {record.first}, kept from {kept_from}")
+    if point == "record":
+        assert _records(client, target_id) == {} and _pins(client, target_id) == {}
+        assert temporary_ledgers(client, target_id)  # the tasks' ledgers, still there
+    else:
+        ((sink, (record, _)),) = _records(client, target_id).items()
+        assert record.batch == 0 and record.done == (point == "unpin"), marker.read_text()
+        # The pin holds the batch's rows while the record is unfinished (retention has
+        # trimmed what the reader had read before them, if anything).
+        assert _pins(client, target_id) == {f"spark-sink.{sink}": record.first - 1}
+        kept_from = client.ledger_metadata(target_id).fragments[0][0]
+        assert kept_from <= record.first
+        print(f"killed {marker.read_text()!r}: record from {record.first}, kept from {kept_from}")
 
     for f in [src.append_async(b"r-%05d" % i) for i in range(BATCH, BATCH + LATER)]:
         f.result()

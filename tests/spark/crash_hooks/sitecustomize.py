@@ -3,9 +3,11 @@ every interpreter of the job (the driver's, Spark's worker daemon and the worker
 forks), and it stops the first commit into a stream at the point named by
 EMBEDLOG_CRASH_AT, writes EMBEDLOG_CRASH_MARKER, and waits there for the SIGKILL.
 
-- ``before``: the sink record is stored, no row is appended yet;
+- ``record``: the tasks wrote their temporary ledgers, the sink record is not stored;
+- ``before``: the sink record is stored and the stream pinned, no row is appended yet;
 - ``mid``: ``EMBEDLOG_CRASH_ROWS`` rows are appended and acknowledged, the rest not;
-- ``after``: every row is acknowledged, the record does not say done yet.
+- ``after``: every row is acknowledged, the record does not say done yet;
+- ``unpin``: the record says done, the pin is not deleted yet.
 
 Rows are appended one every 5 ms so that a consumer tailing the stream keeps up with
 them and its cursor lets retention trim what it has read, as it would in production.
@@ -32,9 +34,24 @@ def _stop_here(what: str) -> None:
 
 
 def _install() -> None:
-    from spark_connector import stream_commit
+    from spark_connector import pins, stream_commit
 
     commit = stream_commit.StreamCommit
+    store: Callable[..., int] = stream_commit._store
+    unpin: Callable[..., None] = pins.unpin
+
+    def stopping_store(*args: Any) -> int:
+        if _AT == "record" and not _fired.is_set():
+            _fired.set()
+            _stop_here("before the record")
+        return store(*args)
+
+    def stopping_unpin(*args: Any) -> None:
+        if _AT == "unpin" and not _fired.is_set():
+            _fired.set()
+            _stop_here("before the pin is deleted")
+        unpin(*args)
+
     append: Callable[..., None] = commit.append
     rows: Callable[..., Iterable[bytes]] = commit.rows
 
@@ -57,6 +74,8 @@ def _install() -> None:
             _fired.set()
             _stop_here("after the last append")
 
+    stream_commit._store = stopping_store
+    pins.unpin = stopping_unpin
     commit.rows = paced_rows  # type: ignore[method-assign]
     commit.append = stopping_append  # type: ignore[method-assign]
 
