@@ -199,3 +199,36 @@ def test_a_tail_waits_through_a_zookeeper_outage_and_says_so_once(
         ]
         assert len(waits) == 1, waits
         assert f"ledger {writer.ledger_id}: the tail waits for the metadata store" in waits[0]
+
+
+def test_a_renewal_that_keeps_failing_says_so_once(
+    tmp_path: Path, zk_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bookie registering again retries every repair_retry_interval until it can; its
+    warning comes once, not once per retry."""
+    with LocalCluster(
+        3, tmp_path / "cluster", metadata_uri=zk_uri, repair_retry_interval=0.05
+    ) as cluster:
+        bookie = cluster.bookie("bookie-2")
+        path = "/bookies/available/bookie-2"
+        store = cluster.metadata.store
+        other = store.session()  # a second process with this id holds the registration
+        try:
+            store.delete(path)
+            other.create(path, b'{"address": "elsewhere"}', ephemeral=True)
+            caplog.set_level(logging.INFO)
+            cluster.runtime.call(bookie.registration.refresh)
+            time.sleep(1.0)  # about 20 retries
+            assert bookie.registration.renewals == 0
+        finally:
+            other.close()
+        while bookie.registration.renewals == 0:  # no deadline: pytest's own timeout applies
+            time.sleep(0.02)
+        failures = [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "embedlog.bookie.registration" and r.levelno >= logging.WARNING
+        ]
+        assert len(failures) == 2, failures
+        assert "bookie-2: could not register again yet" in failures[0]
+        assert failures[1] == "bookie bookie-2: registered again as available"
