@@ -175,3 +175,18 @@ def test_a_stream_rollover_meeting_the_tombstones_raises_ledger_deleted(
         ul.append(b"the next fragment's first")
     with pytest.raises(LedgerDeletedError):
         ul.append(b"later")
+
+
+def test_a_takeover_of_a_deleted_stream_raises_ledger_deleted(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    """A takeover whose term-raising reads meet the tombstones (the bookies dropped the
+    stream, whose metadata the takeover read just before) says the stream was deleted."""
+    cluster = make_cluster(3)
+    ul = cluster.client("writer").create_unbounded(3, 3, 3)
+    assert [ul.append(b"%d" % i) for i in range(3)] == [0, 1, 2]
+    lid = ul.ledger_id
+    for b in cluster.running_bookies():  # the bookies' half of a delete
+        cluster.runtime.run(cluster.bookie(b).drop_ledgers([lid]))
+    with pytest.raises(LedgerDeletedError, match=f"ledger {lid} was deleted"):
+        cluster.client("next").open_unbounded(lid)
