@@ -161,11 +161,6 @@ class LedgerIndex:
         """The master key kept with the ledger's tombstone; None if it has none."""
         return self._get(tombstone_key(ledger_id))
 
-    def tombstones(self) -> Iterator[int]:
-        """The ids of every ledger this index holds a tombstone of."""
-        for key in self._scan(b"D", include_value=False):
-            yield LEDGER.unpack(key[1:])[0]
-
     def location(self, ledger_id: int, entry_id: int) -> tuple[int, int, int] | None:
         raw = self._get(entry_key(ledger_id, entry_id))
         return LOCATION.unpack(raw) if raw is not None else None
