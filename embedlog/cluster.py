@@ -249,6 +249,11 @@ class LocalCluster(InProcessBookies):
                         rt.run(t.close(), timeout=10)
                     except Exception:
                         log.exception("closing a client's transport")
+                # Everything goes: the bookies' last status and unregistering must not wait
+                # for an unreachable ZooKeeper (docs/operations.md, "ZooKeeper outages").
+                for store in [self._store, *self._sessions.values()]:
+                    if store is not None:
+                        store.stop_waiting()
                 for bid, b in list(self._bookies.items()):
                     if b.state in (BookieState.SERVING, BookieState.BOOTING):
                         try:

@@ -89,6 +89,10 @@ class MetadataStore(abc.ABC):
         and the ephemeral nodes made through the old one are gone. A bookie registers
         again then. Stores without sessions of their own never call it."""
 
+    def stop_waiting(self) -> None:
+        """From now on no call waits for an unreachable store: for a shutdown that must end
+        whatever the store is doing (a stopping bookie). Local stores never wait."""
+
     def session(self) -> MetadataStore:
         """A view of this store with a session of its own.
 

@@ -232,3 +232,34 @@ def test_a_renewal_that_keeps_failing_says_so_once(
         assert len(failures) == 2, failures
         assert "bookie-2: could not register again yet" in failures[0]
         assert failures[1] == "bookie bookie-2: registered again as available"
+
+
+def test_a_local_cluster_stops_during_an_outage_without_waiting_for_zookeeper(
+    tmp_path: Path, zookeeper: ZooKeeperServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = zookeeper.uri("/stop")
+    payloads = [b"entry %d" % i for i in range(10)]
+    cluster = LocalCluster(3, tmp_path / "cluster", transport="tcp", metadata_uri=uri).start()
+    try:
+        wh = cluster.client("writer").create_ledger(3, 3, 2)
+        for p in payloads:
+            wh.add(p)
+        wh.close()
+        caplog.set_level(logging.INFO)
+        zookeeper.stop()
+    finally:
+        started = time.monotonic()
+        cluster.stop()
+        print(f"LocalCluster.stop() during the outage took {time.monotonic() - started:.2f}s")
+    unregistering = [
+        r.getMessage() for r in caplog.records if "could not unregister" in r.getMessage()
+    ]
+    assert len(unregistering) == 3, unregistering
+    assert all("this store is stopping: it does not wait" in m for m in unregistering)
+    zookeeper.start()
+    with LocalCluster(3, tmp_path / "cluster", transport="tcp", metadata_uri=uri) as again:
+        for bid in again.bookie_ids:
+            status = again.metadata.bookie_status(bid)
+            assert status is not None and status["unclean_shutdown_detected"] is False
+        rh = again.client("reader").open_ledger(wh.ledger_id)
+        assert [e.data for e in rh.read(0, len(payloads) - 1)] == payloads
