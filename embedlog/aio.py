@@ -27,7 +27,7 @@ Do not call these from the runtime's own loop (``client.runtime.loop``): use the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class AsyncClient:
 
 async def _entries(
     runtime: Runtime,
-    read_aio: Callable[[int, int], Awaitable[list[Entry]]],
+    read_aio: Callable[[int, int], Coroutine[Any, Any, list[Entry]]],
     first: int,
     last: int,
 ) -> AsyncIterator[Entry]:

@@ -397,7 +397,7 @@ class Client:
         self._check_open()
         ledger_id = validate.ledger_id(ledger_id)
         md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
-        if md.unbounded and md.state is not LedgerState.CLOSED:
+        if md.state is not LedgerState.CLOSED:
             from embedlog.unbounded.deletion import fence_for_delete
 
             md = await fence_for_delete(self.ctx, md)

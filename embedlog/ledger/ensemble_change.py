@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING
 from embedlog.errors import (
     BKError,
     InvalidTermError,
+    LedgerDeletedError,
     MetadataVersionError,
+    NoSuchLedgerInMetadataError,
     NotEnoughBookiesError,
     TlsHandshakeError,
 )
@@ -148,7 +150,13 @@ class EnsembleChange:
                 try:
                     new_md = await self.ctx.meta(self.ctx.metadata.write_ledger, new_md)
                 except MetadataVersionError:
-                    fresh = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
+                    try:
+                        fresh = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
+                    except NoSuchLedgerInMetadataError:
+                        raise LedgerDeletedError(
+                            f"ensemble change: ledger {md.ledger_id} was deleted; create a "
+                            "new one to go on"
+                        ) from None
                     if fresh.state is not LedgerState.OPEN:
                         raise error_for_state(fresh, "ensemble change") from None
                     if fresh.term != self.term and self.term != NO_TERM:

@@ -6,9 +6,9 @@ import asyncio
 import concurrent.futures
 import time
 
-from embedlog.errors import BKError, LedgerClosedError, LedgerFencedError
+from embedlog.errors import BKError, LedgerClosedError, LedgerDeletedError, LedgerFencedError
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
-from embedlog.wire.messages import ENTRY_FRAME
+from embedlog.wire.messages import DELETED_TERM, ENTRY_FRAME
 
 # Where an add's outcome goes: an asyncio future (callers on the loop), or the blocking
 # API's concurrent future, completed directly (no asyncio future and callback between).
@@ -78,4 +78,8 @@ def error_for_state(md: LedgerMetadata, what: str) -> BKError:
     """The error a writer raises once the ledger is no longer its to write."""
     if md.state is LedgerState.CLOSED:
         return LedgerClosedError(f"{what}: ledger {md.ledger_id} was closed")
+    if md.term >= DELETED_TERM:
+        return LedgerDeletedError(
+            f"{what}: stream (ledger) {md.ledger_id} is being deleted; create it again to go on"
+        )
     return LedgerFencedError(f"{what}: ledger {md.ledger_id} is being recovered by another client")

@@ -50,7 +50,10 @@ def write(store: MetadataStore, ledger_id: int, sink: str, data: bytes, version:
     path = f"{_base(ledger_id)}/{sink}"
     if not store.exists(ledger_path(ledger_id)):
         raise _deleted(ledger_id)
-    new = store.create(path, data) if version is None else store.set(path, data, version)
+    try:
+        new = store.create(path, data) if version is None else store.set(path, data, version)
+    except NoNodeError:  # the record went with its stream meanwhile
+        raise _deleted(ledger_id) from None
     # The delete drops the ledger node before the records: a write it did not remove
     # finds the ledger gone here, removes what it made and says so.
     if not store.exists(ledger_path(ledger_id)):
@@ -67,7 +70,13 @@ def _deleted(ledger_id: int) -> LedgerDeletedError:
 
 
 def delete_all(store: MetadataStore, ledger_id: int) -> None:
+    base = _base(ledger_id)
+    for sink in store.children(base):  # stores whose parents are implied keep no node
+        try:
+            store.delete(f"{base}/{sink}")
+        except NoNodeError:
+            pass
     try:
-        store.delete(_base(ledger_id))
+        store.delete(base)
     except NoNodeError:
         pass

@@ -30,8 +30,8 @@ from embedlog.errors import (
     MetadataError,
     StreamNameTakenError,
 )
+from embedlog.metadata import sinks
 from embedlog.metadata.client import LEDGERS, ledger_path
-from embedlog.metadata.sinks import SINKS
 from embedlog.metadata.store import (
     MetadataStore,
     MetadataVersionError,
@@ -137,12 +137,15 @@ def free(store: MetadataStore, name: str, ledger_id: int) -> None:
 # stream's *decided trim point* as JSON, ``{"first_kept": F}``: every trim (retention or
 # ``trim()``) first raises F by compare-and-swap on this node, deciding from cursor
 # positions it read after reading F's version, and only then drops fragments below F
-# from the ledger node. A commit writes its cursor and then rewrites the node unchanged
-# at the version it read before writing the cursor (a "touch"). The two serialize on
-# the node's version: either the commit's touch came first, so the trim's read of the
-# cursors (after it read that version) sees the commit, or the trim's CAS came first, so
-# the touch fails and the commit reads the new F again (docs/unbounded.md, "Why a trim
-# never passes a committed cursor").
+# from the ledger node. A commit that creates a cursor or moves one back then rewrites
+# the node unchanged at the version it read before writing the cursor (a "touch"). The
+# two serialize on the node's version: either the commit's touch came first, so the
+# trim's read of the cursors (after it read that version) sees the commit, or the trim's
+# CAS came first, so the touch fails and the commit reads the new F and touches again.
+# A commit that moves an existing cursor forward needs no touch: a trim reads that
+# cursor at its old or its new position, and either bounds the trim at or below the
+# new one. So consumers committing forward never make each other, or a trim, retry
+# (docs/unbounded.md, "Why a trim never passes a committed cursor").
 
 _FIRST_KEPT = "first_kept"
 
@@ -178,10 +181,7 @@ def _check_alive(store: MetadataStore, ledger_id: int) -> None:
     if store.exists(ledger_path(ledger_id)):
         return
     delete_all_cursors(store, ledger_id)
-    try:
-        store.delete(f"{SINKS}/{ledger_id:020d}")
-    except NoNodeError:
-        pass
+    sinks.delete_all(store, ledger_id)
     raise deleted_error(ledger_id)
 
 
@@ -206,24 +206,37 @@ def trim_point(store: MetadataStore, ledger_id: int) -> tuple[int, int]:
         _check_alive(store, ledger_id)  # deleted while it was made
 
 
+# How many times a trim decision reads the cursors again after losing its
+# compare-and-swap to a new cursor or another trim before it gives up (the writer tries
+# again at its next rollover or age tick): new cursors arriving faster than a decision
+# takes must not hold a thread of the writer's for ever.
+DECIDE_ATTEMPTS = 20
+
+
 def raise_trim_point(
     store: MetadataStore, ledger_id: int, decide: Callable[[int, dict[str, int]], int]
 ) -> int:
     """Decide and record a trim: ``decide(F, cursors)`` gives the wanted trim point from
     the decided one and the cursor positions read after it; the node keeps the higher of
     F and that (trims only ever move forward). Returns the trim point now decided, which
-    the caller then applies to the ledger's fragments."""
+    the caller then applies to the ledger's fragments (F as it was if the decision lost
+    its compare-and-swap ``DECIDE_ATTEMPTS`` times)."""
     path = _guard_path(ledger_id)
-    while True:
+    first_kept = 0
+    for _attempt in range(DECIDE_ATTEMPTS):
         first_kept, version = trim_point(store, ledger_id)
+        # A ZooKeeper session that expired and came back may read from a server behind
+        # the one that served the version: make the cursor reads at least that recent.
+        store.sync(_cursors_path(ledger_id))
         wanted = decide(first_kept, cursors(store, ledger_id))
         if wanted <= first_kept:
             return first_kept
         try:
             store.set(path, _guard_bytes(wanted), version)
         except (MetadataVersionError, NoNodeError):
-            continue  # a commit or another trim moved first: read the cursors again
+            continue  # a new cursor or another trim moved first: read the cursors again
         return wanted
+    return first_kept
 
 
 def cursors(store: MetadataStore, ledger_id: int) -> dict[str, int]:
@@ -245,23 +258,25 @@ def commit(store: MetadataStore, ledger_id: int, name: str, entry_id: int, force
     LedgerDeletedError if the stream is gone (nothing is left behind).
     """
     path = f"{_cursors_path(ledger_id)}/{name}"
-    while True:
-        first_kept, version = trim_point(store, ledger_id)
-        _write_cursor(store, ledger_id, path, name, entry_id, force)
-        try:  # the touch: fails if a trim was decided since ``version`` (module comment)
-            store.set(_guard_path(ledger_id), _guard_bytes(first_kept), version)
-        except MetadataVersionError:
-            continue
-        except NoNodeError:
-            _check_alive(store, ledger_id)
-            continue
-        _check_alive(store, ledger_id)
-        return first_kept
+    first_kept, version = trim_point(store, ledger_id)
+    if _write_cursor(store, ledger_id, path, name, entry_id, force):
+        while True:  # the touch: fails if a trim was decided since ``version``
+            try:
+                store.set(_guard_path(ledger_id), _guard_bytes(first_kept), version)
+                break
+            except (MetadataVersionError, NoNodeError):
+                _check_alive(store, ledger_id)  # deleted meanwhile: clean up and say so
+                first_kept, version = trim_point(store, ledger_id)
+    _check_alive(store, ledger_id)
+    return first_kept
 
 
 def _write_cursor(
     store: MetadataStore, ledger_id: int, path: str, name: str, entry_id: int, force: bool
-) -> None:
+) -> bool:
+    """Write the cursor's node; whether a trim reading the cursors before may have seen
+    it nowhere or above ``entry_id`` (it was created, or moved back): then the commit
+    must touch the trim point node."""
     data = str(entry_id).encode()
     while True:
         try:
@@ -269,7 +284,7 @@ def _write_cursor(
         except NoNodeError:
             try:
                 store.create(path, data)
-                return
+                return True
             except NodeExistsError:
                 continue  # another commit created it: compare with that one
         committed = int(raw)
@@ -279,10 +294,10 @@ def _write_cursor(
                 f"{entry_id} would move it back (pass force=True to do that)"
             )
         if committed == entry_id:
-            return
+            return False
         try:
             store.set(path, data, version)
-            return
+            return entry_id < committed
         except MetadataVersionError:
             continue  # a concurrent commit: compare again
         except NoNodeError:

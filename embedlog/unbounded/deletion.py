@@ -1,4 +1,8 @@
-"""Deleting a stream: fence every writer before anything is deleted.
+"""Deleting a ledger or a stream: fence every writer before anything is deleted.
+
+A bounded ledger that is not closed is fenced as recovery fences it (quorum coverage of
+fenced bookies in every write set of its last fragment), so no add of an old handle can
+gather an ack quorum once the delete returned. For a stream:
 
 A writer that still holds a stream must never be told an append is acknowledged once
 the delete returned (nobody could read it). Before the metadata goes, the delete raises
@@ -19,8 +23,9 @@ and the delete can be tried again.
 
 from __future__ import annotations
 
-from embedlog.errors import LedgerDeletedError, LedgerRecoveryError, MetadataVersionError
+from embedlog.errors import LedgerRecoveryError, MetadataVersionError
 from embedlog.ledger.context import ClientContext
+from embedlog.ledger.recovery import fence
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.unbounded import rules
 from embedlog.unbounded.takeover import read_lafr_with_term
@@ -29,8 +34,15 @@ MAX_ATTEMPTS = 5
 
 
 async def fence_for_delete(ctx: ClientContext, md: LedgerMetadata) -> LedgerMetadata:
-    """Raise ``md``'s stream to the deleted term in the metadata and on its bookies;
-    the metadata as fenced."""
+    """Fence every writer of ``md`` (not CLOSED) before it is deleted: a stream at the
+    deleted term, a bounded ledger as recovery fences it (every write set of its last
+    fragment with quorum coverage of fenced bookies); the metadata as it is then."""
+    if not md.unbounded:
+        try:
+            await fence(ctx, md, md.last_fragment[1], md.master_key)
+        except LedgerRecoveryError as exc:
+            raise _not_deleted(md, exc) from None
+        return md
     for _attempt in range(MAX_ATTEMPTS):
         if md.term != rules.DELETED_TERM:
             try:
@@ -46,19 +58,16 @@ async def fence_for_delete(ctx: ClientContext, md: LedgerMetadata) -> LedgerMeta
                 ctx, md, md.last_fragment[1], md.master_key, rules.DELETED_TERM
             )
         except LedgerRecoveryError as exc:
-            raise LedgerRecoveryError(
-                f"ledger {md.ledger_id} was not deleted: its writer could not be fenced "
-                f"first ({exc}). Nothing was deleted and no writer can append to it any "
-                "more; delete it again when more of its bookies are reachable"
-            ) from None
+            raise _not_deleted(md, exc) from None
         return md
     raise LedgerRecoveryError(
         f"ledger {md.ledger_id} was not deleted: its metadata kept changing; try again"
     )
 
 
-def deleted_error(ledger_id: int, what: str) -> LedgerDeletedError:
-    return LedgerDeletedError(
-        f"stream (ledger) {ledger_id} was deleted: {what}; create the stream again (a "
-        "new ledger) to go on"
+def _not_deleted(md: LedgerMetadata, why: LedgerRecoveryError) -> LedgerRecoveryError:
+    return LedgerRecoveryError(
+        f"ledger {md.ledger_id} was not deleted: its writer could not be fenced first "
+        f"({why}). Nothing was deleted, and the bookies that were fenced refuse its "
+        "writer; delete it again when more of its bookies are reachable"
     )

@@ -14,7 +14,13 @@ import time
 from collections.abc import Iterator
 
 from embedlog import validate
-from embedlog.errors import InvalidTermError, LedgerClosedError, ReadPastLastConfirmedError
+from embedlog.errors import (
+    InvalidTermError,
+    LedgerClosedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    ReadPastLastConfirmedError,
+)
 from embedlog.ledger.admission import entry_bytes
 from embedlog.ledger.batches import batched
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
@@ -159,7 +165,11 @@ class UnboundedLedger:
             raise ReadPastLastConfirmedError(
                 f"ledger {self.ledger_id}: entry {last} is past the last add confirmed {lac}"
             )
-        return await follow.read_visible(self._ctx, md, self._digester, first, last)
+        try:
+            return await follow.read_visible(self._ctx, md, self._digester, first, last)
+        except (NoSuchEntryError, NoSuchLedgerError):
+            await follow.current_metadata(self._ctx, self.ledger_id)  # deleted: say so
+            raise
 
     def entries(self, first: int = 0, last: int | None = None) -> Iterator[Entry]:
         """Entries first..last (None: up to the LAC as known now), no-ops left out, read

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from embedlog.wire import messages
+
 Fragment = tuple[int, tuple[str, ...]]
 
-# The term a delete raises a stream to before it deletes anything: above any writer's, so
-# the bookies that raised it refuse every writer's adds (EINVALIDTERM) and quorum
-# coverage of them leaves no ack quorum to any writer, and the refusal carries this term,
-# which tells the writer its stream is being deleted, not taken over. Not a term any
-# takeover reaches (2**62 takeovers).
-DELETED_TERM = 2**62
+# The deleted term (wire/messages.py): the bookies that raised it refuse every writer's
+# adds (EINVALIDTERM), and quorum coverage of them leaves no ack quorum to any writer.
+DELETED_TERM = messages.DELETED_TERM
 
 
 def deleted_by_term(term: int) -> bool:

@@ -42,7 +42,7 @@ from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.recovery import check_password, read_forward, settle_later, until_covered
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
-from embedlog.unbounded import rules
+from embedlog.unbounded import follow, rules
 from embedlog.unbounded.writer import TermWriter
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import FLAG_NOOP, Digester, master_key
@@ -79,6 +79,11 @@ async def read_lafr_with_term(
         if resp.status == StatusCode.EOK and rules.response_counts(term, resp.term):
             return resp.lafr, resp.lac
         if resp.status == StatusCode.EINVALIDTERM:
+            if rules.deleted_by_term(resp.term):
+                raise LedgerDeletedError(
+                    f"stream (ledger) {lid} is being deleted ({bookie} was fenced by the "
+                    "delete): it cannot be taken over; create it again to go on"
+                )
             raise InvalidTermError(f"ledger {lid}: {bookie} has term {resp.term} > {term}")
         if resp.status == StatusCode.EUA:
             raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
@@ -203,7 +208,7 @@ async def open_term(
         try:
             return await ctx.meta(ctx.metadata.write_ledger, want)
         except MetadataVersionError:
-            fresh = await ctx.meta(ctx.metadata.read_ledger, lid)
+            fresh = await follow.current_metadata(ctx, lid)  # LedgerDeletedError if deleted
         fragments = rules.rebase_fragments(ours.fragments, at_start.fragments, fresh.fragments)
         if fresh.term != term or fresh.state is not LedgerState.IN_RECOVERY or fragments is None:
             raise InvalidTermError(

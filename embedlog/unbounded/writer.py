@@ -147,6 +147,11 @@ class TermWriter(LedgerWriter):
         return self.md.write_quorum if self.gwq else self.md.ack_quorum
 
     def _acknowledged(self, p: PendingAdd) -> None:
+        if p.cost >= 0:
+            # Retention counts what readers will see: appends once acknowledged (a no-op
+            # or write-back costs nothing; an entry sent but never acknowledged may be cut
+            # by the next takeover and must not count towards what is kept).
+            self._segment.count(p.cost)
         if self.gwq:
             self.lafr = p.entry_id
         else:
@@ -408,8 +413,6 @@ class TermWriter(LedgerWriter):
         ):
             self._start_rollover(p.entry_id)
             return False
-        if p.cost >= 0:  # an append (a no-op or write-back costs nothing: readers skip it)
-            self._segment.count(p.cost)
         return True
 
     def _open_stretch(
@@ -592,7 +595,7 @@ class TermWriter(LedgerWriter):
             try:
                 self.md = await self.ctx.meta(self.ctx.metadata.write_ledger, nxt)
             except MetadataVersionError:
-                md = await self.ctx.meta(self.ctx.metadata.read_ledger, md.ledger_id)
+                md = await follow.current_metadata(self.ctx, md.ledger_id)
                 check_still_ours(md, self.term)
                 self.md = md
                 continue
@@ -623,6 +626,10 @@ def fresh_ensemble(
 
 def check_still_ours(md: LedgerMetadata, term: int) -> None:
     """After a lost CAS: raise InvalidTermError unless the ledger is still OPEN in ``term``."""
+    if rules.deleted_by_term(md.term):
+        raise LedgerDeletedError(
+            f"stream (ledger) {md.ledger_id} is being deleted; create it again to go on"
+        )
     if md.term != term or md.state is not LedgerState.OPEN:
         raise InvalidTermError(
             f"ledger {md.ledger_id}: term {md.term} ({md.state.value}) took over from {term}"

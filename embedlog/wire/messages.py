@@ -81,6 +81,10 @@ class TrimFlags:
 
 
 NO_TERM = -1
+# The term a delete raises a stream to before it deletes anything (unbounded/deletion.py):
+# above any writer's, and a refusal that carries it tells the writer its stream is being
+# deleted, not taken over. No takeover reaches it (2**62 takeovers).
+DELETED_TERM = 2**62
 
 ENTRY_FRAME = struct.Struct(">qI")  # an ADD_BATCH body's entry: id, length (then the entry)
 _RESULT = struct.Struct(">hq")

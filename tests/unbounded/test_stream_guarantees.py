@@ -355,3 +355,111 @@ def test_a_displaced_writer_committing_past_its_lac_hears_of_the_takeover(make_c
         first.commit("c", top)
     first.commit("c", 2)  # what it knows stays committable
     assert first.cursors() == {"c": 2}
+
+
+# -- found in review ---------------------------------------------------------------------------
+
+
+def test_forward_commits_never_make_a_trim_decision_retry(make_cluster):
+    """Consumers moving their cursors forward do not touch the trim point node: a
+    decision that read a cursor at its old position stands, bounded by it."""
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(10):
+        ul.append(b"%d" % i)
+    store = cluster.metadata.store
+    streams.commit(store, ul.ledger_id, "steady", 2, False)
+    seen: list[dict[str, int]] = []
+
+    def wanted(decided: int, cursors: dict[str, int]) -> int:
+        seen.append(dict(cursors))
+        streams.commit(store, ul.ledger_id, "steady", 6, False)  # forward, mid-decision
+        return min([9, *(p + 1 for p in cursors.values())])
+
+    assert streams.raise_trim_point(store, ul.ledger_id, wanted) == 3
+    assert seen == [{"steady": 2}]
+
+
+def test_a_decision_outrun_by_new_cursors_gives_up_and_trims_nothing(make_cluster):
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(10):
+        ul.append(b"%d" % i)
+    store = cluster.metadata.store
+    calls = []
+
+    def wanted(decided: int, cursors: dict[str, int]) -> int:
+        calls.append(1)
+        streams.commit(store, ul.ledger_id, f"new{len(calls)}", 0, False)  # a creation
+        return 9
+
+    assert streams.raise_trim_point(store, ul.ledger_id, wanted) == 0
+    assert len(calls) == streams.DECIDE_ATTEMPTS
+
+
+@pytest.mark.parametrize("kind", ["memory", "leveldb"])
+def test_deleting_a_stream_removes_its_sink_records(kind, make_cluster):
+    cluster = make_cluster(3, metadata_uri={"memory": "memory://", "leveldb": None}[kind])
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    store = cluster.metadata.store
+    sinks.write(store, ul.ledger_id, "sink-1", b"{}", None)
+    assert sinks.read_all(store, ul.ledger_id)
+    cluster.client("admin").delete_ledger(ul.ledger_id)
+    assert sinks.read_all(store, ul.ledger_id) == {}
+    assert store.children(f"{sinks.SINKS}/{ul.ledger_id:020d}") == []
+
+
+def test_a_bounded_ledger_is_fenced_before_it_is_deleted(make_cluster):
+    """E3 WQ2 AQ2, the deleting client cut off from both bookies of entry 1's write set:
+    the delete cannot fence that write set, so it deletes nothing and says so; once it
+    can, the old handle's next add fails."""
+    from embedlog.errors import LedgerFencedError, LedgerRecoveryError
+    from embedlog.ledger.quorum import write_set_bookies
+
+    cluster = make_cluster(3)
+    w = cluster.client("w")
+    lh = w.create_ledger(3, 2, 2)
+    lh.add(b"a")
+    admin = cluster.client("admin", request_timeout=0.5)
+    for b in write_set_bookies(1, lh.metadata.last_fragment[1], 2):
+        cluster.network.block("admin", b)
+    with pytest.raises(LedgerRecoveryError, match="was not deleted"):
+        admin.delete_ledger(lh.ledger_id)
+    assert admin.ledger_metadata(lh.ledger_id).ledger_id == lh.ledger_id  # still there
+    cluster.network.heal()
+    admin.delete_ledger(lh.ledger_id)
+    with pytest.raises((LedgerDeletedError, LedgerFencedError)):
+        lh.add(b"after the delete")
+
+
+def test_a_followers_read_of_a_deleted_stream_says_it_was_deleted(make_cluster):
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(5):
+        ul.append(b"%d" % i)
+    follower = cluster.client("f").open_unbounded(ul.ledger_id, takeover=False)
+    assert follower.read_last_add_confirmed() == 4
+    cluster.client("admin").delete_ledger(ul.ledger_id)
+    with pytest.raises(LedgerDeletedError, match="deleted"):
+        follower.read(0, 1)
+
+
+def test_retention_counts_acknowledged_appends_only(make_cluster):
+    """Appends still in flight are not counted: if they never land (a takeover cuts
+    them), retention must still have kept max_entries of what readers see."""
+    cluster = make_cluster(3)
+    w = cluster.client("w", request_timeout=0.5)
+    ul = w.create_unbounded(3, 3, 2, retention=Retention(max_entries=8), fragment_max_entries=100)
+    for i in range(101):
+        ul.append(b"%d" % i)  # entry 100 opens the second fragment
+    for b in ("bookie-1", "bookie-2", "bookie-3"):
+        cluster.network.block("w", b)
+    for i in range(10):
+        ul.append_async(b"lost %d" % i)
+    assert ul.writer._segment.entries == 1  # entry 100; the ten in flight do not count
+    w.runtime.run(ul.writer.apply_retention())
+    assert _first(w, ul.ledger_id) == 0
+    w.close()
+    cluster.network.heal()
+    t = cluster.client("t").open_unbounded(ul.ledger_id)
+    assert len(list(t.entries(t.first_entry_id()))) >= 8
