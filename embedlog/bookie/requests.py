@@ -222,9 +222,14 @@ class Requests(Adds):
 
     async def drop_ledgers(self, lids: Collection[int]) -> None:
         """Drop everything this bookie holds of each ledger, durably: a DELETE_LEDGER that
-        proved the key, or garbage collection once the metadata is gone (gc.py)."""
+        proved the key, or garbage collection once the metadata is gone (gc.py).
+
+        Returns once every add admitted before the drop has been answered too (they are
+        journaled ahead of the sync below): the bookie answers nothing for a ledger after
+        it said the ledger is dropped, since its tombstone admits no add from the start."""
         assert self.storage is not None and self.journal is not None
         await self.storage.drop_ledgers(lids, self.journal.lsn)
+        await self.journal.sync()
 
     async def _cut(self, req: Request) -> Response:
         assert self.storage is not None and self.journal is not None

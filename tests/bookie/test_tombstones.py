@@ -290,3 +290,32 @@ def test_a_truncation_waiting_while_the_ledger_is_dropped_is_refused(harness) ->
 
     h.run(main())
     assert_refused_everything(h)
+
+
+def test_a_delete_is_answered_after_the_adds_admitted_before_it(harness) -> None:
+    """An add admitted before the drop (its journal group still waiting for company) is
+    answered before the DELETE_LEDGER: once a bookie said a ledger is dropped, it
+    acknowledges nothing more of it."""
+    h = harness(journal_max_group_wait=0.3)
+    h.boot()
+    assert h.add(LID, 0).status == StatusCode.EOK
+    order: list[str] = []
+
+    async def main() -> None:
+        def send(op: OpCode, eid: int, name: str, **kw: Any) -> asyncio.Future:
+            async def one() -> Any:
+                resp = await h.serve(Request(op, next_txn(), LID, eid, master_key=KEY, **kw))
+                order.append(name)
+                return resp
+
+            return asyncio.ensure_future(one())
+
+        add = send(OpCode.ADD, 1, "add", body=entry(LID, 1))
+        await asyncio.sleep(0)  # admitted and journaled, waiting for its group
+        delete = send(OpCode.DELETE_LEDGER, -1, "delete")
+        assert (await delete).status == StatusCode.EOK
+        assert (await add).status == StatusCode.EOK
+
+    h.run(main())
+    assert order == ["add", "delete"]
+    assert_refused_everything(h)
