@@ -45,6 +45,9 @@ class Scenario:
     committers: tuple[int, int] = (0, 0)
     deletes: tuple[int, int] = (0, 0)
     retention: bool = False
+    # Per-answer probability (min..max, drawn per seed) that an answer carrying entries
+    # has a bit flipped on the wire (simnet.py): digests must catch it on every read path.
+    corrupt: tuple[float, float] = (0.0, 0.0)
 
 
 RACES = "; faults aimed at protocol moments (simraces.py)"
@@ -115,6 +118,22 @@ SCENARIOS["unbounded-streams"] = attrs.evolve(
     committers=(1, 3),
     deletes=(0, 1),
     retention=True,
+)
+
+# Corruption on the wire: the journal-off scenarios (whose BP-46 repair reads too) with
+# answers carrying entries that sometimes arrive with a bit flipped.
+CORRUPT = "; a bit flipped now and then in answers carrying entries (simnet.py)"
+SCENARIOS.update(
+    (
+        f"{base}-corrupt",
+        attrs.evolve(
+            SCENARIOS[f"{base}-nojournal"],
+            name=f"{base}-corrupt",
+            summary=SCENARIOS[f"{base}-nojournal"].summary + CORRUPT,
+            corrupt=(0.01, 0.1),
+        ),
+    )
+    for base in ("bounded", "unbounded")
 )
 
 DEFAULT_SCENARIO = "bounded"

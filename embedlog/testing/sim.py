@@ -219,6 +219,10 @@ class Simulation:
         # The race scenarios' aimed faults, drawn from a stream of their own so that the
         # other scenarios' histories stay as they were.
         self.races = RaceProfile.draw(seeded(seed, "races")) if sc.races else None
+        if sc.corrupt != (0.0, 0.0):  # drawn apart: the other scenarios draw as before
+            corrupt = seeded(seed, "corrupt-config").uniform(*sc.corrupt)
+            profile = attrs.evolve(profile, corrupt=corrupt)
+            self.trace("corrupt-rate", f"{corrupt:.4f}")
         self._combo_rngs: dict[str, random.Random] = {}  # simcombos.py
         if self.races is not None:
             self.ensemble, self.write_quorum = self.races.shape
@@ -247,6 +251,7 @@ class Simulation:
             watch=self.nemesis.watched if self.races is not None else None,
             decide=self.decide,
             spare=seeded(seed, "network-spared"),
+            corrupting=seeded(seed, "network-corrupt"),
         )
         self.runtime = SimRuntime(loop)
         self.bookies: dict[str, Bookie] = {}

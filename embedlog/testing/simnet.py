@@ -26,6 +26,7 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
+import attrs
 from attrs import field, frozen
 
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
@@ -33,6 +34,7 @@ from embedlog.testing.decisions import always
 from embedlog.testing.simraces import Gates, aimed_loss, fences
 from embedlog.transport.base import Transport
 from embedlog.transport.server import RequestHandler, serve_frame
+from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import AddFlags, FrameError, OpCode, ReadFlags, Request, Response
 
 # The gap kept between two messages of one connection, so that their timers never tie.
@@ -56,6 +58,10 @@ class NetProfile:
     # How often an add to a bookie that was sent a fence for its ledger is held up (late),
     # so that the bookie's refusal comes after the other bookies' answers.
     hold_fenced: float = field(default=0.0, repr=False)
+    # How often an answer carrying entries (READ, READ_BATCH) has a bit flipped on its way
+    # back: the corruption a TCP checksum lets through, which only the entries' digests
+    # catch (on every read path: reads, recovery reads, BP-46 repair's reads).
+    corrupt: float = field(default=0.0, repr=False)
 
 
 CALM = NetProfile()
@@ -82,9 +88,13 @@ class SimNetwork(Transport):
         watch: Callable[[str, Request, str], None] | None = None,
         decide: Callable[..., bool] = always,
         spare: random.Random | None = None,
+        corrupting: random.Random | None = None,
     ) -> None:
         self._lookup = lookup
         self._rng = rng
+        # Draws of the corruption fault, a stream of its own: a history without it draws
+        # nothing from it.
+        self._corrupting = corrupting if corrupting is not None else random.Random(0)
         self._decide = decide
         # Draws for messages delivered only because their loss was suppressed.
         self._spare = spare if spare is not None else random.Random(0)
@@ -309,6 +319,8 @@ class SimNetwork(Transport):
             self._trace(
                 "answer", src, bookie_id, req.op.name, req.ledger_id, req.entry_id, resp.status
             )
+            if self.profile.corrupt:
+                resp = self._corrupted(src, bookie_id, req, resp)
             spared = False
             if self._lost():
                 what = (bookie_id, req.op.name, req.ledger_id, req.entry_id)
@@ -323,6 +335,29 @@ class SimNetwork(Transport):
         if task is not None:
             self._serving.add(task)
             task.add_done_callback(self._serving.discard)
+
+    def _corrupted(self, src: str, bookie_id: str, req: Request, resp: Response) -> Response:
+        """``resp``, or a copy with one bit flipped in its body (entries on their way back:
+        the oracle judged the bookie's own answer, the client must reject this one)."""
+        rng = self._corrupting
+        if (
+            req.op not in (OpCode.READ, OpCode.READ_BATCH)
+            or resp.status != StatusCode.EOK
+            or not resp.body
+            or rng.random() >= self.profile.corrupt
+        ):
+            return resp
+        pos, bit = rng.randrange(len(resp.body)), rng.randrange(8)
+        what = (bookie_id, req.op.name, req.ledger_id, req.entry_id, pos, bit)
+        if not self._decide("wire-corrupt", src, *what):
+            return resp
+        self._count("fault.wire_corrupt")
+        # Which read path must catch it: reads, recovery reads, BP-46 repair's reads.
+        self._count(f"fault.wire_corrupt.{'repair' if src.endswith('-repair') else req.kind}")
+        self._trace("corrupt", src, *what)
+        body = bytearray(resp.body)
+        body[pos] ^= 1 << bit
+        return attrs.evolve(resp, body=bytes(body))
 
     def _reply_later(
         self,
