@@ -3,10 +3,11 @@ delete returned (issue #27 item 2): the bookies keep a tombstone of the ledger a
 its writes (embedlog/bookie/tombstones.py), and the writer fails with LedgerDeletedError,
 every later add of the handle too.
 
-Each test writes without pause while another client deletes the ledger, with E = WQ =
-AQ = 3: an add needs every bookie, so one tombstone fails it. The UNSAFE bookie switch
-``unsafe_forget_deletions`` shows what the tombstones prevent: the old handle's add after
-the delete returned is "acknowledged", and nobody can ever read it."""
+E = WQ = AQ = 3: an add needs every bookie, so one refusal fails it. The delete fences
+the ledger's writer first (unbounded/deletion.py), which stops a writer adding while it
+runs; a writer that was idle meanwhile is stopped only by the tombstones. The UNSAFE
+bookie switch ``unsafe_forget_deletions`` shows what they prevent: the old handle's add
+after the delete returned is "acknowledged", and nobody can ever read it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from collections.abc import Callable
 import pytest
 
 from embedlog import LocalCluster
-from embedlog.errors import LedgerDeletedError, NoSuchLedgerError
+from embedlog.errors import LedgerDeletedError, LedgerFencedError, NoSuchLedgerError
 
 AFTER = 5  # adds the old handle makes once the delete returned
 
@@ -63,38 +64,59 @@ def write_through_a_delete(
     return [outcome(f) for f in before], [outcome(f) for f in after]
 
 
-def check(before: list[object], after: list[object], *, tombstones: bool, lid: int) -> None:
-    if not tombstones:
-        # The bug: the old handle is told its adds after the delete are safe.
-        assert all(isinstance(o, int) for o in after), after
-        return
+def check(before: list[object], after: list[object], *, refused: tuple[type, ...]) -> None:
+    """Acknowledged adds, then refused ones: none succeeds once one was refused, and every
+    add made after the delete returned was refused."""
     for o in after:
-        assert isinstance(o, LedgerDeletedError), o
-        assert f"ledger {lid} was deleted" in str(o) and "to go on" in str(o)
-    # Acknowledged adds, then refused ones: none succeeds once one met a tombstone.
+        assert isinstance(o, refused), o
     outcomes = before + after
     first_refused = next(i for i, o in enumerate(outcomes) if isinstance(o, BaseException))
     assert all(isinstance(o, int) for o in outcomes[:first_refused])
-    assert all(isinstance(o, LedgerDeletedError) for o in outcomes[first_refused:]), outcomes
+    assert all(isinstance(o, refused) for o in outcomes[first_refused:]), outcomes
 
 
-@pytest.mark.parametrize("tombstones", [True, False], ids=["tombstones", "unsafe-forget"])
 def test_a_bounded_writer_of_a_deleted_ledger_is_refused(
-    make_cluster: Callable[..., LocalCluster], tombstones: bool
+    make_cluster: Callable[..., LocalCluster],
 ) -> None:
-    cluster = make_cluster(3, unsafe_forget_deletions=not tombstones)
+    """A writer adding while the delete runs: the delete fences the ledger first
+    (unbounded/deletion.py), so its adds fail as fenced (or, once the bookies dropped the
+    ledger, as deleted), and every later add of the handle fails too."""
+    cluster = make_cluster(3)
     wh = cluster.client("writer").create_ledger(3, 3, 3)
     lid = wh.ledger_id
     admin = cluster.client("admin")
     before, after = write_through_a_delete(wh.add_async, lambda: admin.delete_ledger(lid))
-    check(before, after, tombstones=tombstones, lid=lid)
-    if tombstones:
-        with pytest.raises(LedgerDeletedError, match=f"ledger {lid} was deleted"):
-            wh.add(b"one more")
-        for b in cluster.running_bookies():
-            assert cluster.bookie(b).ledger_info(lid) is None  # nothing brought it back
-    with pytest.raises(NoSuchLedgerError):
-        admin.open_ledger(lid)  # either way nobody can read what was "acknowledged"
+    check(before, after, refused=(LedgerFencedError, LedgerDeletedError))
+    with pytest.raises((LedgerFencedError, LedgerDeletedError)):
+        wh.add(b"one more")
+    for b in cluster.running_bookies():
+        assert cluster.bookie(b).ledger_info(lid) is None  # nothing brought it back
+
+
+@pytest.mark.parametrize("tombstones", [True, False], ids=["tombstones", "unsafe-forget"])
+def test_an_idle_bounded_writer_learns_of_the_delete_from_the_tombstones(
+    make_cluster: Callable[..., LocalCluster], tombstones: bool
+) -> None:
+    """The delete's fence lives in the bookies' state of the ledger, which the drop
+    removes: a writer that sent nothing meanwhile is kept out only by the tombstones."""
+    cluster = make_cluster(3, unsafe_forget_deletions=not tombstones)
+    wh = cluster.client("writer").create_ledger(3, 3, 3)
+    lid = wh.ledger_id
+    assert [wh.add(b"%d" % i) for i in range(3)] == [0, 1, 2]
+    admin = cluster.client("admin")
+    admin.delete_ledger(lid)
+    if not tombstones:
+        assert wh.add(b"late") == 3  # the bug: "acknowledged", readable by nobody
+        with pytest.raises(NoSuchLedgerError):
+            admin.open_ledger(lid)
+        return
+    with pytest.raises(LedgerDeletedError, match=f"ledger {lid} was deleted") as raised:
+        wh.add(b"late")
+    assert "create a new ledger" in str(raised.value)
+    with pytest.raises(LedgerDeletedError):
+        wh.add(b"later")
+    for b in cluster.running_bookies():
+        assert cluster.bookie(b).ledger_info(lid) is None
 
 
 def test_a_stream_writer_of_a_deleted_stream_is_refused(
@@ -105,12 +127,7 @@ def test_a_stream_writer_of_a_deleted_stream_is_refused(
     lid = ul.ledger_id
     admin = cluster.client("admin")
     before, after = write_through_a_delete(ul.append_async, lambda: admin.delete_ledger(lid))
-    for o in after:
-        assert isinstance(o, LedgerDeletedError), o
-    outcomes = before + after
-    first_refused = next(i for i, o in enumerate(outcomes) if isinstance(o, BaseException))
-    assert all(isinstance(o, int) for o in outcomes[:first_refused])
-    assert all(isinstance(o, LedgerDeletedError) for o in outcomes[first_refused:]), outcomes
+    check(before, after, refused=(LedgerDeletedError,))
     with pytest.raises(LedgerDeletedError):
         ul.append(b"one more")
 
