@@ -33,6 +33,7 @@ class Figures:
 
     entries_per_s: float = 0.0
     cpu_us_per_entry: float = 0.0  # user + system of every process involved
+    own_cpu_us_per_entry: float = 0.0  # of those, the benchmark's process (the client)
     blocking: list[float] = field(default_factory=list)
     follow: list[float] = field(default_factory=list)  # append call -> follower has it
     # The disk's write+fsync of 1 KiB, each sample taken right before a blocking write.
@@ -64,6 +65,7 @@ class CpuMeter:
         self._procs = [me, *me.children(recursive=True)]
         self._procs += [psutil.Process(p) for p in extra_pids]
         self._start = self._total()
+        self._own_start = _cpu_seconds(me)
 
     def _total(self) -> float:
         total = 0.0
@@ -77,6 +79,9 @@ class CpuMeter:
     def used(self) -> float:
         return self._total() - self._start
 
+    def own(self) -> float:
+        return _cpu_seconds(self._procs[0]) - self._own_start
+
 
 @contextmanager
 def pipelined(fig: Figures, entries: int) -> Iterator[None]:
@@ -87,6 +92,7 @@ def pipelined(fig: Figures, entries: int) -> Iterator[None]:
     elapsed = time.perf_counter() - start
     fig.entries_per_s = entries / elapsed
     fig.cpu_us_per_entry = meter.used() / entries * 1e6
+    fig.own_cpu_us_per_entry = meter.own() / entries * 1e6
 
 
 def payload(seq: int) -> bytes:

@@ -224,7 +224,8 @@ def main() -> None:
                 f = results[name]
                 print(
                     f"round {i + 1} {name}: {f.entries_per_s:,.0f}/s, "
-                    f"{f.cpu_us_per_entry:.0f} µs/entry, blocking p50 "
+                    f"{f.cpu_us_per_entry:.0f} µs/entry "
+                    f"({f.own_cpu_us_per_entry:.0f} in this process), blocking p50 "
                     f"{pct(f.blocking, 0.5):.2f} p99 {pct(f.blocking, 0.99):.2f} ms, follower "
                     f"p50 {pct(f.follow, 0.5):.2f} p99 {pct(f.follow, 0.99):.2f} ms "
                     f"({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f})",
