@@ -31,6 +31,11 @@ def _measure(directory: Path, load: Load, kw: dict[str, Any]) -> Figures:
         for i in range(200):  # warm-up: connections, caches
             wh.add(payload(i))
         data = payload(0)
+        # In-process only: how many entry copies each journal fsync carried.
+        journals = (
+            [] if kw.get("processes") else [cluster.bookie(b).journal for b in cluster.bookie_ids]
+        )
+        groups_before = sum(j.batches for j in journals if j is not None)
         with pipelined(fig, load.entries):
             futures = []
             for _ in range(load.entries):
@@ -39,6 +44,9 @@ def _measure(directory: Path, load: Load, kw: dict[str, Any]) -> Figures:
                     futures.pop(0).result()
             for f in futures:
                 f.result()
+        groups = sum(j.batches for j in journals if j is not None) - groups_before
+        if groups:
+            fig.note = f"journal groups of {3 * load.entries / groups:.0f} entry copies"
         # Each blocking add is paired with a write+fsync of 1 KiB on the same disk just
         # before it: issue #29's bound compares the two, and both drift with the VM.
         probe = os.open(directory / "fsync-probe.bin", os.O_WRONLY | os.O_CREAT, 0o644)

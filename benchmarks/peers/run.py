@@ -228,7 +228,7 @@ def main() -> None:
                     f"({f.own_cpu_us_per_entry:.0f} in this process), blocking p50 "
                     f"{pct(f.blocking, 0.5):.2f} p99 {pct(f.blocking, 0.99):.2f} ms, follower "
                     f"p50 {pct(f.follow, 0.5):.2f} p99 {pct(f.follow, 0.99):.2f} ms "
-                    f"({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f})",
+                    f"({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f}) {f.note}",
                     flush=True,
                 )
             rounds.append(results)
