@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from embedlog.ledger.entries import Entry
     from embedlog.ledger.handles import ReadHandle
     from embedlog.metadata.ledger_metadata import LedgerMetadata
+    from embedlog.unbounded.ledger import UnboundedLedger
 
 PASSWORD_ENV = "EMBEDLOG_LEDGER_PASSWORD"
 READ_BATCH = 500  # entries a read asks for at once
@@ -154,17 +155,56 @@ def write_entry(entry: Entry, fmt: str, as_json: bool) -> None:
         print(f"{entry.entry_id}\t{printable(data)}")
 
 
-def read_range(handle: ReadHandle, first: int, last: int) -> Iterator[Entry]:
+def read_range(handle: ReadHandle | StreamView, first: int, last: int) -> Iterator[Entry]:
     for start in range(first, last + 1, READ_BATCH):
         yield from handle.read(start, min(last, start + READ_BATCH - 1))
 
 
-def _open(access: cli_access.Access, args: argparse.Namespace) -> ReadHandle:
+def ledger_or_stream(text: str) -> int | str:
+    """A ledger given on the command line: its id, or a stream's name."""
+    return int(text) if text.isdigit() else text
+
+
+class StreamView:
+    """A stream read as ``ledger read``/``ledger tail`` read a ledger: through a follower
+    (it never disturbs the writer), so entries come without their term prefix and the
+    takeovers' no-op entries are left out; ids below the first kept entry are skipped."""
+
+    is_closed = False
+
+    def __init__(self, ul: UnboundedLedger) -> None:
+        self.ul = ul
+        self.last_add_confirmed = ul.read_last_add_confirmed()
+        self.first_kept = ul.first_entry_id()
+        self.told = False
+
+    def read(self, first: int, last: int) -> list[Entry]:
+        if first < self.first_kept and not self.told:
+            self.told = True
+            print(f"entries below {self.first_kept} were trimmed", file=sys.stderr)
+        first = max(first, self.first_kept)
+        return self.ul.read(first, last) if first <= last else []
+
+    def read_last_add_confirmed(self) -> int:
+        self.last_add_confirmed = self.ul.read_last_add_confirmed()
+        return self.last_add_confirmed
+
+
+def _open(access: cli_access.Access, args: argparse.Namespace) -> ReadHandle | StreamView:
+    client = access.client
+    if isinstance(args.ledger_id, str):
+        args.ledger_id = client.stream_id(args.ledger_id)
+    if client.ledger_metadata(args.ledger_id).unbounded:
+        return StreamView(
+            client.open_unbounded(args.ledger_id, password=password(args), takeover=False)
+        )
     # recover=False: a look must not fence or close a ledger someone may be writing.
-    return access.client.open_ledger(args.ledger_id, password=password(args), recover=False)
+    return client.open_ledger(args.ledger_id, password=password(args), recover=False)
 
 
-def _print_range(handle: ReadHandle, first: int, last: int, args: argparse.Namespace) -> int:
+def _print_range(
+    handle: ReadHandle | StreamView, first: int, last: int, args: argparse.Namespace
+) -> int:
     total = max(0, last - first + 1)
     progress = Progress("entries", total, enabled=sys.stderr.isatty() and total > READ_BATCH)
     done = 0
@@ -321,7 +361,9 @@ def add_ledger_commands(sub: Any) -> None:
         "is read up to its last add confirmed and left open: reading never fences or closes.",
     )
     cli_access.add_target_options(p)
-    p.add_argument("ledger_id", type=int)
+    p.add_argument(
+        "ledger_id", metavar="LEDGER", type=ledger_or_stream, help="a ledger id or a stream's name"
+    )
     p.add_argument("--first", type=int, default=0, help="first entry (default 0)")
     p.add_argument("--last", type=int, default=None, help="last entry (default: the last one)")
     _reading(p)
@@ -335,7 +377,9 @@ def add_ledger_commands(sub: Any) -> None:
         "closed or Ctrl-C; it needs --metadata-uri (a running cluster).",
     )
     cli_access.add_target_options(p)
-    p.add_argument("ledger_id", type=int)
+    p.add_argument(
+        "ledger_id", metavar="LEDGER", type=ledger_or_stream, help="a ledger id or a stream's name"
+    )
     p.add_argument("-n", "--lines", type=int, default=10, help="how many (default 10)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new entries")
     _reading(p)

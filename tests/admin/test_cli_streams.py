@@ -160,3 +160,20 @@ def test_stream_commands_against_a_running_cluster(tmp_path, zk_uri):
         _ok("stream", "create", "events", *target)
         _ok("stream", "delete", "events", "--yes", *target)
         assert set(cluster.client("x").list_streams()) == {"orders"}
+
+
+def test_ledger_read_and_tail_take_a_stream_and_show_what_readers_see(tmp_path):
+    """`ledger read`/`ledger tail` of a stream (by name or id): payloads without the
+    8-byte term prefix, the takeover's no-op left out, trimmed ids skipped."""
+    d = tmp_path / "c"
+    with LocalCluster(3, d) as cluster:
+        lid = _make_stream(cluster)
+    target = ("--data-dir", str(d))
+    lines = _ok("ledger", "read", "orders", *target).splitlines()
+    assert lines[0] == "0\torder 0" and lines[20] == "21\torder 20" and len(lines) == 30
+    by_id = _ok("ledger", "read", str(lid), "--first", "19", "--last", "21", *target)
+    assert by_id.splitlines() == ["19\torder 19", "21\torder 20"]
+    assert _ok("ledger", "tail", "orders", "-n", "2", *target).splitlines() == [
+        "29\torder 28",
+        "30\torder 29",
+    ]
