@@ -26,7 +26,7 @@ from embedlog.cluster_bookies import InProcessBookies, server_ssl
 from embedlog.errors import ClientClosedError, CookieError, error_for_status
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
-from embedlog.metadata.uri import open_store
+from embedlog.metadata.uri import DEFAULT_METADATA_TIMEOUT, open_store
 from embedlog.metrics import BookieMetrics, MetricsSnapshot, flatten, sum_bookies, sum_clients
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport, next_txn
@@ -68,6 +68,7 @@ class LocalCluster(InProcessBookies):
         transport: str = "inprocess",
         tls: bool = False,
         metadata_uri: str | None = None,
+        metadata_timeout: float = DEFAULT_METADATA_TIMEOUT,
         journal_write_data: bool = True,
         processes: bool = False,
         **bookie_config: Any,
@@ -95,6 +96,15 @@ class LocalCluster(InProcessBookies):
         self._self_signed: dict[str, Path] = {}  # its tls_cert and tls_key, once made
         self._client_transports: list[TcpTransport] = []  # of clients with TLS of their own
         self.metadata_uri = metadata_uri
+        if (
+            isinstance(metadata_timeout, bool)
+            or not isinstance(metadata_timeout, int | float)
+            or not metadata_timeout > 0
+        ):
+            raise ValueError(
+                f"metadata_timeout must be a number of seconds > 0, got {metadata_timeout!r}"
+            )
+        self.metadata_timeout = float(metadata_timeout)  # how long ZooKeeper may keep us waiting
         self._data_dir_arg = Path(data_dir) if data_dir is not None else None
         self.data_dir: Path | None = None
         self._own_dir = False
@@ -162,7 +172,7 @@ class LocalCluster(InProcessBookies):
 
     def _open_store(self) -> MetadataStore:
         assert self.data_dir is not None
-        return open_store(self.metadata_uri, self.data_dir)
+        return open_store(self.metadata_uri, self.data_dir, metadata_timeout=self.metadata_timeout)
 
     def _boot_all(self, bookie_ids: list[str]) -> None:
         for bid in bookie_ids:

@@ -59,6 +59,9 @@ def add_sandbox_command(sub: Any) -> None:
         default=None,
         help="use this ZooKeeper (zk://host:port/path) instead of starting one",
     )
+    from embedlog.cli_access import add_timeout_option
+
+    add_timeout_option(p)
     p.add_argument("--processes", action="store_true", help="each bookie in a process of its own")
     p.add_argument(
         "--metrics-port",
@@ -159,6 +162,7 @@ def _sandbox(args: argparse.Namespace) -> int:
                 transport="tcp",
                 tls=args.tls,
                 metadata_uri=uri,
+                metadata_timeout=args.metadata_timeout,
                 processes=args.processes,
                 **{k: v for k, v in tls_files.items() if v},
             )

@@ -163,7 +163,11 @@ class ProcessCluster(LocalCluster):
             raise
         assert self.metadata_uri is not None
         proc = BookieProcess(
-            bookie_id, config.data_dir, self.metadata_uri, config.address, _settings_of(config)
+            bookie_id,
+            config.data_dir,
+            self.metadata_uri,
+            config.address,
+            dict(_settings_of(config), metadata_timeout=self.metadata_timeout),
         )
         self._procs[bookie_id] = proc
         proc.launch()

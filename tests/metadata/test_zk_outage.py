@@ -66,7 +66,10 @@ def _embedlog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("command", [("ledger", "list"), ("bookie", "list"), ("auditor", "check")])
+@pytest.mark.parametrize(
+    "command",
+    [("ledger", "list"), ("bookie", "list"), ("auditor", "check"), ("sandbox", "--bookies", "1")],
+)
 def test_an_unreachable_zookeeper_is_one_line_after_the_metadata_timeout(
     tmp_path: Path, command: tuple[str, ...]
 ) -> None:
@@ -78,13 +81,27 @@ def test_an_unreachable_zookeeper_is_one_line_after_the_metadata_timeout(
     )  # fmt: skip
     print(f"{' '.join(command)}: exit {out.returncode} after {time.monotonic() - started:.2f}s")
     assert out.returncode == 2, out
-    assert out.stdout == ""
+    if command[0] != "sandbox":  # which says on stdout what it stops
+        assert out.stdout == ""
     lines = out.stderr.splitlines()
     assert len(lines) == 1, out.stderr
+    name = " ".join(w for w in command if not w.startswith("-") and not w.isdigit())
     assert lines[0].startswith(
-        f"embedlog {' '.join(command)}: error: cannot reach ZooKeeper at 127.0.0.1:{port} "
+        f"embedlog {name}: error: cannot reach ZooKeeper at 127.0.0.1:{port} "
         "within 2s (Connection refused): start it, or fix the metadata URI"
     ), lines
+
+
+def test_bookie_processes_of_a_local_cluster_get_its_metadata_timeout(tmp_path: Path) -> None:
+    from embedlog.process.supervisor import CONFIG_FILE
+
+    with pytest.raises(ValueError, match="metadata_timeout must be a number of seconds > 0"):
+        LocalCluster(1, tmp_path / "none", metadata_timeout=0)
+    with LocalCluster(1, tmp_path / "c", processes=True, metadata_timeout=3.5) as cluster:
+        (bid,) = cluster.bookie_ids
+        assert cluster.metadata.store.metadata_timeout == 3.5  # type: ignore[attr-defined]
+        config = (tmp_path / "c" / bid / CONFIG_FILE).read_text()
+        assert "metadata_timeout = 3.5" in config.splitlines()
 
 
 def test_the_metadata_timeout_must_be_a_positive_number(tmp_path: Path) -> None:
