@@ -37,6 +37,23 @@ def damaged_logs(ends: Mapping[int, int], sizes: Mapping[int, int]) -> dict[int,
     }
 
 
+def damage_line(path: Path, left: int | None, end: int, ledgers: Mapping[int, list[int]]) -> str:
+    """What a boot says of an entry log that lost indexed entries: missing (``left`` None)
+    or cut short to ``left`` of ``end`` bytes; ``ledgers``: ledger -> the entries lost."""
+    what = (
+        f"entry log {path} is missing"
+        if left is None
+        else f"entry log {path} is cut short ({left} of {end} bytes)"
+    )
+    count = sum(map(len, ledgers.values()))
+    shown = ", ".join(map(str, sorted(ledgers)[:10])) + (", ..." if len(ledgers) > 10 else "")
+    return (
+        f"{what}: {count} indexed entries of ledger(s) {shown} were in the part that is "
+        "gone; they read as EIO, and the bookie no longer lists them, until "
+        "re-replication copies them back from their peers (`embedlog auditor replicate`)"
+    )
+
+
 def entry_readable(location: tuple[int, int, int], damaged: Mapping[int, int]) -> bool:
     """Whether the record at ``location`` (log id, offset, data length) is still on disk,
     given the ``damaged`` logs (log id -> bytes left)."""

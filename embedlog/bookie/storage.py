@@ -23,7 +23,7 @@ from typing import Literal, cast
 
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK, Disk
-from embedlog.bookie.entrylog import EntryLogs, damaged_logs
+from embedlog.bookie.entrylog import EntryLogs, damage_line, damaged_logs
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
 from embedlog.bookie.tombstones import Tombstones
 from embedlog.dirlock import DirLockedError
@@ -111,21 +111,8 @@ class LedgerStorage:
         self.damaged = {i: damaged[i] for i in lost}
         for log_id, ledgers in sorted(lost.items()):
             self._damaged_ledgers.update(ledgers)
-            path = self.logs.path(log_id)
-            what = (
-                f"entry log {path} is missing"
-                if log_id not in sizes
-                else f"entry log {path} is cut short ({damaged[log_id]} of {ends[log_id]} bytes)"
-            )
-            count = sum(map(len, ledgers.values()))
-            shown = ", ".join(map(str, sorted(ledgers)[:10])) + (
-                ", ..." if len(ledgers) > 10 else ""
-            )
-            self.damage.append(
-                f"{what}: {count} indexed entries of ledger(s) {shown} were in the part that is "
-                "gone; they read as EIO, and the bookie no longer lists them, until "
-                "re-replication copies them back from their peers (`embedlog auditor replicate`)"
-            )
+            left = damaged[log_id] if log_id in sizes else None
+            self.damage.append(damage_line(self.logs.path(log_id), left, ends[log_id], ledgers))
         for line in self.damage:
             log.error("bookie %s: %s", self.config.bookie_id, line)
 
