@@ -233,7 +233,9 @@ class UnboundedLedger:
         validate.check_open(self._runtime, self._ctx)
         word = start if isinstance(start, str) else None
         if word is not None and word not in START_WORDS:
-            raise ValueError(f"tail(start={word!r}): start is an entry id, 'earliest' or 'latest'")
+            raise TypeError(
+                f"start must be a whole number (an entry id), 'earliest' or 'latest', not {word!r}"
+            )
         first = 0 if word is not None else validate.whole_number(start, "start")
         timeout = validate.optional_seconds(timeout, "timeout")
         if cursor is not None:

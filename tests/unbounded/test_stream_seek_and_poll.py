@@ -48,7 +48,7 @@ def test_tail_from_earliest_and_latest(make_cluster):
     ul.append(b"new")
     assert next(latest).data == b"new"
     latest.close()
-    with pytest.raises(ValueError, match="earliest"):
+    with pytest.raises(TypeError, match="'earliest' or 'latest'"):
         f.tail("oldest")
 
 
