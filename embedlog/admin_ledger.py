@@ -255,9 +255,22 @@ def _tail(args: argparse.Namespace) -> int:
         _print_range(handle, max(0, lac - args.lines + 1), lac, args)
         if not args.follow:
             return 0
+        from embedlog.errors import MetadataUnavailableError
+
+        waiting = False  # for ZooKeeper: said once per outage, as a stream's tail does
         try:
             while not handle.is_closed:
-                new = handle.read_last_add_confirmed()
+                try:
+                    new = handle.read_last_add_confirmed()
+                except MetadataUnavailableError:
+                    if not waiting:  # the store's own warning says why
+                        print("waiting for the metadata store to answer again", file=sys.stderr)
+                    waiting = True
+                    time.sleep(FOLLOW_POLL)
+                    continue
+                if waiting:
+                    print("the metadata store answers again; following on", file=sys.stderr)
+                    waiting = False
                 if new > lac:
                     _print_range(handle, lac + 1, new, args)
                     lac = new
