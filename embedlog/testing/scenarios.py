@@ -129,7 +129,7 @@ SCENARIOS.update(
         attrs.evolve(
             SCENARIOS[f"{base}-nojournal"],
             name=f"{base}-corrupt",
-            summary=SCENARIOS[f"{base}-nojournal"].summary + CORRUPT,
+            summary=f"{base}-nojournal's histories" + CORRUPT,
             corrupt=(0.01, 0.1),
         ),
     )

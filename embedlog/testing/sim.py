@@ -355,6 +355,7 @@ class Simulation:
         )
         self.bookies[bid], self._sessions[bid], self._disks[bid] = bookie, session, disks
         bitten = mdisk.bitten
+        self.disk_faults.boot_begins(bid)
         try:
             await bookie.start()
         except Exception as exc:

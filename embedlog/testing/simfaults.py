@@ -29,6 +29,9 @@ import asyncio
 import random
 from typing import TYPE_CHECKING
 
+from embedlog.errors import BKError
+from embedlog.metadata.ledger_metadata import LedgerState
+
 if TYPE_CHECKING:
     from embedlog.testing.sim import Simulation
 
@@ -43,6 +46,9 @@ class DiskNemesis:
         self.wipe_probability = rng.choice((0.0, 0.1, 0.3))
         self._wiped: set[str] = set()  # wiped, and not booted with a cookie fix yet
         self._unsettled: set[str] = set()  # wiped, and not booted since
+        # Per bookie, the ledgers its booting incarnation owes entries of by the metadata
+        # as its boot began (boot_begins).
+        self._owed: dict[str, frozenset[int]] = {}
 
     def needs_cookie_fix(self, bid: str) -> bool:
         return bid in self._wiped
@@ -76,20 +82,42 @@ class DiskNemesis:
         made all the same, so the later wipes keep theirs."""
         self.rng.random()
 
+    def boot_begins(self, bid: str) -> None:
+        """``bid`` starts booting: the ledgers whose metadata lists it now, or that are
+        being recovered (whose write-backs may have reached it), are those its boot must
+        protect (BP-46 phase one), whatever the bookie decides: taken from the metadata
+        store here, not from the bookie."""
+        truth = self.sim.truth
+        owed = set()
+        for lid in truth.list_ledgers():
+            try:
+                md = truth.read_ledger(lid)
+            except BKError:  # deleted meanwhile
+                continue
+            if bid in md.bookies() or md.state is LedgerState.IN_RECOVERY:
+                owed.add(lid)
+        self._owed[bid] = frozenset(owed)
+
     def booted(self, bid: str) -> None:
         """``bid`` booted; after a wipe, or a suspicious boot (a crash without the journal
-        lost what was not flushed), what it acknowledged before is judged anew: only the
-        ledgers its boot put in limbo still forbid a negative (``Oracle.forget_lost``)."""
+        lost what was not flushed), what it acknowledged before is judged anew
+        (``Oracle.forget_lost``): the ledgers the metadata gave it as its boot began
+        (``boot_begins``: from the history, not from the bookie) still forbid a negative,
+        and so do the others its boot put in limbo (an open ledger it still held state of,
+        which the metadata did not list it for yet)."""
         bookie = self.sim.bookies[bid]
+        owed = self._owed.pop(bid, frozenset())
         if bid not in self._unsettled and not bookie.suspicion:
             return
         self._unsettled.discard(bid)
 
-        def in_limbo(lid: int) -> bool:
+        def protected(lid: int) -> bool:
+            if lid in owed:
+                return True
             info = bookie.ledger_info(lid)
             return info is not None and info.limbo
 
-        gone = self.sim.oracle.forget_lost(bid, in_limbo)
+        gone = self.sim.oracle.forget_lost(bid, protected)
         if gone:
             self.sim.trace("lost-acks-forgotten", bid, gone)
 

@@ -1,0 +1,27 @@
+"""A test-only mutant of BP-46 phase one: a suspicious boot leaves the closed ledgers
+that list the bookie out of limbo (it still fences them), so the bookie answers
+NoSuchEntry for entries it acknowledged and lost. The oracle must see it: it takes what
+a boot must protect from the metadata as the boot began, not from the bookie's limbo
+flags (which this mutant gets wrong). A context manager patching this process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from embedlog.bookie import repair_services
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+
+
+@contextmanager
+def closed_ledgers_out_of_limbo() -> Iterator[None]:
+    owes = repair_services.owes_entries
+
+    def mutant(md: LedgerMetadata, bookie_id: str, *, held: bool) -> bool:
+        return False if md.is_closed else owes(md, bookie_id, held=held)
+
+    repair_services.owes_entries = mutant  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        repair_services.owes_entries = owes

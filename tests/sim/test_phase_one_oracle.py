@@ -1,0 +1,36 @@
+"""The oracle learns what a suspicious boot must protect from the history (the metadata
+as the boot began), not from the bookie's limbo flags (issue #31 item 1): a test-only
+mutant of BP-46 phase one that leaves closed ledgers out of limbo is caught, where an
+oracle that trusted the flags forgot exactly the acknowledgements it had to check."""
+
+from __future__ import annotations
+
+from phase_one_mutants import closed_ledgers_out_of_limbo
+
+from embedlog.testing import simfaults
+from embedlog.testing.sim import run_seed
+
+SCENARIO = "bounded-nojournal"
+# The first seed (from 0) the mutant violates; a change may move it: the test then
+# searches up to SEARCH seeds and says where to pin it.
+FIRST = 27
+SEARCH = 300
+
+
+def _violations(seed: int) -> list[str]:
+    with closed_ledgers_out_of_limbo():
+        return [str(v) for v in run_seed(seed, SCENARIO, keep_trace=False).violations]
+
+
+def test_a_boot_that_leaves_an_owed_ledger_out_of_limbo_is_caught(monkeypatch):
+    found = ((s, v) for s in [FIRST, *range(SEARCH)] if (v := _violations(s)))
+    seed, violations = next(found, (None, []))
+    assert seed is not None, f"the mutant is not caught in {SEARCH} seeds of {SCENARIO}"
+    if seed != FIRST:
+        print(f"the mutant is caught at seed {seed} now (pinned: {FIRST})")
+    assert any(v.startswith("NoNegativeForAckedEntry") for v in violations), violations
+    assert run_seed(seed, SCENARIO, keep_trace=False).ok  # the real phase one holds
+    # An oracle that took the protected ledgers from the bookie's limbo flags alone
+    # forgets the acknowledgements the mutant's boot left unprotected: it sees nothing.
+    monkeypatch.setattr(simfaults.DiskNemesis, "boot_begins", lambda self, bid: None)
+    assert _violations(seed) == []
