@@ -20,7 +20,10 @@ def _hash_seed(monkeypatch):
         (["--seeds", "many"], "--seeds takes a whole number >= 1, got 'many'"),
         ([], "--seeds takes a whole number >= 1, got None"),
         (["--seeds", "1", "--start", "-1"], "--start takes a whole number >= 0"),
-        (["--seeds", "1", "--scenario", "nope"], "scenarios: bounded, bounded-nojournal"),
+        (
+            ["--seeds", "1", "--scenario", "nope"],
+            "scenarios: bounded, bounded-corrupt, bounded-nojournal",
+        ),
         (["--seeds", "1", "--unsafe", "nope"], "switches: ack-during-replacement, ack-from-"),
         (["--seeds", "1", "--jobs", "0"], "--jobs takes a whole number >= 1, got '0'"),
         (["--seeds", "1", "--limit", "nope=1"], "limits: ledgers, recoveries, entries, faults"),
@@ -56,6 +59,7 @@ def test_list_unsafe_names_every_switch(capsys):
         "limbo-clears-at-first-resend",
         "ack-during-replacement",
         "recovery-ignores-term",
+        "forget-deletions",
     ):
         assert name in out
 
