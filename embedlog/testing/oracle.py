@@ -24,12 +24,16 @@ bookkeeper-tlaplus) where it has them:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from attrs import frozen
 
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import HEADER
 from embedlog.wire.messages import FrameError, OpCode, Request, Response, unpack_entries
+
+if TYPE_CHECKING:
+    from embedlog.testing.oracle_quorum import AckQuorumRule
 
 _NEGATIVE = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
 
@@ -60,6 +64,9 @@ class Oracle:
         self.closed: dict[int, int] = {}  # ledger -> last entry id, once closed
         self._bookie_acked: dict[tuple[str, int], set[int]] = {}  # (bookie, ledger) -> entries
         self.violations: list[Violation] = []
+        # AckedByAckQuorum (oracle_quorum.py), fed every add answer; the workload asks it
+        # at each acknowledgement.
+        self.quorum: AckQuorumRule | None = None
 
     def violate(self, invariant: str, detail: str) -> None:
         self.violations.append(Violation(invariant, detail))
@@ -67,6 +74,10 @@ class Oracle:
 
     def _payload(self, entry: bytes) -> bytes:
         return entry[self._skip :]
+
+    def payload_of(self, entry: bytes) -> bytes:
+        """The application's payload of an entry as sent or stored."""
+        return self._payload(entry)
 
     # -- what the network shows ----------------------------------------------------------------
 
@@ -93,6 +104,8 @@ class Oracle:
 
     def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
         lid, eid = req.ledger_id, req.entry_id
+        if self.quorum is not None:
+            self.quorum.answered(bookie_id, req, resp)
         if req.op == OpCode.ADD and resp.status == StatusCode.EOK:
             self._bookie_acked.setdefault((bookie_id, lid), set()).add(eid)
         elif req.op == OpCode.ADD_BATCH:

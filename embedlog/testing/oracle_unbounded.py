@@ -100,6 +100,9 @@ class StreamOracle(Oracle):
         flags = HEADER.unpack_from(entry)[3]
         return flags, split_term(flags, entry[self._skip :])[1]
 
+    def payload_of(self, entry: bytes) -> bytes:
+        return self._parse(entry)[1]
+
     def _term_of(self, entry: bytes) -> int | None:
         return split_term(HEADER.unpack_from(entry)[3], entry[self._skip :])[0]
 
@@ -147,6 +150,8 @@ class StreamOracle(Oracle):
         lid, eid = req.ledger_id, req.entry_id
         if self.rules is not None:
             self.rules.answered(bookie_id, req, resp)
+        if self.quorum is not None:
+            self.quorum.answered(bookie_id, req, resp)
         held = self._held.setdefault((bookie_id, lid), {})
         if req.op in (OpCode.ADD, OpCode.ADD_BATCH):
             self._stored(held, req, resp)

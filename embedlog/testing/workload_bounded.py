@@ -19,6 +19,7 @@ from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.testing.oracle import Oracle
+from embedlog.testing.oracle_quorum import AckQuorumRule
 from embedlog.testing.simcombos import quiet_writer_wiped_reboot, wiped_reboot_at
 from embedlog.testing.workload import (
     DIGEST,
@@ -37,6 +38,7 @@ class BoundedWorkload:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.oracle = Oracle(Digester(DIGEST).digest_len, sim.trace, self.responsible)
+        self.oracle.quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, sim.counts)
         self.ledgers: list[int] = []
         self._writers: list[LedgerWriter] = []
 
@@ -140,6 +142,8 @@ class BoundedWorkload:
             )
         sim.counts["add.acked"] += 1
         self.oracle.acknowledged(lid, got, payload)
+        assert self.oracle.quorum is not None
+        self.oracle.quorum.acknowledged(lid, got, payload, sim.truth.read_ledger(lid), name)
 
     async def recoverer(self, j: int) -> None:
         sim, rng = self.sim, self.sim.rng

@@ -30,6 +30,7 @@ from embedlog.errors import (
 )
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.testing.oracle_quorum import AckQuorumRule
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
 from embedlog.testing.simcombos import dirty_leftover, dirty_leftover_at, dirty_leftover_ready
 from embedlog.testing.workload import (
@@ -69,6 +70,7 @@ class UnboundedWorkload:
         # The stream layer (retention, cursors, deletes: workload_streams.py), when asked.
         sc = sim.scenario
         self.ops = StreamOps(self) if sc.retention or max(sc.committers + sc.deletes) else None
+        self.oracle.quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, sim.counts)
         if self.ops is not None:
             self.oracle.rules = self.ops.rules
             self.oracle.dropped = self.ops.gone
@@ -285,6 +287,12 @@ class UnboundedWorkload:
         sim.trace("acked", who, lid, eid)
         sim.counts["add.acked"] += 1
         self.oracle.stream_acknowledged(lid, eid, payload, term, who)
+        try:
+            md = sim.truth.read_ledger(lid)
+        except NoSuchLedgerInMetadataError:
+            md = None  # deleted: DeletedLedgerAcknowledgesNothing judges this one
+        if md is not None and self.oracle.quorum is not None:
+            self.oracle.quorum.acknowledged(lid, eid, payload, md, who)
         if self.ops is not None:
             self.ops.acknowledged(lid, eid, payload, who)
 
