@@ -41,15 +41,13 @@ from embedlog.testing.workload import (
     maybe_pause,
 )
 from embedlog.testing.workload_streams import StreamOps
+from embedlog.testing.workload_unbounded_end import READ_BATCH, probe, read_whole
 from embedlog.unbounded import follow, layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.entry import Digester
-from embedlog.wire.messages import OpCode
 
 if TYPE_CHECKING:
     from embedlog.testing.sim import Simulation
-
-READ_BATCH = 16  # entries one read asks for
 
 
 class UnboundedWorkload:
@@ -361,7 +359,7 @@ class UnboundedWorkload:
                 next_id = low
             if next_id <= lac:
                 last = min(lac, next_id + READ_BATCH - 1)
-                got = await self._read(client, md, digester, next_id, last, name)
+                got = await self.read(client, md, digester, next_id, last, name)
                 if got is None:
                     fresh = await self._metadata(client, lid, md)
                     if fresh is None:
@@ -387,7 +385,7 @@ class UnboundedWorkload:
                 continue
             lac = max(lac, seen)
 
-    async def _read(
+    async def read(
         self,
         client: Client,
         md: LedgerMetadata,
@@ -452,9 +450,9 @@ class UnboundedWorkload:
                 continue
             if self.ops is not None and handle.writer is not None:
                 handle.writer.stop()
-            entries = await self._read_whole(checker, handle)
+            entries = await read_whole(self, checker, handle)
             if sim.races is not None:
-                await self._probe(checker, lid)
+                await probe(self, checker, lid)
             if entries is None:
                 continue
             first = layout.first_entry(handle.metadata)
@@ -463,57 +461,3 @@ class UnboundedWorkload:
             for f in self._followers:
                 if f.lid == lid:
                     self.oracle.followers_agree(f, entries)
-
-    async def _probe(self, checker: Client, lid: int) -> None:
-        """The race scenarios' probe (simraces.py): every bookie of an acknowledged entry's
-        write set is asked for it; the oracle judges every answer (a negative for an entry
-        the bookie acknowledged, another term's payload at an acknowledged id)."""
-        md = self.sim.truth.read_ledger(lid)
-        first = layout.first_entry(md)
-        acked = sorted(e for e in self.oracle.stream_acked.get(lid, {}) if e >= first)
-
-        async def ask(bookie: str, eid: int) -> None:
-            try:
-                await checker.ctx.bookies.call(bookie, OpCode.READ, lid, eid)
-            except BKError:
-                pass  # unknown: the oracle saw whatever the bookie answered
-
-        asks = [
-            ask(b, eid)
-            for eid in acked
-            for b in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
-        ]
-        self.sim.counts["probe.read"] += len(asks)
-        await asyncio.gather(*asks)
-
-    async def _read_whole(
-        self, checker: Client, handle: UnboundedLedger
-    ) -> list[tuple[int, bytes]] | None:
-        sim, lid = self.sim, handle.ledger_id
-        md, last = handle.metadata, handle.last_add_confirmed
-        first = layout.first_entry(md)
-        digester = Digester(md.digest_type, PASSWORD)
-        entries: list[tuple[int, bytes]] = []
-        for start in range(first, last + 1, READ_BATCH):
-            got = await self._read(
-                checker, md, digester, start, min(last, start + READ_BATCH - 1), "checker"
-            )
-            if got is None:
-                self.oracle.violate(
-                    "AllAckedValuesAreReadable",
-                    f"the checker could not read {lid}:{start}.. after taking it over",
-                )
-                return None
-            entries.extend((e.entry_id, e.data) for e in got)
-        if first > 0:
-            # Below the trim point a read must fail as trimmed, never return a payload.
-            try:
-                got = await follow.read_visible(checker.ctx, md, digester, first - 1, first - 1)
-            except NoSuchEntryError:
-                sim.counts["trimmed_read_refused"] += 1
-            else:
-                self.oracle.violate(
-                    "AllAckedValuesAreReadable",
-                    f"a read of trimmed {lid}:{first - 1} returned {[e.data for e in got]}",
-                )
-        return entries
