@@ -220,8 +220,11 @@ def main() -> None:
                 t0 = time.perf_counter()
                 where = Path(tmp) / f"{name}-{i}"
                 where.mkdir()
-                results[name] = found[name](where, load)
-                f = results[name]
+                try:
+                    f = results[name] = found[name](where, load)
+                except Exception as exc:  # one system failing leaves the others' figures
+                    print(f"round {i + 1} {name}: failed: {exc!r}", flush=True)
+                    continue
                 print(
                     f"round {i + 1} {name}: {f.entries_per_s:,.0f}/s, "
                     f"{f.cpu_us_per_entry:.0f} µs/entry "
