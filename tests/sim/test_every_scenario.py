@@ -63,7 +63,8 @@ EXERCISED_STREAM_LAYER = (
 # fix lands (tests/sim/test_stream_sim.py runs their own rules meanwhile).
 # unbounded-streams: a takeover's recovery writer rolls over by the retention's fragment
 # size and readies the new fragment with TRIM ABOVE, dropping the older term's
-# acknowledged entries it is recovering (seeds 40, 50, 68, 70, 83, 85 of 200).
+# acknowledged entries it is recovering (seeds 11, 20, 33, 68, 70, 83, 99, 108, 135, 157,
+# 183 of 200; docs/simulation.md, Open findings).
 AWAITING_FIX = frozenset({"unbounded-streams"})
 
 
