@@ -33,6 +33,7 @@ from embedlog.wire.entry import HEADER
 from embedlog.wire.messages import FrameError, OpCode, Request, Response, unpack_entries
 
 if TYPE_CHECKING:
+    from embedlog.testing.oracle_fence import FenceRule
     from embedlog.testing.oracle_quorum import AckQuorumRule
 
 _NEGATIVE = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
@@ -67,6 +68,8 @@ class Oracle:
         # AckedByAckQuorum (oracle_quorum.py), fed every add answer; the workload asks it
         # at each acknowledgement.
         self.quorum: AckQuorumRule | None = None
+        # FenceCoversEveryWriteSet (oracle_fence.py), bounded ledgers' recoveries.
+        self.fence: FenceRule | None = None
 
     def violate(self, invariant: str, detail: str) -> None:
         self.violations.append(Violation(invariant, detail))
@@ -82,6 +85,8 @@ class Oracle:
     # -- what the network shows ----------------------------------------------------------------
 
     def sent(self, src: str, bookie_id: str, req: Request) -> None:
+        if self.fence is not None:
+            self.fence.sent(src, bookie_id, req)
         if req.op == OpCode.ADD:
             self._written(src, req.ledger_id, req.entry_id, req.body)
         elif req.op == OpCode.ADD_BATCH:
@@ -106,6 +111,8 @@ class Oracle:
         lid, eid = req.ledger_id, req.entry_id
         if self.quorum is not None:
             self.quorum.answered(bookie_id, req, resp)
+        if self.fence is not None:
+            self.fence.answered(src, bookie_id, req, resp)
         if req.op == OpCode.ADD and resp.status == StatusCode.EOK:
             self._bookie_acked.setdefault((bookie_id, lid), set()).add(eid)
         elif req.op == OpCode.ADD_BATCH:

@@ -19,6 +19,7 @@ from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.testing.oracle import Oracle
+from embedlog.testing.oracle_fence import FenceRule
 from embedlog.testing.oracle_quorum import AckQuorumRule
 from embedlog.testing.simcombos import quiet_writer_wiped_reboot, wiped_reboot_at
 from embedlog.testing.workload import (
@@ -39,6 +40,7 @@ class BoundedWorkload:
         self.sim = sim
         self.oracle = Oracle(Digester(DIGEST).digest_len, sim.trace, self.responsible)
         self.oracle.quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, sim.counts)
+        self.oracle.fence = FenceRule(sim.truth.read_ledger, self.oracle.violate, sim.counts)
         self.ledgers: list[int] = []
         self._writers: list[LedgerWriter] = []
 

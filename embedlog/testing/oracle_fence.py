@@ -1,0 +1,91 @@
+"""``FenceCoversEveryWriteSet`` (issue #31 item 2): a recovery reads forward only once
+its fence covers every write set of the ensemble it fenced, E > WQ included.
+
+The rule is checked where it is decided: when a recovery (a client that sent LAC reads
+with the fence flag, entry -1, for a bounded ledger) sends its first recovery read of an
+entry, every write set of that ensemble (each run of WQ consecutive bookies, wrapping)
+holds at least WQ - AQ + 1 bookies that answered one of its fence reads EOK (the
+oracle's record of every answer a bookie gave, delivered or not, so it counts at least
+what the recovery counted). The ensemble is the one the fence reads went to, ordered as
+a fragment of the ledger's metadata lists it. Without that coverage an ack quorum of
+some write set may still accept the old writer's adds while the recovery decides where
+the ledger ends.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from embedlog.errors import BKError
+from embedlog.ledger.quorum import quorum_coverage, write_set
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.messages import OpCode, ReadFlags, Request, Response
+
+RULE = "FenceCoversEveryWriteSet"
+
+
+def _is_fence(req: Request) -> bool:
+    return req.op == OpCode.READ and req.entry_id == -1 and bool(req.flags & ReadFlags.FENCE)
+
+
+class FenceRule:
+    def __init__(
+        self,
+        read_ledger: Callable[[int], LedgerMetadata],
+        violate: Callable[[str, str], None],
+        counts: Counter[str],
+    ) -> None:
+        self._read_ledger = read_ledger  # the metadata as stored now
+        self._violate = violate
+        self._counts = counts
+        self._asked: dict[tuple[str, int], set[str]] = {}  # (client, ledger) -> fenced to
+        self._fenced: dict[tuple[str, int], set[str]] = {}  # -> answered EOK
+        self._judged: set[tuple[str, int]] = set()  # its fence round was judged
+
+    def sent(self, src: str, bookie: str, req: Request) -> None:
+        key = (src, req.ledger_id)
+        if _is_fence(req):
+            self._asked.setdefault(key, set()).add(bookie)
+            self._judged.discard(key)  # a new round (a retry): judged at its next read
+        elif (
+            req.op == OpCode.READ
+            and req.flags & ReadFlags.RECOVERY
+            and req.entry_id >= 0
+            and key in self._asked
+            and key not in self._judged
+        ):
+            self._judged.add(key)
+            self._judge(src, req.ledger_id)
+
+    def answered(self, src: str, bookie: str, req: Request, resp: Response) -> None:
+        if _is_fence(req) and resp.status == StatusCode.EOK:
+            self._fenced.setdefault((src, req.ledger_id), set()).add(bookie)
+
+    def _judge(self, src: str, lid: int) -> None:
+        try:
+            md = self._read_ledger(lid)
+        except BKError:
+            return
+        if md.unbounded:
+            return  # a takeover fences with its term (read_lafr_with_term)
+        asked = self._asked[(src, lid)]
+        ensembles = [ens for _first, ens in md.fragments if set(ens) == asked]
+        if not ensembles:
+            return  # fenced several ensembles over its retries: not judged
+        ensemble = ensembles[-1]
+        fenced = self._fenced.get((src, lid), set())
+        need = quorum_coverage(md.write_quorum, md.ack_quorum)
+        self._counts["check.fence_coverage"] += 1
+        for first in range(len(ensemble)):
+            ws = [ensemble[i] for i in write_set(first, len(ensemble), md.write_quorum)]
+            have = sorted(b for b in ws if b in fenced)
+            if len(have) < need:
+                self._violate(
+                    RULE,
+                    f"{src} read ledger {lid} forward with write set {ws} fenced by "
+                    f"{len(have)} ({', '.join(have) or 'none'}), fewer than WQ - AQ + 1 "
+                    f"= {need}",
+                )
+                return
