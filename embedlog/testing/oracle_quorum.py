@@ -23,6 +23,7 @@ from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import (
+    AddFlags,
     FrameError,
     OpCode,
     Request,
@@ -66,6 +67,10 @@ class AckQuorumRule:
     def _add(self, bookie: str, lid: int, eid: int, entry: bytes) -> None:
         self._acks.setdefault((lid, eid), set()).add((bookie, self._payload_of(entry)))
 
+    def answers(self, lid: int, eid: int) -> set[tuple[str, bytes]]:
+        """(bookie, payload) of every EOK add answer for ``lid:eid`` so far."""
+        return self._acks.get((lid, eid), set())
+
     def acknowledged(
         self, lid: int, eid: int, payload: bytes, md: LedgerMetadata, who: str
     ) -> None:
@@ -83,4 +88,74 @@ class AckQuorumRule:
                 f"{who} was acknowledged {lid}:{eid} with {len(have)} add answers "
                 f"({', '.join(have) or 'none'}) from its write set {ws}, fewer than "
                 f"AQ = {md.ack_quorum}",
+            )
+
+
+LAFR_RULE = "LafrIsFullyReplicated"
+
+
+class LafrRule:
+    """``LafrIsFullyReplicated`` (issue #31 item 2): a stream writer's adds carry its last
+    add fully replicated (LAFR); every entry of the last fragment at or below it is on its
+    whole write set. Checked as each add leaves (not a takeover's recovery writes, which
+    carry the LAFR the takeover started from): every bookie of the write set (metadata
+    as it is then) answered an add of that entry with a payload this client sent there.
+    Entries below the last fragment are exempt (the LAFR passes them: they are committed,
+    and a takeover starts at the last fragment), and so are trimmed ones."""
+
+    def __init__(
+        self,
+        acks: AckQuorumRule,
+        read_ledger: Callable[[int], LedgerMetadata | None],
+        payload_of: Callable[[bytes], bytes],
+        violate: Callable[[str, str], None],
+        counts: Counter[str],
+    ) -> None:
+        self._acks = acks
+        self._read_ledger = read_ledger
+        self._payload_of = payload_of
+        self._violate = violate
+        self._counts = counts
+        self._sent: dict[tuple[str, int, int], set[bytes]] = {}  # (client, lid, eid) -> payloads
+        self._checked: dict[tuple[str, int, int], int] = {}  # (client, lid, term) -> LAFR judged
+
+    def sent(self, src: str, req: Request) -> None:
+        if req.op not in (OpCode.ADD, OpCode.ADD_BATCH):
+            return
+        lid = req.ledger_id
+        try:
+            entries = (
+                [(req.entry_id, req.body)] if req.op == OpCode.ADD else unpack_entries(req.body)
+            )
+        except FrameError:
+            return
+        for eid, entry in entries:
+            self._sent.setdefault((src, lid, eid), set()).add(self._payload_of(bytes(entry)))
+        if req.flags & AddFlags.RECOVERY or req.lafr < 0:
+            return
+        key = (src, lid, req.term)
+        before = self._checked.get(key, -1)
+        if req.lafr <= before:
+            return
+        self._checked[key] = req.lafr
+        md = self._read_ledger(lid)
+        if md is None:
+            return
+        low = max(before + 1, md.fragments[0][0], md.last_fragment[0])
+        for eid in range(low, req.lafr + 1):
+            self._judge(src, lid, eid, req.lafr, md)
+
+    def _judge(self, src: str, lid: int, eid: int, lafr: int, md: LedgerMetadata) -> None:
+        mine = self._sent.get((src, lid, eid))
+        if not mine:
+            return  # written by another client (an earlier term's, recovered by another)
+        self._counts["check.lafr_entries"] += 1
+        ws = write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
+        got = self._acks.answers(lid, eid)
+        missing = [b for b in ws if not any((b, p) in got for p in mine)]
+        if missing:
+            self._violate(
+                LAFR_RULE,
+                f"{src} sent LAFR {lafr} for ledger {lid}, but {missing} of the write set {ws} "
+                f"of entry {eid} never acknowledged it",
             )

@@ -51,6 +51,7 @@ from embedlog.wire.messages import (
 )
 
 if TYPE_CHECKING:
+    from embedlog.testing.oracle_quorum import LafrRule
     from embedlog.testing.oracle_streams import StreamRules
 
 _NEGATIVE = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
@@ -92,6 +93,7 @@ class StreamOracle(Oracle):
         # which streams were deleted (no end-of-history count of their copies).
         self.rules: StreamRules | None = None
         self.dropped: Callable[[int], bool] = lambda _lid: False
+        self.lafr: LafrRule | None = None  # LafrIsFullyReplicated (oracle_quorum.py)
 
     # -- entries on the wire -------------------------------------------------------------------
 
@@ -123,6 +125,8 @@ class StreamOracle(Oracle):
     def sent(self, src: str, bookie_id: str, req: Request) -> None:
         if self.rules is not None:
             self.rules.request_sent(bookie_id, req)
+        if self.lafr is not None:
+            self.lafr.sent(src, req)
         if req.op not in (OpCode.ADD, OpCode.ADD_BATCH):
             return
         lid = req.ledger_id

@@ -30,7 +30,7 @@ from embedlog.errors import (
 )
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
-from embedlog.testing.oracle_quorum import AckQuorumRule
+from embedlog.testing.oracle_quorum import AckQuorumRule, LafrRule
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
 from embedlog.testing.simcombos import dirty_leftover, dirty_leftover_at, dirty_leftover_ready
 from embedlog.testing.workload import (
@@ -68,7 +68,11 @@ class UnboundedWorkload:
         # The stream layer (retention, cursors, deletes: workload_streams.py), when asked.
         sc = sim.scenario
         self.ops = StreamOps(self) if sc.retention or max(sc.committers + sc.deletes) else None
-        self.oracle.quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, sim.counts)
+        quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, sim.counts)
+        self.oracle.quorum = quorum
+        self.oracle.lafr = LafrRule(
+            quorum, self._stored, self.oracle.payload_of, self.oracle.violate, sim.counts
+        )
         if self.ops is not None:
             self.oracle.rules = self.ops.rules
             self.oracle.dropped = self.ops.gone
@@ -92,6 +96,13 @@ class UnboundedWorkload:
         for h in self._handles:
             if h.writer is not None:
                 h.writer.stop()
+
+    def _stored(self, lid: int) -> LedgerMetadata | None:
+        """The metadata as the store holds it now (None: deleted)."""
+        try:
+            return self.sim.truth.read_ledger(lid)
+        except NoSuchLedgerInMetadataError:
+            return None
 
     def writers_done(self) -> bool:
         """Whether every stream's writers (first terms and takeovers) are done."""

@@ -1,0 +1,78 @@
+"""LafrIsFullyReplicated (oracle_quorum.py): every entry of the last fragment at or below
+the LAFR a stream writer sends is on its whole write set; a LAFR mutant (lafr_mutants.py)
+that passes an entry one confirmation short is caught at the seed pinned here."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from lafr_mutants import lafr_one_short
+
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.testing.oracle_quorum import LAFR_RULE, AckQuorumRule, LafrRule
+from embedlog.testing.sim import run_seed
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.entry import DigestType
+from embedlog.wire.messages import AddFlags, OpCode, Request, Response
+
+LID = 5
+MD = LedgerMetadata(
+    ledger_id=LID,
+    ensemble_size=3,
+    write_quorum=3,
+    ack_quorum=2,
+    fragments=((0, ("b1", "b2", "b3")), (4, ("b1", "b2", "b4"))),
+    digest_type=DigestType.CRC32C,
+    unbounded=True,
+)
+
+
+class History:
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.acks = AckQuorumRule(bytes, lambda r, d: self.seen.append(r), Counter())
+        self.rule = LafrRule(
+            self.acks, lambda _lid: MD, bytes, lambda r, d: self.seen.append(r), Counter()
+        )
+
+    def add(self, eid: int, lafr: int, answered_by: tuple[str, ...], flags: int = 0) -> None:
+        body = b"p%d" % eid
+        req = Request(OpCode.ADD, eid, LID, eid, flags=flags, term=2, body=body, lafr=lafr)
+        self.rule.sent("w", req)
+        for b in answered_by:
+            self.acks.answered(b, req, Response(OpCode.ADD, eid, StatusCode.EOK, LID, eid))
+
+
+def test_a_lafr_over_an_entry_one_bookie_never_confirmed_is_flagged():
+    h = History()
+    h.add(4, -1, ("b1", "b2", "b4"))
+    h.add(5, 4, ("b2", "b4"))  # LAFR 4: entry 4 is on its whole write set
+    assert h.seen == []
+    h.add(6, 5, ())  # LAFR 5: entry 5 lacks b1
+    assert h.seen == [LAFR_RULE]
+
+
+def test_entries_below_the_last_fragment_and_recovery_writes_are_not_judged():
+    h = History()
+    h.add(2, -1, ("b1",))  # in the first fragment: the LAFR passes it (committed)
+    h.add(4, 3, ("b1", "b2", "b4"))
+    h.add(5, 5, (), flags=AddFlags.RECOVERY)  # a takeover's write carries its start
+    assert h.seen == []
+
+
+FIRST = 0  # the mutant's first violating seed of `unbounded` (searched again if moved)
+SEARCH = 200
+
+
+def test_a_lafr_one_confirmation_short_is_caught():
+    def violated(seed: int) -> bool:
+        with lafr_one_short():
+            result = run_seed(seed, "unbounded", keep_trace=False)
+        return LAFR_RULE in [v.invariant for v in result.violations]
+
+    seed = next((s for s in [FIRST, *range(SEARCH)] if violated(s)), None)
+    assert seed is not None, f"the LAFR mutant is not caught in {SEARCH} seeds"
+    if seed != FIRST:
+        print(f"the LAFR mutant is caught at seed {seed} now (pinned: {FIRST})")
+    clean = run_seed(seed, "unbounded", keep_trace=False)
+    assert clean.ok and clean.counts["check.lafr_entries"] > 0
