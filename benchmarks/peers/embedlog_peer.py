@@ -81,6 +81,7 @@ def _follow(cluster: LocalCluster, load: Load) -> list[float]:
 
     t = threading.Thread(target=follow, daemon=True)
     t.start()
+    time.sleep(0.2)  # the follower is waiting before the first write, as for the others
     for i in range(load.follow):
         started[i] = time.perf_counter()
         writer.append(payload(i))
