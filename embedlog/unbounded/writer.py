@@ -108,7 +108,16 @@ class TermWriter(LedgerWriter):
         self._lac_told: dict[str, int] = {}  # the LAC last written to each bookie that way
         # Retention (retention.py): limits from the metadata, counted since the last mark.
         self.retention = layout.retention(md)
-        rollover = retention_rules.rollover_for(self.retention, fragment_max_entries)
+        # A takeover's recovery writes never roll over: they go to the last fragment as it
+        # was (its bookies replaced in memory at most), and a new fragment's TRIM ABOVE
+        # would drop the older term's acknowledged entries the takeover is still writing
+        # back (simulator, ``unbounded-streams``: retention's derived fragment size made
+        # recovery writers roll over).
+        rollover = (
+            retention_rules.Rollover()
+            if recovery
+            else retention_rules.rollover_for(self.retention, fragment_max_entries)
+        )
         self.fragment_max_entries = rollover.entries
         self._segment = self._open_stretch(md, rollover, lac, recovery)
         self._held_warned = -HELD_WARNING_EVERY  # when a cursor holding retention was logged

@@ -463,3 +463,23 @@ def test_retention_counts_acknowledged_appends_only(make_cluster):
     cluster.network.heal()
     t = cluster.client("t").open_unbounded(ul.ledger_id)
     assert len(list(t.entries(t.first_entry_id()))) >= 8
+
+
+def test_a_takeover_of_a_stream_with_retention_never_rolls_over_while_it_recovers(make_cluster):
+    """Found by the simulator (`unbounded-streams` seeds 11, 20, 33): retention derives
+    a fragment size from its limits (a quarter of max_entries: 1 here), and a takeover's
+    recovery writer used it, rolling over and readying new fragments with TRIM ABOVE
+    while it was still writing back the older term's acknowledged entries."""
+    cluster = make_cluster(3)
+    w = cluster.client("w")
+    ul = w.create_unbounded(3, 3, 2, retention=Retention(max_entries=4), fragment_max_entries=100)
+    cluster.network.block("w", "bookie-3")  # the LAFR stays behind: much to recover
+    acked = [ul.append(b"%d" % i) for i in range(6)]
+    takeover = cluster.client("t").open_unbounded(ul.ledger_id)
+    assert takeover.writer.fragment_max_entries == 100  # the stream's own setting
+    # Its write-back went to the last fragment as it was: no fragment was started.
+    assert len(takeover.metadata.fragments) == 1
+    first = takeover.first_entry_id()
+    kept = {e.entry_id: e.data for e in takeover.entries(first)}
+    assert kept == {i: b"%d" % i for i in acked if i >= first}
+    assert first <= acked[-1]  # at least the newest acknowledged entry is kept
