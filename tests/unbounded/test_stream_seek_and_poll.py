@@ -86,7 +86,8 @@ def test_the_async_tail_polls_too(make_cluster):
 
     async def main() -> list[int]:
         async with AsyncClient(cluster.client("f")) as client:
-            async with await client.open_unbounded(ul.ledger_id, takeover=False) as f:
+            f = await client.open_unbounded(ul.ledger_id, takeover=False)
+            async with f:
                 assert not f.is_writer
                 assert f.metadata.ledger_id == ul.ledger_id
                 assert await f.first_entry_id() == 0
