@@ -116,7 +116,10 @@ class LafrRule:
         self._payload_of = payload_of
         self._violate = violate
         self._counts = counts
-        self._sent: dict[tuple[str, int, int], set[bytes]] = {}  # (client, lid, eid) -> payloads
+        # (client, lid, term, eid) -> payloads: a client that takes the stream over again
+        # inherits entries it wrote in an earlier term, which that term's takeover wrote
+        # back (and whose acks answered the takeover, not this client)
+        self._sent: dict[tuple[str, int, int, int], set[bytes]] = {}
         self._checked: dict[tuple[str, int, int], int] = {}  # (client, lid, term) -> LAFR judged
 
     def sent(self, src: str, req: Request) -> None:
@@ -130,7 +133,8 @@ class LafrRule:
         except FrameError:
             return
         for eid, entry in entries:
-            self._sent.setdefault((src, lid, eid), set()).add(self._payload_of(bytes(entry)))
+            key4 = (src, lid, req.term, eid)
+            self._sent.setdefault(key4, set()).add(self._payload_of(bytes(entry)))
         if req.flags & AddFlags.RECOVERY or req.lafr < 0:
             return
         key = (src, lid, req.term)
@@ -139,14 +143,19 @@ class LafrRule:
             return
         self._checked[key] = req.lafr
         md = self._read_ledger(lid)
-        if md is None:
+        if md is None or md.term != req.term:
+            # A displaced writer (another term took over) still sends adds, with the LAFR
+            # of its own view of the fragments; the metadata now holds the new term's, so
+            # its write sets are not the ones that writer used.
             return
         low = max(before + 1, md.fragments[0][0], md.last_fragment[0])
         for eid in range(low, req.lafr + 1):
-            self._judge(src, lid, eid, req.lafr, md)
+            self._judge(src, lid, req.term, eid, req.lafr, md)
 
-    def _judge(self, src: str, lid: int, eid: int, lafr: int, md: LedgerMetadata) -> None:
-        mine = self._sent.get((src, lid, eid))
+    def _judge(
+        self, src: str, lid: int, term: int, eid: int, lafr: int, md: LedgerMetadata
+    ) -> None:
+        mine = self._sent.get((src, lid, term, eid))
         if not mine:
             return  # written by another client (an earlier term's, recovered by another)
         self._counts["check.lafr_entries"] += 1

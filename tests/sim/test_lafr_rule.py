@@ -24,6 +24,7 @@ MD = LedgerMetadata(
     fragments=((0, ("b1", "b2", "b3")), (4, ("b1", "b2", "b4"))),
     digest_type=DigestType.CRC32C,
     unbounded=True,
+    term=2,  # the writer's term: a displaced writer's LAFR is not judged
 )
 
 
@@ -57,6 +58,20 @@ def test_entries_below_the_last_fragment_and_recovery_writes_are_not_judged():
     h.add(2, -1, ("b1",))  # in the first fragment: the LAFR passes it (committed)
     h.add(4, 3, ("b1", "b2", "b4"))
     h.add(5, 5, (), flags=AddFlags.RECOVERY)  # a takeover's write carries its start
+    assert h.seen == []
+
+
+def test_a_displaced_writer_and_entries_of_an_earlier_term_are_not_judged():
+    """Seeds 722 and 1176 of `unbounded`, 1375 of `unbounded-races` (10,000-seed runs):
+    the metadata holds the new term's write sets, not the ones a displaced writer used;
+    and a client that takes over again inherits entries it wrote in an earlier term,
+    which that term's takeover wrote back (the acks answered the takeover)."""
+    h = History()
+    h.add(4, -1, ("b1", "b2", "b4"))
+    old = Request(OpCode.ADD, 9, LID, 5, term=1, body=b"p5", lafr=5)  # term 1: displaced
+    h.rule.sent("w", old)
+    assert h.seen == []
+    h.add(6, 5, ())  # term 2's LAFR over entry 5, which only term 1's add carried
     assert h.seen == []
 
 
