@@ -21,7 +21,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from embedlog import cli_access
-from embedlog.admin_ledger import confirm, password, printable
+from embedlog.admin_ledger import confirm, ledger_or_stream, password, write_entry
 from embedlog.console import print_json, table
 
 if TYPE_CHECKING:
@@ -32,13 +32,10 @@ if TYPE_CHECKING:
 FORMATS = ("text", "raw", "json")
 
 
-def _ledger_ref(text: str) -> int | str:
-    """A stream given on the command line: its name, or its ledger id."""
-    return int(text) if text.isdigit() else text
-
-
 def _follower(client: Client, args: argparse.Namespace) -> UnboundedLedger:
-    return client.open_unbounded(_ledger_ref(args.stream), password=password(args), takeover=False)
+    return client.open_unbounded(
+        ledger_or_stream(args.stream), password=password(args), takeover=False
+    )
 
 
 def stream_row(client: Client, name: str | None, ledger_id: int) -> dict[str, Any]:
@@ -110,7 +107,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=True) as access:
-        lid = access.client.stream_id(_ledger_ref(args.stream))
+        lid = access.client.stream_id(ledger_or_stream(args.stream))
         row = stream_row(access.client, None, lid)
         md = access.client.ledger_metadata(lid)
         row["state"] = md.state.name.lower()
@@ -121,20 +118,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def write_record(entry: Entry, fmt: str) -> None:
-    data = bytes(entry.data)
-    if fmt == "json":
-        import base64
-        import json
-
-        doc = {"entry_id": entry.entry_id, "size": len(data)}
-        doc["data_base64"] = base64.b64encode(data).decode("ascii")  # type: ignore[assignment]
-        print(json.dumps(doc))
-    elif fmt == "raw":
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-    else:
-        print(f"{entry.entry_id}\t{printable(data)}")
+    """One entry as ``stream read``/``tail`` print it: ``ledger read``'s forms."""
+    write_entry(entry, "text" if fmt == "json" else fmt, fmt == "json")
 
 
 def _read(args: argparse.Namespace) -> int:
@@ -189,7 +174,7 @@ def _tail(args: argparse.Namespace) -> int:
 
 def _cursors(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=True) as access:
-        lid = access.client.stream_id(_ledger_ref(args.stream))
+        lid = access.client.stream_id(ledger_or_stream(args.stream))
         row = stream_row(access.client, None, lid)
     cursors = row["cursors"]
     if args.json:
@@ -257,7 +242,7 @@ def _create(args: argparse.Namespace) -> int:
 
 def _delete(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=False) as access:
-        lid = access.client.stream_id(_ledger_ref(args.stream))
+        lid = access.client.stream_id(ledger_or_stream(args.stream))
         row = stream_row(access.client, None, lid)
         question = (
             f"delete stream {args.stream} (ledger {lid}, {row['ids_kept']} entry ids kept, "

@@ -24,7 +24,14 @@ from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.pending import PendingAdd
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.wire.codes import StatusCode
-from embedlog.wire.messages import NO_TERM, RESULT_SIZE, FrameError, Response, unpack_results
+from embedlog.wire.messages import (
+    DELETED_TERM,
+    NO_TERM,
+    RESULT_SIZE,
+    FrameError,
+    Response,
+    unpack_results,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -148,9 +155,13 @@ class AddAnswers:
 
     def _on_refusal(self, p: PendingAdd, bookie: str, status: int, term: int) -> None:
         """One bookie refused one entry."""
-        if status == StatusCode.EDELETED:
+        if status == StatusCode.EDELETED or (
+            status == StatusCode.EINVALIDTERM and term >= DELETED_TERM
+        ):
             # Whether or not this entry was acknowledged already: nothing added to the
-            # ledger from now on could be read, so every later add must fail too.
+            # ledger from now on could be read, so every later add must fail too. A
+            # refusal carrying the deleted term comes from a delete's fence, not a
+            # takeover (unbounded/deletion.py).
             self.fail(deleted_error(self.md.ledger_id, bookie))
         elif status == StatusCode.EINVALIDTERM:
             self.fail(

@@ -358,18 +358,6 @@ class TermWriter(LedgerWriter):
             if set(self.md.last_fragment[1]) & missing:
                 await asyncio.sleep(min(self.ctx.bookies.request_timeout, 0.5))
 
-    def _on_refusal(self, p: PendingAdd, bookie: str, status: int, term: int) -> None:
-        if status == StatusCode.EINVALIDTERM and rules.deleted_by_term(term):
-            self.fail(
-                LedgerDeletedError(
-                    f"ledger {self.md.ledger_id}: the stream is being deleted ({bookie} "
-                    "was fenced by the delete); nothing more can be appended to it: create "
-                    "the stream again to go on"
-                )
-            )
-            return
-        super()._on_refusal(p, bookie, status, term)
-
     def _bookie_failed(self, bookie: str) -> None:
         self._suspects[bookie] = time.monotonic()
         super()._bookie_failed(bookie)
