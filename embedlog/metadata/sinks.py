@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from embedlog.errors import LedgerDeletedError
 from embedlog.metadata.client import ledger_path
-from embedlog.metadata.store import MetadataStore, NoNodeError
+from embedlog.metadata.store import MetadataStore, NoNodeError, delete_tree
 
 SINKS = "/streams/sinks"
 
@@ -70,13 +70,4 @@ def _deleted(ledger_id: int) -> LedgerDeletedError:
 
 
 def delete_all(store: MetadataStore, ledger_id: int) -> None:
-    base = _base(ledger_id)
-    for sink in store.children(base):  # stores whose parents are implied keep no node
-        try:
-            store.delete(f"{base}/{sink}")
-        except NoNodeError:
-            pass
-    try:
-        store.delete(base)
-    except NoNodeError:
-        pass
+    delete_tree(store, _base(ledger_id))

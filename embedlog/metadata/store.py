@@ -103,6 +103,21 @@ class MetadataStore(abc.ABC):
         return SessionView(self)
 
 
+def delete_tree(store: MetadataStore, path: str) -> None:
+    """Delete ``path`` and everything below it, whatever is already gone. The memory and
+    LevelDB stores imply parents without making them nodes, and deleting a node that
+    does not exist deletes nothing below it: the children go first, one by one."""
+    for child in store.children(path):
+        try:
+            store.delete(f"{path}/{child}")
+        except NoNodeError:
+            pass
+    try:
+        store.delete(path)
+    except NoNodeError:
+        pass
+
+
 class SessionView(MetadataStore):
     """A session on a shared local store: ephemeral nodes are tracked and removed on close.
 
@@ -200,4 +215,5 @@ __all__ = [
     "MetadataVersionError",
     "NoNodeError",
     "NodeExistsError",
+    "delete_tree",
 ]

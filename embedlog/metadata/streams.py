@@ -37,6 +37,7 @@ from embedlog.metadata.store import (
     MetadataVersionError,
     NodeExistsError,
     NoNodeError,
+    delete_tree,
 )
 
 NAMES = "/streams/names"
@@ -315,10 +316,4 @@ def delete_cursor(store: MetadataStore, ledger_id: int, name: str) -> bool:
 
 def delete_all_cursors(store: MetadataStore, ledger_id: int) -> None:
     """Drop the stream's cursors and its trim point node."""
-    base = _cursors_path(ledger_id)
-    for name in store.children(base):  # stores whose parents are implied keep no node
-        delete_cursor(store, ledger_id, name)
-    try:
-        store.delete(base)
-    except NoNodeError:
-        pass
+    delete_tree(store, _cursors_path(ledger_id))
