@@ -493,6 +493,7 @@ class TermWriter(LedgerWriter):
             return limits_at if floor is None else min(limits_at, floor)
 
         if limits_at <= first:
+            self.ctx.metrics.retention_held(md.ledger_id, 0, 0)  # nothing beyond the limits
             return
         decided = await trimming.decide(self.ctx, md, wanted)
         self._report_held(marks, first, decided, limits_at, cursor_floor[0])
