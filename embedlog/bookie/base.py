@@ -32,6 +32,7 @@ from embedlog.bookie.disk import Disk
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.journal import Durable, Journal
 from embedlog.bookie.storage import LedgerStorage
+from embedlog.clock import Clock
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
 from embedlog.metrics import BookieMetrics
@@ -50,6 +51,7 @@ class BookieBase:
     config: BookieConfig
     metadata: MetadataClient
     session: MetadataStore  # the bookie's registration lives as long as this session
+    clock: Clock  # where the bookie reads the time (embedlog/clock.py)
     disk: Disk  # every file the bookie touches, through this (embedlog/bookie/disk.py)
     _state: BookieState
     readonly: bool  # refuses adds with EREADONLY (configured, or a disk that failed)

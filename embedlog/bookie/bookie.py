@@ -26,6 +26,7 @@ from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.registration import Registration
 from embedlog.bookie.repair import Repairer
 from embedlog.bookie.requests import Requests
+from embedlog.clock import SYSTEM_CLOCK, Clock
 from embedlog.errors import BookieIOError, LedgerDeletedError
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
@@ -54,14 +55,16 @@ class Bookie(Requests, Boot):
         client_factory: Callable[[], Client] | None = None,
         disk_executor: Callable[[str], Executor] | None = None,
         disk: Disk = REAL_DISK,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``client_factory`` gives BP-46 repair a client to recover ledgers and reach peers.
 
         ``disk_executor(name)`` makes the executor for the journal's and for the flush's
         disk work (default: a thread each); the simulator's runs them on its one thread.
         ``disk``: the bookie's files (embedlog/bookie/disk.py; the simulator's are in
-        memory)."""
+        memory). ``clock``: where the bookie reads the time (embedlog/clock.py)."""
         self.config = config
+        self.clock = clock
         self.disk = disk
         self.metadata = metadata
         self.session = session

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from attrs import define, field
 
+from embedlog.clock import SYSTEM_CLOCK, Clock
 from embedlog.ledger.admission import DEFAULT_MAX_ADDS_IN_FLIGHT, DEFAULT_MAX_BYTES_IN_FLIGHT
 from embedlog.ledger.bookie_client import BookieClient
 from embedlog.ledger.placement import PlacementPolicy
@@ -63,6 +64,8 @@ class ClientContext:
     # Why the client that owns this context takes no more calls (None: it does).
     closed_reason: str | None = None
     metrics: ClientMetrics = field(factory=ClientMetrics)  # embedlog/metrics.py
+    # Where every part of this client reads the time (embedlog/clock.py).
+    clock: Clock = SYSTEM_CLOCK
 
     @property
     def name(self) -> str:
