@@ -19,6 +19,7 @@ from embedlog.ledger.reader import read_lac
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.unbounded import layout, rules
 from embedlog.wire.entry import Digester, split_term
+from embedlog.wire.record import split_record
 
 # A long poll that sees no progress for this long re-reads the metadata (the writer may
 # have moved to a new fragment, whose bookies are the ones that learn the LAC).
@@ -40,10 +41,17 @@ async def read_visible(
     check_stored(md, first)
     rows = await read_range(ctx, md, digester, first, last)
     return [
-        Entry(md.ledger_id, eid, bytes(split_term(header.flags, payload)[1]))
+        stream_entry(md.ledger_id, eid, header.flags, payload)
         for eid, header, payload in rows
         if rules.visible(header.is_noop)
     ]
+
+
+def stream_entry(ledger_id: int, entry_id: int, flags: int, payload: bytes) -> Entry:
+    """What a reader of a stream gets for a stored entry: the term stripped and the
+    record's envelope (embedlog/wire/record.py) read into the Entry's fields."""
+    _term, rec, data = split_record(flags, payload)
+    return Entry(ledger_id, entry_id, bytes(data), rec.timestamp, rec.key, rec.headers, rec.msg_id)
 
 
 async def current_metadata(ctx: ClientContext, ledger_id: int) -> LedgerMetadata:

@@ -33,6 +33,9 @@ FLAG_NOOP = 1  # an unbounded ledger's truncate no-op: readers skip it
 # leftover above a newer term's entry (never acknowledged) from the log's own entries.
 FLAG_TERM = 2
 TERM = struct.Struct(">q")
+# A stream record: after the term, an envelope (timestamp, key, headers, message id)
+# precedes the application's payload (wire/record.py).
+FLAG_RECORD = 4
 
 
 class DigestType(enum.Enum):
