@@ -28,6 +28,11 @@ class NodeExistsError(MetadataError):
 
 ANY_VERSION = -1
 
+# Seconds a store that talks to a server (ZooKeeper) waits for it: to connect, then in
+# each call. Here, beside the interface, because both open_store (uri.py) and the
+# ZooKeeper store default to it.
+DEFAULT_METADATA_TIMEOUT = 10.0
+
 
 class MetadataStore(abc.ABC):
     blocking_io: bool = False

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embedlog.metadata.store import MetadataStore
-
-# Seconds a ZooKeeper store waits for ZooKeeper: to connect, then in each call.
-DEFAULT_METADATA_TIMEOUT = 10.0
+from embedlog.metadata.store import DEFAULT_METADATA_TIMEOUT, MetadataStore
 
 ZK_FORM = "zk://host:port[,host:port...]/path"
 ACCEPTED_FORMS = f"None (embedded LevelDB under data_dir/metadata), 'memory://', or '{ZK_FORM}'"

@@ -43,12 +43,12 @@ from embedlog.errors import MetadataError, MetadataUnavailableError
 from embedlog.metadata.memory import normalize
 from embedlog.metadata.store import (
     ANY_VERSION,
+    DEFAULT_METADATA_TIMEOUT,
     MetadataStore,
     MetadataVersionError,
     NodeExistsError,
     NoNodeError,
 )
-from embedlog.metadata.uri import DEFAULT_METADATA_TIMEOUT
 from embedlog.metadata.zk_outage import OutageLog, reconnect_retry
 
 log = logging.getLogger(__name__)
