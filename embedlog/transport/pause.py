@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-if TYPE_CHECKING:
-    from embedlog.transport.server import FrameReply
+# What a transport learns about one request frame: the answer frame, None for "no answer
+# ever" (an undecodable frame), or the exception that means the bookie went away. Defined
+# here, below server.py (which serves frames through a gate), since a gate holds replies.
+FrameReply = Callable[[bytes | None, BaseException | None], None]
 
 
 class PauseGate:

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from embedlog.transport.pause import PauseGate
+from embedlog.transport.pause import FrameReply, PauseGate
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import FrameError, Request, Response
 
@@ -25,10 +25,6 @@ class RequestHandler(Protocol):
 # What a handler's ``handle_nowait`` passes back: the answer or the exception ``handle``
 # would have raised.
 Reply = Callable[[Response | BaseException], None]
-
-# What a transport learns about one request frame: the answer frame, None for "no answer
-# ever" (an undecodable frame), or the exception that means the bookie went away.
-FrameReply = Callable[[bytes | None, BaseException | None], None]
 
 
 def handle_as_task(coro: Coroutine[Any, Any, Response], reply: Reply) -> asyncio.Task[Response]:
