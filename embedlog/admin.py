@@ -164,11 +164,14 @@ def _bookie_status(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     from embedlog.admin_ledger import add_ledger_commands
+    from embedlog.admin_stream import add_stream_commands
     from embedlog.auditor.cli import add_auditor_commands
+    from embedlog.auditor.decommission_cli import add_decommission_command
+    from embedlog.process.command import add_run_command
     from embedlog.sandbox import add_sandbox_command
 
     add_ledger_commands(sub)
-    __import__("embedlog.admin_stream").admin_stream.add_stream_commands(sub)
+    add_stream_commands(sub)
     bookie = sub.add_parser("bookie", help="bookie administration").add_subparsers(
         dest="bookie_command", required=True
     )
@@ -195,18 +198,11 @@ def add_commands(sub: Any) -> None:
     p.add_argument("bookie_id", nargs="?", default=None)
     p.add_argument("--json", action="store_true", help="full statuses as one JSON object")
     p.set_defaults(func=_bookie_status)
-    __import__("embedlog.process.command").process.command.add_run_command(bookie)
-    __import__(
-        "embedlog.auditor.decommission_cli"
-    ).auditor.decommission_cli.add_decommission_command(bookie)
+    add_run_command(bookie)
+    add_decommission_command(bookie)
 
     add_sandbox_command(sub)
     add_auditor_commands(sub)
 
 
-def fail(message: str) -> int:
-    print(message, file=sys.stderr)
-    return 2
-
-
-__all__ = ["add_commands", "bookie_statuses", "fail", "public_metadata"]
+__all__ = ["add_commands", "bookie_statuses", "public_metadata"]

@@ -37,6 +37,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+def fail(message: str) -> int:
+    """A command's one-line error on stderr; the exit status of a usage error (2)."""
+    print(message, file=sys.stderr)
+    return 2
+
+
 def print_json(value: Any, stream: TextIO | None = None) -> None:
     """One JSON document on stdout, nothing else: what ``--json`` promises."""
     print(json.dumps(value, indent=2, sort_keys=True), file=stream or sys.stdout)

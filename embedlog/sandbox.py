@@ -101,8 +101,8 @@ class _StopSignals:
 
 
 def _sandbox(args: argparse.Namespace) -> int:
-    from embedlog.admin import fail
     from embedlog.cluster import LocalCluster
+    from embedlog.console import fail
     from embedlog.extras import require
     from embedlog.metadata import zkserver
     from embedlog.prometheus import MetricsServer

@@ -58,9 +58,11 @@ def worker_pythons(
 
 def _ours() -> list[str]:
     import embedlog
-    import spark_connector
 
-    return [str(Path(m.__file__ or "").resolve()) for m in (embedlog, spark_connector)]
+    # This package's __init__.py is this module's neighbour: importing the package here
+    # would be an import cycle (it imports this module).
+    package = Path(__file__).resolve().with_name("__init__.py")
+    return [str(Path(embedlog.__file__ or "").resolve()), str(package)]
 
 
 def probe(python: str, pythonpath: str | None) -> list[str] | str:

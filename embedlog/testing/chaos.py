@@ -14,7 +14,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 
 from embedlog.testing.decisions import SuppressError, parse_suppress
@@ -332,12 +331,6 @@ def _print_shrunk_history(shrunk: object) -> None:
     out.write_text("\n".join(again.trace) + "\n")
     _show_until_violation(again.trace, "shrunk history's ", again.events, again.trace_hash)
     print(f"whole shrunk trace: {out}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:  # for python -m embedlog.testing.chaos
-    from embedlog.cli import main as cli_main
-
-    return cli_main(["chaos", *(argv if argv is not None else sys.argv[1:])])
 
 
 def _show_until_violation(trace: list[str], whose: str, events: int, trace_hash: str) -> None:
