@@ -28,13 +28,15 @@ from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
 from embedlog.metadata.uri import DEFAULT_METADATA_TIMEOUT, open_store
 from embedlog.metrics import BookieMetrics, MetricsSnapshot, flatten, sum_bookies, sum_clients
+from embedlog.process.bookies import ProcessBookies
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport, next_txn
 from embedlog.transport.faults import NetworkFaults
 from embedlog.transport.inprocess import InProcessTransport
 from embedlog.wire.codes import StatusCode
-from embedlog.wire.entry import HEADER, Digester, header_fields, split_term
+from embedlog.wire.entry import HEADER, Digester, header_fields
 from embedlog.wire.messages import OpCode, Request
+from embedlog.wire.record import split_record
 
 if TYPE_CHECKING:
     from embedlog.auditor.checker import Report
@@ -55,8 +57,6 @@ class LocalCluster(InProcessBookies):
     def __new__(cls, *args: Any, processes: bool = False, **kwargs: Any) -> LocalCluster:
         # processes=True: the same API with each bookie in a process of its own.
         if processes and cls is LocalCluster:
-            from embedlog.process.cluster import ProcessCluster
-
             return super().__new__(ProcessCluster)
         return super().__new__(cls)
 
@@ -439,7 +439,7 @@ class LocalCluster(InProcessBookies):
         except Exception:
             digest_len = 0
         flags = header_fields(resp.body)[3]
-        return split_term(flags, resp.body[HEADER.size + digest_len :])[1]
+        return split_record(flags, resp.body[HEADER.size + digest_len :])[2]
 
     def check_metadata(self) -> Report:
         """BP-34: check the placement and replication of every closed ledger, and of the sealed
@@ -493,3 +493,8 @@ class LocalCluster(InProcessBookies):
         """Client connections the bookies' TCP servers hold (0 in-process)."""
         servers = getattr(self._transport, "servers", None)
         return sum(s.connections for s in servers.values()) if servers else 0
+
+
+class ProcessCluster(ProcessBookies, LocalCluster):
+    """What ``LocalCluster(..., processes=True)`` makes: this cluster with each bookie in an
+    OS process of its own (embedlog/process/bookies.py)."""

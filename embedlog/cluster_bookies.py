@@ -1,7 +1,7 @@
 """The bookies of a LocalCluster that run in this process: boot, pause, stop, crash, wipe.
 
 A mixin of ``LocalCluster`` (embedlog/cluster.py), which holds the cluster's state; a
-``ProcessCluster`` (embedlog/process/cluster.py) overrides these with bookie processes.
+``ProcessBookies`` (embedlog/process/bookies.py) does the same for bookie processes.
 """
 
 from __future__ import annotations

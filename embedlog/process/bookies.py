@@ -1,5 +1,11 @@
-"""``LocalCluster(..., processes=True)``: the same cluster API with each bookie in an OS
-process of its own (``embedlog bookie run``), reached over TCP.
+"""The bookies of a ``LocalCluster(..., processes=True)``: each an OS process of its own
+(``embedlog bookie run``), reached over TCP.
+
+``ProcessBookies`` is to bookie processes what ``InProcessBookies``
+(embedlog/cluster_bookies.py) is to bookie objects: a mixin that boots, stops, crashes,
+pauses and wipes the cluster's bookies. ``embedlog/cluster.py`` composes it with
+``LocalCluster`` into ``ProcessCluster``, the class ``LocalCluster(processes=True)``
+makes; this package never imports the cluster.
 
 The bookies share their metadata through ZooKeeper: ``metadata_uri`` names one, or,
 left out, the cluster starts one for itself under ``data_dir/zookeeper`` (on a port
@@ -20,14 +26,13 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from embedlog.bookie.bookie import Bookie
 from embedlog.bookie.config import BookieConfig
-from embedlog.cluster import LocalCluster
-from embedlog.cluster_bookies import repair_client_name
+from embedlog.cluster_bookies import InProcessBookies, repair_client_name
 from embedlog.metadata.store import MetadataStore
 from embedlog.process.supervisor import BookieProcess
 from embedlog.transport.faults import NetworkFaults
@@ -79,7 +84,30 @@ class ProcessNetworkFaults(NetworkFaults):
         super().delay_metadata(seconds)
 
 
-class ProcessCluster(LocalCluster):
+class _ClusterParts(InProcessBookies):
+    """What ``ProcessBookies`` uses of ``LocalCluster``, declared for the type checker as
+    ``InProcessBookies`` declares the cluster's state: LocalCluster is the next class in
+    a ProcessCluster's method order, where ``super()`` goes."""
+
+    network: NetworkFaults
+    metadata_uri: str | None
+    metadata_timeout: float
+    data_dir: Path | None
+    _own_dir: bool
+
+    if TYPE_CHECKING:
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+        def _open_store(self) -> MetadataStore: ...
+
+        def stop(self) -> None: ...
+
+
+class ProcessBookies(_ClusterParts):
+    """Bookie control for bookies that are processes of their own (a mixin of
+    ``ProcessCluster``, embedlog/cluster.py)."""
+
     def __init__(self, *args: Any, processes: bool = True, **kwargs: Any) -> None:
         transport = kwargs.pop("transport", "tcp")
         if transport != "tcp":
