@@ -22,7 +22,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from embedlog import validate
 from embedlog.errors import (
@@ -31,15 +31,48 @@ from embedlog.errors import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
+from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.runtime import Runtime
 from embedlog.unbounded import follow, layout
-
-if TYPE_CHECKING:
-    from embedlog.unbounded.ledger import UnboundedLedger
+from embedlog.wire.entry import Digester
 
 log = logging.getLogger(__name__)
 
 TAIL_BATCH = 256  # entries one step reads at most
+
+
+class Followed(Protocol):
+    """What a tail needs of the stream it follows (``UnboundedLedger``, which makes the
+    tails: a tail takes this, not the handle's class, so the handle can import this
+    module)."""
+
+    @property
+    def ledger_id(self) -> int: ...
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def ctx(self) -> ClientContext: ...
+
+    @property
+    def digester(self) -> Digester: ...
+
+    def check_open(self) -> None: ...
+
+    def closing(self) -> asyncio.Future[bool]: ...
+
+    async def view(self) -> tuple[LedgerMetadata, int]: ...
+
+    async def reread_metadata(self) -> LedgerMetadata: ...
+
+    async def wait_past(self, previous: int, wait: float) -> None: ...
+
+    async def cursor_start(self, cursor: str) -> int: ...
+
+    async def start_position(self, word: str) -> int: ...
 
 
 def skip_to(position: int, trim_point: int) -> int:
@@ -52,7 +85,7 @@ class TailCursor:
 
     def __init__(
         self,
-        ledger: UnboundedLedger,
+        ledger: Followed,
         start: int,
         timeout: float | None,
         cursor: str | None = None,
@@ -180,7 +213,7 @@ class TailCursor:
             self.position = trim_point
 
 
-def _closed_error(ul: UnboundedLedger) -> ClientClosedError:
+def _closed_error(ul: Followed) -> ClientClosedError:
     why = ul.runtime.closed_reason or ul.ctx.closed_reason
     return ClientClosedError(
         why or f"ledger {ul.ledger_id}: the tail's work was cancelled by the embedlog runtime"
