@@ -270,19 +270,55 @@ class AsyncUnboundedLedger:
         async for entry in _entries(self.ledger.runtime, self.ledger.read_aio, first, last):
             yield entry
 
-    def append_nowait(self, data: bytes) -> asyncio.Future[int]:
-        """Queue ``data`` at once (pipelining); the future gives its entry id. Raises
-        TooManyAddsInFlightError if the bound on appends in flight is reached."""
+    def append_nowait(
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: float | None = None,
+        msg_id: str | bytes | None = None,
+    ) -> asyncio.Future[int]:
+        """Queue a record at once (pipelining); the future gives its entry id. Raises
+        TooManyAddsInFlightError if the bound on appends in flight is reached. The
+        record's fields are ``UnboundedLedger.append_async``'s."""
+        instead = "await enqueue(data), which waits for room"
         return asyncio.wrap_future(
-            self.ledger._append(data, False, "await enqueue(data), which waits for room")
+            self.ledger.append_record(data, key, headers, timestamp, msg_id, False, instead)
         )
 
-    async def enqueue(self, data: bytes) -> asyncio.Future[int]:
+    async def enqueue(
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: float | None = None,
+        msg_id: str | bytes | None = None,
+    ) -> asyncio.Future[int]:
         """``append_nowait`` that first awaits room under the bound on appends in flight."""
-        return asyncio.wrap_future(await self.ledger.queue_aio(data))
+        return asyncio.wrap_future(
+            await self.ledger.queue_aio(
+                data, key=key, headers=headers, timestamp=timestamp, msg_id=msg_id
+            )
+        )
 
-    async def append(self, data: bytes) -> int:
-        return await (await self.enqueue(data))
+    async def append(
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: float | None = None,
+        msg_id: str | bytes | None = None,
+    ) -> int:
+        return await (
+            await self.enqueue(data, key=key, headers=headers, timestamp=timestamp, msg_id=msg_id)
+        )
+
+    async def entry_id_at(self, timestamp: float) -> int:
+        """``UnboundedLedger.entry_id_at``: the first entry at or after ``timestamp``."""
+        return await asyncio.to_thread(self.ledger.entry_id_at, timestamp)
 
     async def read(self, first: int, last: int) -> list[Entry]:
         return await asyncio.to_thread(self.ledger.read, first, last)

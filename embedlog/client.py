@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterator, Mapping
 
 from embedlog import validate
+from embedlog.clock import SYSTEM_CLOCK, Clock
 from embedlog.errors import (
     ClientClosedError,
     NoSuchLedgerInMetadataError,
@@ -31,6 +31,7 @@ from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport
+from embedlog.unbounded.layout import DEFAULT_DEDUP_WINDOW
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.unbounded.retention import Retention
 from embedlog.wire.codes import StatusCode
@@ -60,6 +61,7 @@ class Client:
         unsafe_recovery_reads_without_fence: bool = False,
         unsafe_recovery_from_minus_one: bool = False,
         unsafe_takeover_without_noop: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if request_timeout <= 0:
             raise ValueError(f"request_timeout must be > 0, got {request_timeout}")
@@ -79,6 +81,7 @@ class Client:
             unsafe_recovery_reads_without_fence=unsafe_recovery_reads_without_fence,
             unsafe_recovery_from_minus_one=unsafe_recovery_from_minus_one,
             unsafe_takeover_without_noop=unsafe_takeover_without_noop,
+            clock=clock,
         )
         self._writers: list[LedgerWriter] = []
         self._closed = False
@@ -173,7 +176,7 @@ class Client:
             custom_metadata=custom_metadata,
             term=1 if unbounded else -1,
             unbounded=unbounded,
-            ctime=time.time(),
+            ctime=self.ctx.clock.time(),
         )
         return await self.ctx.meta(self.ctx.metadata.create_ledger, md)
 
@@ -233,6 +236,7 @@ class Client:
         name: str | None = None,
         retention: Retention | None = None,
         retention_overrides_cursors: bool = False,
+        dedup_window: float = DEFAULT_DEDUP_WINDOW,
     ) -> UnboundedLedger:
         """A new unbounded ledger at term 1, with this client as its writer.
 
@@ -240,6 +244,8 @@ class Client:
         ``list_streams()``; StreamNameTakenError if another stream has it.
         ``retention``: the writers trim whole fragments beyond it, never above a cursor
         unless ``retention_overrides_cursors`` (docs/unbounded.md, "Retention").
+        ``dedup_window``: seconds an append's ``msg_id`` is remembered, by every writer of
+        the stream (0: appends take no msg_id; docs/unbounded.md, "Records").
         """
         self._check_open()
         return self._runtime.run(
@@ -253,6 +259,7 @@ class Client:
                 name=name,
                 retention=retention,
                 retention_overrides_cursors=retention_overrides_cursors,
+                dedup_window=dedup_window,
             )
         )
 
@@ -268,6 +275,7 @@ class Client:
         name: str | None = None,
         retention: Retention | None = None,
         retention_overrides_cursors: bool = False,
+        dedup_window: float = DEFAULT_DEDUP_WINDOW,
     ) -> UnboundedLedger:
         from embedlog.unbounded import layout
         from embedlog.unbounded.writer import TermWriter
@@ -282,6 +290,9 @@ class Client:
                 f"retention must be a Retention or None, not {type(retention).__name__}"
             )
         overrides = validate.flag(retention_overrides_cursors, "retention_overrides_cursors")
+        window = validate.optional_seconds(dedup_window, "dedup_window")
+        if window is None:
+            raise TypeError("dedup_window must be a number of seconds (0: no deduplication)")
         md = await self.new_ledger_metadata(
             ensemble_size,
             write_quorum,
@@ -292,6 +303,7 @@ class Client:
             unbounded=True,
         )
         settled = layout.with_settings(md, fragment_max_entries=fragment_max_entries)
+        settled = layout.with_stream_settings(settled, dedup_window=window)
         if name is not None:
             settled = layout.with_stream_settings(settled, name=name)
         if retention is not None:
@@ -310,7 +322,7 @@ class Client:
             fragment_max_entries=fragment_max_entries,
         )
         self._writers.append(writer)
-        return UnboundedLedger(self._runtime, self.ctx, md, password, writer=writer)
+        return UnboundedLedger(self._runtime, self.ctx, md, password, writer=writer, fresh=True)
 
     async def _register_name(self, name: str, ledger_id: int) -> None:
         store = self.ctx.metadata.store

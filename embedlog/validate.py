@@ -120,6 +120,15 @@ def optional_seconds(value: Any, name: str) -> float | None:
     return float(value)
 
 
+def timestamp(value: Any, name: str) -> float:
+    """A point in time: finite seconds since the epoch (before it too), as a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be seconds since the epoch (a number), not {_got(value)}")
+    if not -9.2e12 < value < 9.2e12:  # NaN and infinities included; what i64 microseconds hold
+        raise ValueError(f"{name} must be a finite number of seconds since the epoch, got {value}")
+    return float(value)
+
+
 def entry_range(first: Any, last: Any) -> tuple[int, int]:
     first = whole_number(first, "first")
     last = whole_number(last, "last")

@@ -13,30 +13,39 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from embedlog.errors import ClientClosedError
+from embedlog.ledger.admission import AddBudget
 from embedlog.ledger.future import new_future
 
-if TYPE_CHECKING:
-    from embedlog.ledger.writer import LedgerWriter
+
+class AddTarget(Protocol):
+    """Who takes the adds on the loop: a writer, or a stream's ``StreamAppends``."""
+
+    @property
+    def budget(self) -> AddBudget: ...
+
+    def add_to(
+        self, future: concurrent.futures.Future[int], payload: bytes, *, cost: int = -1
+    ) -> None: ...
 
 
 class AddInbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._queue: deque[tuple[LedgerWriter, bytes, concurrent.futures.Future[int], int]] = (
-            deque()
-        )
+        self._queue: deque[tuple[Any, bytes, concurrent.futures.Future[int], int, bytes | None]]
+        self._queue = deque()
         self._scheduled = False
 
     def submit(
-        self, writer: LedgerWriter, payload: bytes, cost: int = -1
+        self, writer: AddTarget, payload: bytes, cost: int = -1, msg_id: bytes | None = None
     ) -> concurrent.futures.Future[int]:
         """Queue ``payload`` for ``writer`` (from any thread); the future gives its entry id.
-        ``cost``: the bytes taken from ``writer.budget`` for it (-1: none)."""
+        ``cost``: the bytes taken from ``writer.budget`` for it (-1: none). ``msg_id``
+        (a stream's ``StreamAppends`` only): the append's id for deduplication."""
         future: concurrent.futures.Future[int] = new_future()
-        self._queue.append((writer, payload, future, cost))
+        self._queue.append((writer, payload, future, cost, msg_id))
         if not self._scheduled:
             self._scheduled = True
             try:
@@ -50,7 +59,7 @@ class AddInbox:
         # Never left pending: nothing would ever complete these futures.
         closed = ClientClosedError("the client's event loop is closed (its cluster stopped)")
         while self._queue:
-            writer, _payload, future, cost = self._queue.popleft()
+            writer, _payload, future, cost, _msg_id = self._queue.popleft()
             if cost >= 0:
                 writer.budget.release(1, cost)
             if future.set_running_or_notify_cancel():
@@ -63,10 +72,13 @@ class AddInbox:
         self._scheduled = False
         queue = self._queue
         while queue:
-            writer, payload, future, cost = queue.popleft()
+            writer, payload, future, cost, msg_id = queue.popleft()
             # RUNNING from here on: the caller can no longer cancel it under the writer.
             # One cancelled before this point is simply not written.
             if future.set_running_or_notify_cancel():
-                writer.add_to(future, payload, cost=cost)
+                if msg_id is None:
+                    writer.add_to(future, payload, cost=cost)
+                else:
+                    writer.add_to(future, payload, cost=cost, msg_id=msg_id)
             elif cost >= 0:
                 writer.budget.release(1, cost)

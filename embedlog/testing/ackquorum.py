@@ -27,7 +27,8 @@ from embedlog.errors import BookieIOError, NoSuchLedgerInMetadataError
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.unbounded import layout
-from embedlog.wire.entry import FLAG_NOOP, HEADER, split_term
+from embedlog.wire.entry import FLAG_NOOP, HEADER
+from embedlog.wire.record import split_record
 
 
 def exempt(write_set: Collection[str], ack_quorum: int, lost_disks: Collection[str]) -> bool:
@@ -103,7 +104,7 @@ def entry_payload(data: bytes, skip: int) -> bytes | None:
     flags = HEADER.unpack_from(data)[3]
     if flags & FLAG_NOOP:
         return None
-    return split_term(flags, data[skip:])[1]
+    return split_record(flags, data[skip:])[2]
 
 
 def storage_reader(

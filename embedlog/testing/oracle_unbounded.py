@@ -49,6 +49,7 @@ from embedlog.wire.messages import (
     unpack_entries,
     unpack_results,
 )
+from embedlog.wire.record import split_record
 
 if TYPE_CHECKING:
     from embedlog.testing.oracle_quorum import LafrRule
@@ -100,7 +101,7 @@ class StreamOracle(Oracle):
     def _parse(self, entry: bytes) -> tuple[int, bytes]:
         """(flags, the application's payload) of an entry as sent or stored."""
         flags = HEADER.unpack_from(entry)[3]
-        return flags, split_term(flags, entry[self._skip :])[1]
+        return flags, split_record(flags, entry[self._skip :])[2]
 
     def payload_of(self, entry: bytes) -> bytes:
         return self._parse(entry)[1]

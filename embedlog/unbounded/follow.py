@@ -8,7 +8,6 @@ fragment never changes once the entry is acknowledged, so that metadata places i
 from __future__ import annotations
 
 import asyncio
-import time
 
 from embedlog.errors import LedgerDeletedError, NoSuchEntryError, NoSuchLedgerInMetadataError
 from embedlog.ledger.batch_reads import read_range
@@ -77,14 +76,14 @@ async def wait_for_lac(
     placed by metadata newer than their LAC, and after a quiet poll so that a new fragment
     (rollover, ensemble change, takeover) is followed.
     """
-    started = time.monotonic()
+    started = ctx.clock.monotonic()
     try:
         lac = await read_lac(ctx, md, timeout_ms=max(1, int(wait * 1000)), previous=previous)
     except UNKNOWN_OUTCOMES:
         lac = previous
     fresh = await current_metadata(ctx, md.ledger_id)
     if lac <= previous:
-        spent = time.monotonic() - started
+        spent = ctx.clock.monotonic() - started
         if spent < wait / 2:  # every bookie failed at once: do not spin
             await asyncio.sleep(min(wait / 2, 0.1))
     return max(lac, previous), fresh

@@ -65,6 +65,16 @@ def retention(md: LedgerMetadata) -> Retention | None:
     return Retention.from_json(value) if isinstance(value, dict) else None
 
 
+# Seconds a stream remembers an append's msg_id (create_unbounded(dedup_window=...)); a
+# stream whose metadata says none (made before deduplication existed) has this one.
+DEFAULT_DEDUP_WINDOW = 120.0
+
+
+def dedup_window(md: LedgerMetadata) -> float:
+    value = settings(md).get("dedup_window", DEFAULT_DEDUP_WINDOW)
+    return float(value)
+
+
 def retention_overrides_cursors(md: LedgerMetadata) -> bool:
     return bool(settings(md).get("retention_overrides_cursors"))
 

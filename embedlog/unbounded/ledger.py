@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from embedlog import validate
 from embedlog.errors import (
@@ -21,18 +20,19 @@ from embedlog.errors import (
     NoSuchLedgerError,
     ReadPastLastConfirmedError,
 )
-from embedlog.ledger.admission import entry_bytes
 from embedlog.ledger.batches import batched
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
+from embedlog.ledger.future import new_future
 from embedlog.ledger.handles import check_range
 from embedlog.ledger.inbox import AddInbox
 from embedlog.metadata import streams
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime
-from embedlog.unbounded import follow, layout
+from embedlog.unbounded import follow, layout, seek
 from embedlog.unbounded import trim as trimming
+from embedlog.unbounded.appending import Prepared, StreamAppends, prepare
 from embedlog.unbounded.tailing import AsyncTail, Tail, TailCursor
 from embedlog.unbounded.writer import TermWriter
 from embedlog.wire.entry import Digester, master_key
@@ -50,7 +50,9 @@ class UnboundedLedger:
         *,
         writer: TermWriter | None = None,
         lac: int = -1,
+        fresh: bool = False,
     ) -> None:
+        """``fresh``: the stream was just created (no earlier term appended a msg_id)."""
         self._runtime = runtime
         self._loop = runtime.loop
         self._inbox = AddInbox(runtime.loop)
@@ -60,6 +62,13 @@ class UnboundedLedger:
         self._key = master_key(password)
         self._digester = Digester(md.digest_type, password)
         self._writer = writer
+        self._appends = (
+            None
+            if writer is None
+            else StreamAppends(
+                ctx, writer, self._digester, dedup_window=layout.dedup_window(md), fresh=fresh
+            )
+        )
         self._lac = lac
         self._closed = False
         self._closing: asyncio.Event | None = None  # set on close (made on the loop)
@@ -94,31 +103,104 @@ class UnboundedLedger:
 
     # -- appending ---------------------------------------------------------------------------
 
-    def append_async(self, data: bytes, *, wait: bool = True) -> concurrent.futures.Future[int]:
-        """Queue ``data``; the future gives its entry id once it (and all before it) is acked.
+    def append_async(
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: float | None = None,
+        msg_id: str | bytes | None = None,
+        wait: bool = True,
+    ) -> concurrent.futures.Future[int]:
+        """Queue a record; the future gives its entry id once it (and all before it) is acked.
 
+        ``timestamp``: seconds since the epoch (default: the writer's clock, kept to the
+        microsecond); ``key``: bytes or None; ``headers``: str -> bytes. ``msg_id``: an
+        append whose id the stream took within its dedup window returns that entry's id
+        and appends nothing, across takeovers too (docs/unbounded.md, "Records").
         Fails with InvalidTermError once another client took the ledger over. The entry
-        size limit and the bound on appends in flight are add_async's (WriteHandle).
+        size limit and the bound on appends in flight are add_async's (WriteHandle); a
+        record's envelope counts toward both.
         """
-        return self._append(data, wait, "call append_async(data) with wait=True")
+        instead = "call append_async(data) with wait=True"
+        return self.append_record(data, key, headers, timestamp, msg_id, wait, instead)
 
-    def _append(self, data: bytes, wait: bool, instead: str) -> concurrent.futures.Future[int]:
-        writer, payload = self._appendable(data)
-        size = len(payload)
-        writer.budget.take(size, self._runtime, wait=wait, instead=instead)
-        return self._submit(writer, payload, size)
+    def append_record(
+        self,
+        data: object,
+        key: object,
+        headers: object,
+        timestamp: object,
+        msg_id: object,
+        wait: bool,
+        instead: str,
+    ) -> concurrent.futures.Future[int]:
+        """``append_async`` with what TooManyAddsInFlightError suggests ``instead``."""
+        prepared = self._prepared(data, key, headers, timestamp, msg_id)
+        size = len(prepared.payload)
+        self._appends_or_raise().budget.take(size, self._runtime, wait=wait, instead=instead)
+        return self._submit(prepared, size)
 
-    async def queue_aio(self, data: bytes) -> concurrent.futures.Future[int]:
+    def append(
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: float | None = None,
+        msg_id: str | bytes | None = None,
+    ) -> int:
+        """``append_async(...).result()``: the record's entry id once acknowledged."""
+        return self.append_async(
+            data, key=key, headers=headers, timestamp=timestamp, msg_id=msg_id
+        ).result()
+
+    async def queue_aio(
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: float | None = None,
+        msg_id: str | bytes | None = None,
+    ) -> concurrent.futures.Future[int]:
         """``append_async`` for a coroutine on any event loop: awaits room (never blocks
         the loop) and returns the append's future without waiting for its acknowledgement."""
-        writer, payload = self._appendable(data)
-        await writer.budget.take_async(len(payload))
-        return self._submit(writer, payload, len(payload))
+        prepared = self._prepared(data, key, headers, timestamp, msg_id)
+        await self._appends_or_raise().budget.take_async(len(prepared.payload))
+        return self._submit(prepared, len(prepared.payload))
 
-    def _appendable(self, data: bytes) -> tuple[TermWriter, bytes]:
-        payload = entry_bytes(data, self._ctx.max_entry_size, f"ledger {self.ledger_id}")
-        writer = self._writer
-        if writer is None:
+    async def append_aio(
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: float | None = None,
+        msg_id: str | bytes | None = None,
+    ) -> int:
+        """The asyncio flavour (call on the runtime loop): awaits room, like append_async."""
+        prepared = self._prepared(data, key, headers, timestamp, msg_id)
+        appends = self._appends_or_raise()
+        size = len(prepared.payload)
+        await appends.budget.take_async(size)
+        future: concurrent.futures.Future[int] = new_future()
+        future.set_running_or_notify_cancel()
+        appends.add_to(future, prepared.payload, cost=size, msg_id=prepared.msg_id)
+        return await asyncio.wrap_future(future)
+
+    def _prepared(
+        self, data: object, key: object, headers: object, timestamp: object, msg_id: object
+    ) -> Prepared:
+        appends = self._appends_or_raise()
+        if msg_id is not None:
+            appends.check_msg_id()
+        return prepare(self._ctx, data, key, headers, timestamp, msg_id, f"ledger {self.ledger_id}")
+
+    def _appends_or_raise(self) -> StreamAppends:
+        appends = self._appends
+        if appends is None:
             raise InvalidTermError(
                 f"ledger {self.ledger_id} was opened with takeover=False: a follower holds "
                 "no term and cannot append; open it with takeover=True to become the writer"
@@ -126,27 +208,15 @@ class UnboundedLedger:
         validate.check_open(self._runtime, self._ctx)
         if self._closed:
             raise LedgerClosedError(f"this handle of ledger {self.ledger_id} was closed")
-        return writer, payload
+        return appends
 
-    def _submit(
-        self, writer: TermWriter, payload: bytes, size: int
-    ) -> concurrent.futures.Future[int]:
+    def _submit(self, prepared: Prepared, size: int) -> concurrent.futures.Future[int]:
+        appends = self._appends_or_raise()
         try:
-            return self._inbox.submit(writer, payload, size)
+            return self._inbox.submit(appends, prepared.payload, size, prepared.msg_id)
         except BaseException:
-            writer.budget.release(1, size)
+            appends.budget.release(1, size)
             raise
-
-    def append(self, data: bytes) -> int:
-        return self.append_async(data).result()
-
-    async def append_aio(self, data: bytes) -> int:
-        """The asyncio flavour (call on the runtime loop): awaits room, like append_async."""
-        if self._writer is None:
-            raise InvalidTermError(f"ledger {self.ledger_id}: a follower cannot append")
-        payload = entry_bytes(data, self._ctx.max_entry_size, f"ledger {self.ledger_id}")
-        await self._writer.budget.take_async(len(payload))
-        return await self._writer.add(payload, cost=len(payload))
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -261,6 +331,28 @@ class UnboundedLedger:
         md = await self.reread_metadata()
         _, lac = await self._refresh()
         return min(layout.first_entry(md), lac + 1)
+
+    def entry_id_at(self, timestamp: float) -> int:
+        """The first entry whose timestamp is at or after ``timestamp`` (seconds since the
+        epoch); LAC + 1 when none is. About log2(entries kept) small reads, no scan:
+        embedlog/unbounded/seek.py says what "first" means when appends set timestamps
+        that go backwards."""
+        validate.check_open(self._runtime, self._ctx)
+        t = validate.timestamp(timestamp, "timestamp")
+        return self._runtime.run(self.entry_id_at_aio(t))
+
+    async def entry_id_at_aio(self, timestamp: float) -> int:
+        async def times(first: int, last: int) -> list[tuple[int, float | None]]:
+            return [(e.entry_id, e.timestamp) for e in await self.read_aio(first, last)]
+
+        for _attempt in range(3):
+            first = await self.first_entry_id_aio()
+            _, lac = await self._refresh()
+            try:
+                return await seek.entry_id_at(times, first, lac, timestamp)
+            except NoSuchEntryError:
+                continue  # a trim moved the first entry kept under the search: search again
+        return await seek.entry_id_at(times, await self.first_entry_id_aio(), lac, timestamp)
 
     async def cursor_start(self, cursor: str) -> int:
         """Where a tail of ``cursor`` starts: after its committed position, or at the trim
@@ -377,9 +469,9 @@ class UnboundedLedger:
         writer = self._writer
         if writer is not None:
             # The writer knows its own LAC: wait for it to move (no request needed).
-            deadline = time.monotonic() + wait
+            deadline = self._ctx.clock.monotonic() + wait
             while writer.lac <= previous and writer.error is None:
-                left = deadline - time.monotonic()
+                left = deadline - self._ctx.clock.monotonic()
                 if left <= 0:
                     return
                 writer._progress.clear()

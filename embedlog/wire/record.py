@@ -17,6 +17,9 @@ present when its bit is set:
     0x04 headers    u16 count, then per header: u8 name length, name (UTF-8),
                     u16 value length, value
     0x08 msg_id     u8 length, bytes (the producer's id for deduplication)
+    0x10 appended   i64   microseconds since the epoch: the writer's clock at the
+                          append, when the caller set the timestamp and gave a msg_id
+                          (the deduplication window is measured on it)
 
 An append without key, headers or message id costs the 12 bytes of version, fields,
 length and timestamp. Entries without ``FLAG_RECORD`` (bounded ledgers, stream entries
@@ -39,7 +42,8 @@ TIMESTAMP = 0x01
 KEY = 0x02
 HEADERS = 0x04
 MSG_ID = 0x08
-KNOWN = TIMESTAMP | KEY | HEADERS | MSG_ID
+APPENDED = 0x10
+KNOWN = TIMESTAMP | KEY | HEADERS | MSG_ID | APPENDED
 
 # What a key, a header and a message id may hold: the envelope's own length fields
 # bound them (u16 for the fields in all, u8 for a header name and a message id).
@@ -72,6 +76,12 @@ class Record:
     key: bytes | None = None
     headers: Mapping[str, bytes] = NO_HEADERS
     msg_id: bytes | None = None
+    appended: float | None = None  # the writer's clock, when not ``timestamp``
+
+    @property
+    def appended_at(self) -> float | None:
+        """When the writer appended it (what the deduplication window is measured on)."""
+        return self.timestamp if self.appended is None else self.appended
 
 
 BARE = Record()  # an entry without an envelope
@@ -128,9 +138,11 @@ def encode(
     key: bytes | None = None,
     headers: Mapping[str, bytes] = NO_HEADERS,
     msg_id: bytes | None = None,
+    appended: float | None = None,
 ) -> bytes:
     """The envelope of a record (to put before its payload); fields already checked
-    with ``check_fields``."""
+    with ``check_fields``. ``appended``: the writer's clock, given only when the caller
+    set ``timestamp`` and a ``msg_id``."""
     micros = round(timestamp * 1_000_000)
     if key is None and not headers and msg_id is None:
         return _HEAD_TIME.pack(VERSION, TIMESTAMP, 8, micros)
@@ -148,6 +160,9 @@ def encode(
     if msg_id is not None:
         fields |= MSG_ID
         parts += (_U8.pack(len(msg_id)), msg_id)
+        if appended is not None:
+            fields |= APPENDED
+            parts.append(_I64.pack(round(appended * 1_000_000)))
     body = b"".join(parts)
     if len(body) > MAX_FIELDS:
         raise ValueError(
@@ -174,6 +189,7 @@ def decode(data: bytes) -> tuple[Record, bytes]:
     key: bytes | None = None
     headers: Mapping[str, bytes] = NO_HEADERS
     msg_id: bytes | None = None
+    appended: float | None = None
     try:
         if fields & TIMESTAMP:
             timestamp = _I64.unpack_from(data, pos)[0] / 1_000_000
@@ -192,12 +208,15 @@ def decode(data: bytes) -> tuple[Record, bytes]:
             headers = MappingProxyType(found)
         if fields & MSG_ID:
             msg_id, pos = _take(data, pos + 1, data[pos], end)
+        if fields & APPENDED:
+            appended = _I64.unpack_from(data, pos)[0] / 1_000_000
+            pos += 8
     except (struct.error, IndexError, UnicodeDecodeError) as e:
         raise RecordFormatError(f"a record's fields are malformed: {e}") from None
     if pos > end:
         raise RecordFormatError(f"a record's fields run {pos - end} bytes past their length")
     # Fields of a later version (bits this one does not know) lie before ``end``: skipped.
-    return Record(timestamp, key, headers, msg_id), data[end:]
+    return Record(timestamp, key, headers, msg_id, appended), data[end:]
 
 
 def split_record(flags: int, payload: bytes) -> tuple[int | None, Record, bytes]:

@@ -116,6 +116,7 @@ def _public(cls: type) -> set[str]:
 SYNC_ONLY = {
     "add_async": "add_nowait",
     "append_async": "append_nowait",
+    "append_record": "append_nowait",
     "runtime": None,
     "ctx": None,
     "digester": None,

@@ -47,6 +47,13 @@ def test_timestamps_keep_microseconds_and_may_precede_the_epoch():
         assert got.timestamp == pytest.approx(ts, abs=5e-7)
 
 
+def test_the_append_time_is_kept_apart_only_when_the_caller_set_the_timestamp():
+    own = record.decode(record.encode(100.0, None, {}, b"m"))[0]
+    assert (own.appended, own.appended_at) == (None, 100.0)
+    set_by_caller = record.decode(record.encode(5.0, None, {}, b"m", appended=100.0))[0]
+    assert (set_by_caller.timestamp, set_by_caller.appended_at) == (5.0, 100.0)
+
+
 def test_a_str_msg_id_is_stored_as_its_utf8_bytes():
     assert record.check_fields(None, None, "id-é")[2] == "id-é".encode()
 
@@ -72,9 +79,9 @@ def test_bad_fields_are_named(key, headers, msg_id, error, says):
 
 
 def test_a_later_versions_extra_fields_are_skipped_by_their_length():
-    # A field with bit 0x10, unknown here, after the known ones: readers skip it.
+    # A field with bit 0x20, unknown here, after the known ones: readers skip it.
     fields = struct.pack(">q", 2_000_000) + b"\x02ab"
-    env = struct.pack(">BBH", 1, record.TIMESTAMP | 0x10, len(fields)) + fields
+    env = struct.pack(">BBH", 1, record.TIMESTAMP | 0x20, len(fields)) + fields
     got, payload = record.decode(env + b"P")
     assert (got.timestamp, payload) == (2.0, b"P")
 
