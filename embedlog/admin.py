@@ -163,10 +163,10 @@ def _bookie_status(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
+    from embedlog.admin_auditor import add_auditor_commands
+    from embedlog.admin_decommission import add_decommission_command
     from embedlog.admin_ledger import add_ledger_commands
     from embedlog.admin_stream import add_stream_commands
-    from embedlog.auditor.cli import add_auditor_commands
-    from embedlog.auditor.decommission_cli import add_decommission_command
     from embedlog.process.command import add_run_command
     from embedlog.sandbox import add_sandbox_command
 
