@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite and CI need: Debian's zookeeper (real ZooKeeper tests) and
-# the package with its test, spark and dev extras (dev: ruff and mypy, which CI runs).
+# the package with its test, spark and dev extras (dev: ruff, mypy and import-linter, which
+# CI runs).
 # editable_mode=compat: an editable install that type checkers see (setuptools' default
 # import hook is invisible to mypy). Safe to run again.
 set -euo pipefail
