@@ -9,6 +9,7 @@ unknown outcome, and the bookie is replaced (ensemble_change.py). A mixin of
 
 from __future__ import annotations
 
+import enum
 import logging
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,61 @@ if TYPE_CHECKING:
     import asyncio
 
 log = logging.getLogger(__name__)
+
+
+class Refused(enum.Enum):
+    IGNORE = "ignore"  # about an entry already settled: nothing left to do for it
+    REPLACE = "replace"  # the bookie failed this add: replace it (or retry it)
+
+
+def refusal_outcome(
+    status: int, term: int, *, settled: bool, ledger_id: int, bookie: str, writer_term: int
+) -> BKError | Refused:
+    """What one bookie's refusal (``status`` != EOK, with the bookie's ``term``) of one
+    entry means: the error every add of the writer fails with, or ``Refused``."""
+    if status == StatusCode.EDELETED or (
+        status == StatusCode.EINVALIDTERM and term >= DELETED_TERM
+    ):
+        # Whether or not this entry was acknowledged already: nothing added to the
+        # ledger from now on could be read, so every later add must fail too. A
+        # refusal carrying the deleted term comes from a delete's fence, not a
+        # takeover (unbounded/deletion.py).
+        return deleted_error(ledger_id, bookie)
+    if status == StatusCode.EINVALIDTERM:
+        return InvalidTermError(
+            f"ledger {ledger_id}: {bookie} has term {term}, above this "
+            f"writer's {writer_term}: another client took over"
+        )
+    if settled:
+        return Refused.IGNORE
+    if status == StatusCode.EFENCED:
+        return LedgerFencedError(f"ledger {ledger_id} was fenced ({bookie})")
+    if status == StatusCode.EUA:
+        return UnauthorizedAccessError(f"ledger {ledger_id}: wrong password")
+    return Refused.REPLACE
+
+
+def batch_verdicts(body: bytes, count: int) -> int | list[tuple[int, int]]:
+    """A bookie's answer to a batch of ``count`` adds: the term of an EOK for every one
+    (the common answer, told without a verdict per entry), or (status, term) per entry;
+    FrameError if the body does not hold ``count`` results."""
+    one = body[:RESULT_SIZE]
+    if len(one) == RESULT_SIZE and body == one * count:  # one verdict for all
+        status, term = unpack_results(one)[0]
+        if status == StatusCode.EOK:
+            return term
+    results = unpack_results(body)
+    if len(results) != count:
+        raise FrameError(f"{len(results)} results for a batch of {count}")
+    return results
+
+
+def deleted_error(ledger_id: int, bookie: str) -> LedgerDeletedError:
+    """What a writer (or a recovery) that met a bookie's tombstone of its ledger raises."""
+    return LedgerDeletedError(
+        f"ledger {ledger_id} was deleted ({bookie} dropped it and refuses writes to it): "
+        "nothing more can be added to it; create a new ledger (or the stream again) to go on"
+    )
 
 
 class AddAnswers:
@@ -155,38 +211,19 @@ class AddAnswers:
 
     def _on_refusal(self, p: PendingAdd, bookie: str, status: int, term: int) -> None:
         """One bookie refused one entry."""
-        if status == StatusCode.EDELETED or (
-            status == StatusCode.EINVALIDTERM and term >= DELETED_TERM
-        ):
-            # Whether or not this entry was acknowledged already: nothing added to the
-            # ledger from now on could be read, so every later add must fail too. A
-            # refusal carrying the deleted term comes from a delete's fence, not a
-            # takeover (unbounded/deletion.py).
-            self.fail(deleted_error(self.md.ledger_id, bookie))
-        elif status == StatusCode.EINVALIDTERM:
-            self.fail(
-                InvalidTermError(
-                    f"ledger {self.md.ledger_id}: {bookie} has term {term}, above this "
-                    f"writer's {self.term}: another client took over"
-                )
-            )
-        elif p.settled:
-            return
-        elif status == StatusCode.EFENCED:
-            self.fail(LedgerFencedError(f"ledger {self.md.ledger_id} was fenced ({bookie})"))
-        elif status == StatusCode.EUA:
-            self.fail(UnauthorizedAccessError(f"ledger {self.md.ledger_id}: wrong password"))
-        else:
+        outcome = refusal_outcome(
+            status,
+            term,
+            settled=p.settled,
+            ledger_id=self.md.ledger_id,
+            bookie=bookie,
+            writer_term=self.term,
+        )
+        if outcome is Refused.REPLACE:
             log.info("add %s:%s refused by %s: %s", self.md.ledger_id, p.entry_id, bookie, status)
             self._bookie_failed(bookie)
-
-
-def deleted_error(ledger_id: int, bookie: str) -> LedgerDeletedError:
-    """What a writer (or a recovery) that met a bookie's tombstone of its ledger raises."""
-    return LedgerDeletedError(
-        f"ledger {ledger_id} was deleted ({bookie} dropped it and refuses writes to it): "
-        "nothing more can be added to it; create a new ledger (or the stream again) to go on"
-    )
+        elif outcome is not Refused.IGNORE:
+            self.fail(outcome)
 
 
 class BatchAnswerFor:
