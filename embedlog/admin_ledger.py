@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +143,7 @@ def write_entry(entry: Entry, fmt: str, as_json: bool) -> None:
     if as_json:
         doc: dict[str, object] = {"entry_id": entry.entry_id, "size": len(data)}
         doc["data_base64"] = base64.b64encode(data).decode("ascii")
+        doc.update(record_fields(entry))
         print(json.dumps(doc))
     elif fmt == "raw":
         sys.stdout.flush()
@@ -153,6 +155,24 @@ def write_entry(entry: Entry, fmt: str, as_json: bool) -> None:
         print(f"{entry.entry_id}\t{base64.b64encode(data).decode('ascii')}")
     else:
         print(f"{entry.entry_id}\t{printable(data)}")
+
+
+def record_fields(entry: Entry) -> dict[str, object]:
+    """A stream record's fields as JSON shows them (none for bare entries): the time in
+    seconds and as UTC ISO 8601, key, header values and msg_id in base64."""
+    doc: dict[str, object] = {}
+    if entry.timestamp is not None:
+        doc["timestamp"] = entry.timestamp
+        doc["time"] = datetime.fromtimestamp(entry.timestamp, UTC).isoformat()
+    if entry.key is not None:
+        doc["key_base64"] = base64.b64encode(entry.key).decode("ascii")
+    if entry.headers:
+        doc["headers_base64"] = {
+            name: base64.b64encode(value).decode("ascii") for name, value in entry.headers.items()
+        }
+    if entry.msg_id is not None:
+        doc["msg_id_base64"] = base64.b64encode(entry.msg_id).decode("ascii")
+    return doc
 
 
 def read_range(handle: ReadHandle | StreamView, first: int, last: int) -> Iterator[Entry]:

@@ -131,6 +131,10 @@ def _read(args: argparse.Namespace) -> int:
         ul = _follower(access.client, args)
         lac = ul.read_last_add_confirmed()
         first = ul.first_entry_id() if args.start is None else args.start
+        if args.from_time is not None:
+            first = max(first, ul.entry_id_at(args.from_time))
+        if args.to_time is not None:
+            lac = min(lac, ul.entry_id_at(args.to_time) - 1)
         if first < ul.first_entry_id():
             raise ValueError(
                 f"stream {args.stream}: --from {first} was trimmed; its first kept entry is "
@@ -152,6 +156,10 @@ def _tail(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=True) as access:
         ul = _follower(access.client, args)
         start: int | str = "latest" if args.new_only else "earliest"
+        if args.from_time is not None:
+            if args.new_only or args.cursor is not None:
+                raise ValueError("give one of --from-time, --new-only and --cursor")
+            start = ul.entry_id_at(args.from_time)
         timeout = args.idle if follow else 0
         tail = (
             ul.tail(cursor=args.cursor, timeout=timeout)
@@ -297,7 +305,24 @@ def add_stream_commands(sub: Any) -> None:
         "--from", dest="start", type=_count, default=None, help="first entry id (default: earliest)"
     )
     p.add_argument("--count", type=_count, default=None, help="at most this many entries")
-    p.add_argument("--format", choices=FORMATS, default="text", help="text (default), raw, json")
+    p.add_argument(
+        "--from-time",
+        type=cli_access.point_in_time,
+        default=None,
+        help="from the first record at or after this time (epoch seconds or ISO 8601, UTC)",
+    )
+    p.add_argument(
+        "--to-time",
+        type=cli_access.point_in_time,
+        default=None,
+        help="up to the last record before this time",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text (default), raw, json (with key, headers, time)",
+    )
     p.set_defaults(func=_read)
 
     p = stream.add_parser(
@@ -308,6 +333,12 @@ def add_stream_commands(sub: Any) -> None:
     p.add_argument("stream", help="the stream's name (or ledger id)")
     p.add_argument("--cursor", default=None, help="start after this cursor's position")
     p.add_argument("--new-only", action="store_true", help="only entries confirmed from now")
+    p.add_argument(
+        "--from-time",
+        type=cli_access.point_in_time,
+        default=None,
+        help="from the first record at or after this time (epoch seconds or ISO 8601, UTC)",
+    )
     p.add_argument(
         "--idle",
         type=cli_access.seconds,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,25 @@ def seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
     return value
+
+
+def point_in_time(text: str) -> float:
+    """``--from-time``/``--to-time``: seconds since the epoch, or ISO 8601 (UTC unless it
+    names a zone: 2026-11-27T10:00:00, 2026-11-27 10:00:00+01:00)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: give seconds since the epoch or ISO 8601, "
+            "e.g. 2026-11-27T10:00:00 (UTC) or 2026-11-27T10:00:00+01:00"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
 
 
 def add_timeout_option(p: argparse.ArgumentParser) -> None:

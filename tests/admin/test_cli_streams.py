@@ -177,3 +177,33 @@ def test_ledger_read_and_tail_take_a_stream_and_show_what_readers_see(tmp_path):
         "29\torder 28",
         "30\torder 29",
     ]
+
+
+def test_stream_read_shows_records_and_selects_by_time(tmp_path):
+    d = tmp_path / "c"
+    with LocalCluster(3, d) as cluster:
+        ul = cluster.client("w").create_unbounded(3, 3, 2, name="clicks")
+        for i in range(10):
+            ul.append(b"click %d" % i, key=b"user-%d" % (i % 3), timestamp=1_800_000_000.0 + i)
+        ul.append(b"tagged", headers={"src": b"web"}, msg_id="m-1", timestamp=1_800_000_100.0)
+        ul.close()
+    target = ("--data-dir", str(d))
+
+    docs = [
+        json.loads(line)
+        for line in _ok("stream", "read", "clicks", "--format", "json", *target).splitlines()
+    ]
+    assert docs[1]["timestamp"] == 1_800_000_001.0
+    assert docs[1]["time"] == "2027-01-15T08:00:01+00:00"
+    assert docs[1]["key_base64"] == "dXNlci0x"  # b"user-1"
+    assert docs[10]["headers_base64"] == {"src": "d2Vi"} and docs[10]["msg_id_base64"] == "bS0x"
+    window = _ok(
+        "stream", "read", "clicks", "--from-time", "1800000003", "--to-time", "1800000006", *target
+    )
+    assert window.splitlines() == ["3\tclick 3", "4\tclick 4", "5\tclick 5"]
+    iso = _ok("stream", "read", "clicks", "--from-time", "2027-01-15T08:00:08", *target)
+    assert iso.splitlines() == ["8\tclick 8", "9\tclick 9", "10\ttagged"]
+    tail = _ok("stream", "tail", "clicks", "--from-time", "2027-01-15T09:00:09+01:00", *target)
+    assert tail.splitlines() == ["9\tclick 9", "10\ttagged"]
+    bad = run("stream", "read", "clicks", "--from-time", "yesterday", *target)
+    assert bad.returncode == 2 and "give seconds since the epoch or ISO 8601" in bad.stderr
