@@ -18,8 +18,7 @@ import asyncio
 import concurrent.futures
 import logging
 from collections import deque
-
-from attrs import frozen
+from typing import NamedTuple
 
 from embedlog import validate
 from embedlog.errors import BKError, EntryTooLargeError
@@ -37,9 +36,10 @@ log = logging.getLogger(__name__)
 REBUILD_BATCH = 256
 
 
-@frozen
-class Prepared:
-    """An append ready for the loop: envelope and data, and its message id if any."""
+class Prepared(NamedTuple):
+    """An append ready for the loop: envelope and data, and its message id if any.
+
+    A NamedTuple, not an attrs class: one is made per append, and it costs a third less."""
 
     payload: bytes
     msg_id: bytes | None
@@ -55,6 +55,16 @@ def prepare(
     what: str,
 ) -> Prepared:
     """Check an append's arguments and pack its record; one error naming what is wrong."""
+    if (
+        type(data) is bytes
+        and key is None
+        and headers is None
+        and timestamp is None
+        and msg_id is None
+        and len(data) + record.TIME_ONLY_SIZE <= ctx.max_entry_size
+    ):
+        # The common append, a third of the general path's cost (benchmarks/bench_records.py).
+        return Prepared(record.encode(ctx.clock.time()) + data, None)
     size = len(entry_bytes(data, ctx.max_entry_size, what))  # type and size of data first
     key_b, headers_d, msg_b = record.check_fields(key, headers, msg_id)
     now = ctx.clock.time()

@@ -57,6 +57,7 @@ MAX_FIELDS = 65535
 _HEAD = struct.Struct(">BBH")
 # The common case, packed at once: no key, no headers, no message id.
 _HEAD_TIME = struct.Struct(">BBHq")
+TIME_ONLY_SIZE = _HEAD_TIME.size  # a record with a timestamp and nothing else
 _I64 = struct.Struct(">q")
 _U16 = struct.Struct(">H")
 _U8 = struct.Struct(">B")

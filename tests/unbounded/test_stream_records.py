@@ -232,3 +232,16 @@ async def _raw_read(cluster, bookie, ledger_id, entry_id):
     req = Request(OpCode.READ, next_txn(), ledger_id, entry_id)
     resp = await cluster.transport.request("admin", bookie, req, 10.0)
     return resp.body
+
+
+def test_the_plain_appends_fast_path_packs_what_the_general_path_does():
+    from embedlog.ledger.context import ClientContext
+    from embedlog.unbounded.appending import prepare
+    from embedlog.wire.record import decode
+
+    ctx = ClientContext(bookies=None, metadata=None, placement=None, clock=FakeClock())
+    fast = prepare(ctx, b"data", None, None, None, None, "t")  # bytes, nothing else: fast
+    general = prepare(ctx, bytearray(b"data"), None, None, None, None, "t")
+    assert fast == general
+    assert decode(fast.payload) == decode(general.payload)
+    assert decode(fast.payload)[1] == b"data" and decode(fast.payload)[0].timestamp == 1.8e9
