@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from embedlog import cli_access
@@ -60,10 +61,28 @@ def stream_row(client: Client, name: str | None, ledger_id: int) -> dict[str, An
             "sealed_bytes": sum(m[1] for m in marks if m[0] > first),
             "retention": None if retention is None else retention.to_json(),
             "retention_overrides_cursors": layout.retention_overrides_cursors(md),
-            "cursors": {c: {"position": p, "lag": max(0, lac - p)} for c, p in cursors.items()},
+            "cursors": {
+                c: {
+                    "position": p,
+                    "lag": max(0, lac - p),
+                    "lag_seconds": _lag_seconds(ul, max(p + 1, first), lac),
+                }
+                for c, p in cursors.items()
+            },
         }
     finally:
         ul.close()
+
+
+def _lag_seconds(ul: UnboundedLedger, next_id: int, lac: int) -> float | None:
+    """How long the oldest record a cursor has not taken has waited: now minus its
+    timestamp (0 when it took everything; None when that entry has no timestamp)."""
+    for first in range(next_id, lac + 1, 8):
+        entries = ul.read(first, min(first + 7, lac))
+        if entries:
+            stamp = entries[0].timestamp
+            return None if stamp is None else round(max(0.0, time.time() - stamp), 3)
+    return 0.0
 
 
 def _retention_text(doc: dict[str, Any] | None) -> str:
@@ -188,8 +207,11 @@ def _cursors(args: argparse.Namespace) -> int:
     if args.json:
         print_json(cursors)
         return 0
-    rows = [[c, v["position"], v["lag"]] for c, v in sorted(cursors.items())]
-    print(table(["cursor", "position", "lag (entries)"], rows))
+    rows = [
+        [c, v["position"], v["lag"], "-" if v["lag_seconds"] is None else v["lag_seconds"]]
+        for c, v in sorted(cursors.items())
+    ]
+    print(table(["cursor", "position", "lag (entries)", "lag (seconds)"], rows))
     return 0
 
 
@@ -202,6 +224,8 @@ def _reset_cursor(args: argparse.Namespace) -> int:
                 target = ul.first_entry_id() - 1
             elif args.to_latest:
                 target = lac
+            elif args.to_time is not None:
+                target = ul.entry_id_at(args.to_time) - 1  # the next record taken is at T
             else:
                 target = args.to_entry
                 if target < -1 or target > lac:
@@ -348,7 +372,7 @@ def add_stream_commands(sub: Any) -> None:
     p.add_argument("--format", choices=FORMATS, default="text", help="text (default), raw, json")
     p.set_defaults(func=_tail)
 
-    p = stream.add_parser("cursors", help="each cursor's position and lag in entries")
+    p = stream.add_parser("cursors", help="each cursor's position and lag (entries, seconds)")
     _target(p)
     p.add_argument("stream", help="the stream's name (or ledger id)")
     p.add_argument("--json", action="store_true", help="a JSON object instead of the table")
@@ -363,6 +387,12 @@ def add_stream_commands(sub: Any) -> None:
     to = p.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true", help="before the first kept entry")
     to.add_argument("--to-latest", action="store_true", help="at the last add confirmed")
+    to.add_argument(
+        "--to-time",
+        type=cli_access.point_in_time,
+        default=None,
+        help="before the first record at or after this time (epoch seconds or ISO 8601, UTC)",
+    )
     to.add_argument(
         "--to-entry", type=_count, default=None, help="at this entry id (-1: nothing read)"
     )
