@@ -34,8 +34,10 @@ from embedlog.bookie.bookie import Bookie
 from embedlog.bookie.config import BookieConfig
 from embedlog.cluster_bookies import InProcessBookies, repair_client_name
 from embedlog.metadata.store import MetadataStore
-from embedlog.process.supervisor import BookieProcess
 from embedlog.transport.faults import NetworkFaults
+
+if TYPE_CHECKING:
+    from embedlog.process.supervisor import BookieProcess
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +191,10 @@ class ProcessBookies(_ClusterParts):
         except Exception as exc:
             self._failed[bookie_id] = exc
             raise
+        # Here, not at the top: every LocalCluster imports this module, and the supervisor
+        # brings the TCP transport and the config-file writer only processes=True needs.
+        from embedlog.process.supervisor import BookieProcess
+
         assert self.metadata_uri is not None
         proc = BookieProcess(
             bookie_id,
