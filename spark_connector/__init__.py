@@ -4,7 +4,8 @@
     register(spark)
     spark.read.format("embedlog").option("metadataUri", "zk://127.0.0.1:2181/embedlog").load()
 
-Rows are ``ledger_id long, entry_id long, data binary``. Spark's Python workers
+Rows are ``ledger_id long, entry_id long, data binary, timestamp timestamp, key binary,
+headers map<string, binary>`` (the last three: a stream record's). Spark's Python workers
 are other processes, so the cluster must share its metadata through ZooKeeper
 (``zk://``) and serve its bookies over TCP.
 """

@@ -11,6 +11,7 @@ from spark_connector.options import OptionError, ReadOptions, resolve_offsets
 from spark_connector.reading import (
     LedgerRange,
     LedgerView,
+    Row,
     connect,
     read_range,
     resolve,
@@ -96,12 +97,17 @@ class EmbedlogBatchReader(DataSourceReader):
             # Close it at its true end first (fencing its writer).
             client.open_ledger(ledger_id, password=opts.conn.password, recover=True)
             view = LedgerView(client, ledger_id, opts.conn.password)
+        lac = view.last_add_confirmed
+        if opts.starting_ms is not None:
+            starting = {str(ledger_id): view.entry_id_at(opts.starting_ms, "startingTimestamp")}
+        if opts.ending_ms is not None:
+            # Not past the LAC seen above: the search may have seen a later one.
+            end = view.entry_id_at(opts.ending_ms, "endingTimestamp")
+            ending = {str(ledger_id): min(end, lac + 1)}
         # A closed ledger ends at its last entry; an open one at the LAC seen now.
-        first, last = read_bounds(
-            ledger_id, (view.first_entry, view.last_add_confirmed), starting, ending
-        )
+        first, last = read_bounds(ledger_id, (view.first_entry, lac), starting, ending)
         return split_range(ledger_id, first, last, opts.entries_per_partition)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[int, int, bytes]]:
+    def read(self, partition: InputPartition) -> Iterator[Row]:
         opts = self.opts
         return read_range(opts.conn, partition, opts.read_batch, opts.fail_on_data_loss)

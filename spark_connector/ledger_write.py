@@ -17,6 +17,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from spark_connector.options import OptionError, WriteOptions
 from spark_connector.reading import connect
+from spark_connector.records import RECORD_ROWS, ROW_FORMAT, RecordColumns, pack
 
 if TYPE_CHECKING:
     from embedlog.client import Client
@@ -50,10 +51,16 @@ def task_context() -> tuple[int, int, Any]:
 
 
 class RowsToLedger:
-    """Turns a task's rows into one new closed ledger: its ``data`` column, in order."""
+    """Turns a task's rows into one new closed ledger: its ``data`` column, in order.
 
-    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+    ``records``: the ledger is a stream write's temporary one, and keeps each row's
+    ``key``, ``headers`` and ``timestamp`` columns (records.py) when the schema has any.
+    """
+
+    def __init__(self, opts: WriteOptions, schema: StructType, *, records: bool = False) -> None:
         self.opts = opts
+        columns = RecordColumns(schema) if records else None
+        self.columns = columns if columns is not None and columns.any else None
         names = [f.name.lower() for f in schema.fields]
         if "data" not in names:
             raise OptionError(
@@ -89,6 +96,9 @@ class RowsToLedger:
         first = next(rows, None)
         if first is None:
             return -1, 0
+        columns = self.columns
+        if columns is not None:
+            custom_metadata = {**custom_metadata, ROW_FORMAT: RECORD_ROWS}
         client = connect(opts.conn, "write")
         try:
             wh = client.create_ledger(
@@ -103,7 +113,10 @@ class RowsToLedger:
                 pending: deque[Any] = deque()
                 count = 0
                 for row in _chain(first, rows):
-                    pending.append(wh.add_async(self.payload(row)))
+                    data = self.payload(row)
+                    if columns is not None:
+                        data = pack(data, columns.fields(row))
+                    pending.append(wh.add_async(data))
                     count += 1
                     if len(pending) >= opts.window:
                         pending.popleft().result()

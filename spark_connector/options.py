@@ -12,7 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA = "ledger_id long, entry_id long, data binary"
+# The first three columns are those of before records; a Kafka user finds timestamp, key
+# and headers as the Kafka source names them (docs/spark.md, "Columns").
+SCHEMA = (
+    "ledger_id long, entry_id long, data binary, "
+    "timestamp timestamp, key binary, headers map<string, binary>"
+)
 
 DEFAULT_ENTRIES_PER_PARTITION = 10_000
 DEFAULT_READ_BATCH = 500
@@ -174,6 +179,37 @@ def _offsets(options: Mapping[str, str], name: str, words: tuple[str, ...]) -> O
 Offsets = str | dict[LedgerRef, int]  # a word ("earliest", "latest") or {ledger: entry id}
 
 
+def _timestamp_ms(options: Mapping[str, str], name: str, offsets: str) -> int | None:
+    """Option ``name``: milliseconds since the epoch, as Kafka's source takes it; None when
+    not given. Giving ``offsets`` too (the other way to say the same end) is refused."""
+    raw = _get(options, name)
+    if raw is None:
+        return None
+    if _get(options, offsets) is not None:
+        raise OptionError(
+            f"options {offsets!r} and {name!r} both say where the read "
+            f"{'starts' if name.startswith('starting') else 'ends'}: give one of them"
+        )
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(
+            f"option {name!r} must be milliseconds since the epoch (as Kafka's source "
+            f"takes it), e.g. 1767225600000 for 2026-01-01 UTC, got {raw!r}"
+        ) from None
+    if value < 0:
+        raise OptionError(f"option {name!r} must be >= 0 (milliseconds since the epoch)")
+    return value
+
+
+def _by_time_needs_ledgers(refs: list[LedgerRef] | None, by_time: bool) -> None:
+    if refs is None and by_time:
+        raise OptionError(
+            "startingTimestamp/endingTimestamp need the streams named (option 'stream' or "
+            "'ledgers'): bounded ledgers' entries have no timestamps"
+        )
+
+
 def parse_offsets(raw: str, name: str, words: tuple[str, ...]) -> Offsets:
     """``words[i]`` or JSON ``{"<ledger id or stream name>": <entry id>}``.
 
@@ -231,6 +267,10 @@ class ReadOptions:
     starting: Offsets = "earliest"  # earliest: entry 0, or a stream's trim point
     ending: Offsets = "latest"  # latest: the last entry (closed) or the LAC (open)
     fail_on_data_loss: bool = True
+    # Milliseconds since the epoch: from the first entry at or after starting_ms, up to
+    # the last before ending_ms (in place of starting/ending)
+    starting_ms: int | None = None
+    ending_ms: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -243,6 +283,13 @@ class ReadOptions:
                 "startingOffsets/endingOffsets as JSON need the ledgers named "
                 "(option 'ledgers' or 'stream')"
             )
+        starting_ms = _timestamp_ms(options, "startingTimestamp", "startingOffsets")
+        ending_ms = _timestamp_ms(options, "endingTimestamp", "endingOffsets")
+        _by_time_needs_ledgers(refs, starting_ms is not None or ending_ms is not None)
+        if starting_ms is not None and ending_ms is not None and ending_ms < starting_ms:
+            raise OptionError(
+                f"endingTimestamp {ending_ms} is before startingTimestamp {starting_ms}"
+            )
         return cls(
             conn=ConnectionOptions.parse(options),
             ledgers=tuple(refs) if refs is not None else None,
@@ -254,6 +301,8 @@ class ReadOptions:
             starting=starting,
             ending=ending,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            starting_ms=starting_ms,
+            ending_ms=ending_ms,
         )
 
 
@@ -266,6 +315,7 @@ class StreamOptions:
     read_batch: int = DEFAULT_READ_BATCH
     max_entries_per_trigger: int | None = None
     fail_on_data_loss: bool = True
+    starting_ms: int | None = None  # in place of starting: the first entry at or after it
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
@@ -289,6 +339,7 @@ class StreamOptions:
                 None if raw_max is None else _int(options, "maxEntriesPerTrigger", 0)
             ),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            starting_ms=_timestamp_ms(options, "startingTimestamp", "startingOffsets"),
         )
 
 
@@ -364,6 +415,8 @@ KNOWN: dict[str, tuple[str, ...]] = {
         "stream",
         "startingOffsets",
         "endingOffsets",
+        "startingTimestamp",
+        "endingTimestamp",
         "failOnDataLoss",
         "entriesPerPartition",
         "readBatchSize",
@@ -375,6 +428,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
         "ledger",
         "ledgers",
         "startingOffsets",
+        "startingTimestamp",
         "failOnDataLoss",
         "maxEntriesPerTrigger",
         "entriesPerPartition",

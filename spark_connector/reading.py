@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
@@ -89,6 +90,19 @@ class LedgerView:
     def last_add_confirmed(self) -> int:
         return int(self._handle.last_add_confirmed)
 
+    def entry_id_at(self, ms: int, option: str) -> int:
+        """The first entry whose record's timestamp is at or after ``ms`` (milliseconds
+        since the epoch; LAC + 1 when none is): ``ul.entry_id_at``, for option ``option``."""
+        if not self.unbounded:
+            from spark_connector.options import OptionError
+
+            raise OptionError(
+                f"option {option!r}: ledger {self.ledger_id} is a bounded ledger, whose "
+                "entries carry no timestamp; name only streams, or use startingOffsets/"
+                "endingOffsets"
+            )
+        return int(self._handle.entry_id_at(ms / 1000))  # type: ignore[union-attr]
+
     def refresh(self) -> int:
         """The LAC the bookies confirm now (a closed ledger: its last entry); for an
         unbounded ledger also its trim point as the metadata says now."""
@@ -151,7 +165,7 @@ def split_range(ledger_id: int, first: int, last: int, size: int) -> list[Ledger
 
 def read_range(
     conn: ConnectionOptions, part: InputPartition, batch: int, fail_on_data_loss: bool = True
-) -> Iterator[tuple[int, int, bytes]]:
+) -> Iterator[Row]:
     """The rows of one partition, read ``batch`` entries per request."""
     if not isinstance(part, LedgerRange):  # Spark's placeholder when there is nothing to read
         return
@@ -161,6 +175,23 @@ def read_range(
         for start in range(part.first, part.last + 1, batch):
             end = min(start + batch - 1, part.last)
             for entry in view.read(start, end, fail_on_data_loss):
-                yield (part.ledger_id, entry.entry_id, entry.data)
+                yield row_of(entry)
     finally:
         client.close()
+
+
+# ledger_id, entry_id, data, timestamp, key, headers: options.SCHEMA
+Row = tuple[int, int, bytes, datetime | None, bytes | None, dict[str, bytes]]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def row_of(entry: Entry) -> Row:
+    """An entry as a row of SCHEMA; an entry without a record (bounded ledgers, stream
+    entries from before records) has no timestamp, no key and no headers."""
+    seconds = entry.timestamp
+    if seconds is None:
+        return (entry.ledger_id, entry.entry_id, entry.data, None, entry.key, {})
+    # Through whole microseconds (what the record keeps), not a float's rounding.
+    when = _EPOCH + timedelta(microseconds=round(seconds * 1_000_000))
+    headers = dict(entry.headers) if entry.headers else {}
+    return (entry.ledger_id, entry.entry_id, entry.data, when, entry.key, headers)

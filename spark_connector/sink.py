@@ -57,7 +57,7 @@ class StreamWrite:
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         assert opts.target is not None
         self.opts = opts
-        self.rows = RowsToLedger(opts, schema)
+        self.rows = RowsToLedger(opts, schema, records=True)
         self.write_id = uuid.uuid4().hex  # the same in every task: this object is pickled
         client = connect(opts.conn, "plan")
         try:  # once, on the driver: every task tags its ledger with the id

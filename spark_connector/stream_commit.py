@@ -25,6 +25,7 @@ from spark_connector.exactly_once import (
 )
 from spark_connector.ledger_write import custom_metadata_of_all, delete_quietly
 from spark_connector.options import LedgerRef, WriteOptions
+from spark_connector.records import NONE, RECORD_ROWS, ROW_FORMAT, Fields, unpack
 
 if TYPE_CHECKING:
     from embedlog.client import Client
@@ -271,15 +272,20 @@ class StreamCommit:
         and wait until every one is acknowledged."""
         pending: deque[Any] = deque()
         expected = record.first
-        for data in self.rows(record.temps, record.skip):
-            pending.append(ul.append_async(data))
+        for data, fields in self.rows(record.temps, record.skip):
+            pending.append(
+                ul.append_async(
+                    data, key=fields.key, headers=fields.headers, timestamp=fields.timestamp
+                )
+            )
             if len(pending) >= self.opts.window:
                 expected = _check(pending.popleft().result(), expected)
         while pending:
             expected = _check(pending.popleft().result(), expected)
 
-    def rows(self, temps: Iterable[int], skip: int) -> Iterable[bytes]:
-        """The rows of ``temps`` in order, the first ``skip`` left out."""
+    def rows(self, temps: Iterable[int], skip: int) -> Iterable[tuple[bytes, Fields]]:
+        """The rows of ``temps`` in order, the first ``skip`` left out: (data, what the
+        record carries besides)."""
         password = self.opts.conn.password
         for lid in temps:
             rh = self.client.open_ledger(lid, password=password, recover=False)
@@ -287,8 +293,9 @@ class StreamCommit:
             if skip > last:
                 skip -= last + 1
                 continue
+            packed = rh.metadata.custom_metadata.get(ROW_FORMAT) == RECORD_ROWS
             for entry in rh.entries(skip, last):
-                yield entry.data
+                yield unpack(entry.data) if packed else (entry.data, NONE)
             skip = 0
 
     def delete(self, temps: Iterable[int]) -> None:

@@ -10,6 +10,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from spark_connector.options import StreamOptions, resolve_offsets
 from spark_connector.reading import (
     LedgerView,
+    Row,
     connect,
     read_range,
     resolve,
@@ -86,6 +87,9 @@ class EmbedlogStreamReader(*_STREAM_BASES):  # type: ignore[misc]
     def initialOffset(self) -> dict[str, int]:
         starting = self.opts.starting
         ids = self.ledger_ids
+        if self.opts.starting_ms is not None:
+            ms = self.opts.starting_ms
+            return {str(lid): self._view(lid).entry_id_at(ms, "startingTimestamp") for lid in ids}
         if isinstance(starting, dict):
             assert self._ids is not None
             return resolve_offsets(starting, self._ids, "startingOffsets")
@@ -135,7 +139,7 @@ class EmbedlogStreamReader(*_STREAM_BASES):  # type: ignore[misc]
             out.extend(split_range(lid, first, last, self.opts.entries_per_partition))
         return out
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[int, int, bytes]]:
+    def read(self, partition: InputPartition) -> Iterator[Row]:
         opts = self.opts
         return read_range(opts.conn, partition, opts.read_batch, opts.fail_on_data_loss)
 

@@ -44,7 +44,10 @@ def test_batch_read_several_ledgers_exact_content(
         "entriesPerPartition": "10",  # several partitions per ledger
     }
     df = spark.read.format("embedlog").options(**options).load()
-    assert df.schema.simpleString() == "struct<ledger_id:bigint,entry_id:bigint,data:binary>"
+    assert df.schema.simpleString() == (
+        "struct<ledger_id:bigint,entry_id:bigint,data:binary,"
+        "timestamp:timestamp,key:binary,headers:map<string,binary>>"
+    )
     parts = EmbedlogBatchReader(ReadOptions.parse(options)).partitions()
     ranges = [(p.ledger_id, p.first, p.last) for p in parts]
     assert ranges[:3] == [(la, 0, 9), (la, 10, 19), (la, 20, 24)]

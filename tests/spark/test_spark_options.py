@@ -87,7 +87,8 @@ def test_read_over_tls_with_tls_ca(make_cluster: Any, zk_uri: str) -> None:
     parts = reader.partitions()
     assert [(p.first, p.last) for p in parts] == [(0, 3), (4, 6)]
     rows = [row for p in parts for row in reader.read(p)]
-    assert rows == [(wh.ledger_id, i, b"t%d" % i) for i in range(7)]
+    # A bounded ledger's rows: no timestamp, no key, no headers.
+    assert rows == [(wh.ledger_id, i, b"t%d" % i, None, None, {}) for i in range(7)]
 
 
 def test_read_over_mutual_tls(make_cluster: Any, zk_uri: str, tmp_path: Path) -> None:
@@ -112,7 +113,7 @@ def test_read_over_mutual_tls(make_cluster: Any, zk_uri: str, tmp_path: Path) ->
         )
     )
     (part,) = reader.partitions()
-    assert list(reader.read(part)) == [(wh.ledger_id, i, b"m%d" % i) for i in range(3)]
+    assert [r[:3] for r in reader.read(part)] == [(wh.ledger_id, i, b"m%d" % i) for i in range(3)]
     # Without the client certificate the bookies refuse the task, saying why.
     no_cert = EmbedlogBatchReader(ReadOptions.parse(options))
     with pytest.raises(TlsHandshakeError, match="refuses this client's certificate"):

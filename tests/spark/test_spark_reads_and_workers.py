@@ -23,7 +23,7 @@ def _trimmed_stream(client: Any) -> tuple[Any, str]:
 
 
 def _rows(reader: EmbedlogBatchReader) -> list[tuple[int, bytes]]:
-    return [(eid, data) for part in reader.partitions() for _, eid, data in reader.read(part)]
+    return [(row[1], row[2]) for part in reader.partitions() for row in reader.read(part)]
 
 
 def test_batch_read_of_a_stream_by_name_with_offsets_and_data_loss(
