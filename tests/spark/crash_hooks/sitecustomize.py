@@ -53,9 +53,9 @@ def _install() -> None:
         unpin(*args)
 
     append: Callable[..., None] = commit.append
-    rows: Callable[..., Iterable[bytes]] = commit.rows
+    rows: Callable[..., Iterable[Any]] = commit.rows
 
-    def paced_rows(self: Any, temps: Iterable[int], skip: int) -> Iterator[bytes]:
+    def paced_rows(self: Any, temps: Iterable[int], skip: int) -> Iterator[Any]:
         for n, data in enumerate(rows(self, temps, skip)):
             if _AT == "mid" and n == _ROWS and not _fired.is_set():
                 _fired.set()
