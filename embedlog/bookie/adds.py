@@ -14,10 +14,10 @@ import asyncio
 from embedlog.bookie.base import BookieState
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.journal import Durable
-from embedlog.bookie.keys import KeyVerdict, key_verdict
 from embedlog.bookie.records import add_prefix, batch_prefix, state_record, truncate_record
 from embedlog.bookie.refusals import Refusals
 from embedlog.bookie.truncation import digest_len_of_noop, dropped_by_truncation
+from embedlog.bookie.verdicts import add_refused_as_sent, ledger_admits_add
 from embedlog.errors import BookieIOError
 from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply
@@ -171,35 +171,38 @@ class Adds(Refusals):
         storage = self.storage
         assert storage is not None
         lid = req.ledger_id
-        if self.readonly:
-            return self._refusal(req, StatusCode.EREADONLY)
         statuses: list[int] | None = None
         if batch is None:  # a plain add
             body = req.body
-            if not HEADER.size <= len(body) <= MAX_PACKED_ENTRY:
-                return self._refusal(req, StatusCode.EBADREQ)
-            h_ledger, h_entry, lac, _flags = HEADER.unpack_from(body)
-            if h_ledger != lid or h_entry != req.entry_id:
-                return self._refusal(req, StatusCode.EBADREQ)
-            accepted = {h_entry: body}
+            lac = -1
+            well_formed = HEADER.size <= len(body) <= MAX_PACKED_ENTRY
+            if well_formed:
+                h_ledger, h_entry, lac, _flags = HEADER.unpack_from(body)
+                well_formed = h_ledger == lid and h_entry == req.entry_id
+            accepted = {req.entry_id: body}
         else:
             accepted, statuses, lac = batch
             # Only a body above the limit can hold an entry above it: no cost per entry.
-            if not accepted or (len(req.body) > MAX_PACKED_ENTRY and oversized(accepted)):
-                return self._refusal(req, StatusCode.EBADREQ, statuses)
-        info = storage.info(lid)
-        if info is None and (dropped := self._tombstone_answer(req, statuses)) is not None:
-            return dropped
-        if key_verdict(req, info) is KeyVerdict.REFUSED:
-            return self._refusal(req, StatusCode.EUA, statuses)
-        changed = info is None
+            well_formed = bool(accepted) and not (
+                len(req.body) > MAX_PACKED_ENTRY and oversized(accepted)
+            )
+        verdict = add_refused_as_sent(self.mode, well_formed)
+        if verdict is None:  # the ledger's state decides (verdicts.add_verdict)
+            info = storage.info(lid)
+            tombstone = None if info is not None else storage.tombstones.key(lid)
+            verdict = ledger_admits_add(req, info, tombstone)
+        else:
+            info = None
+        if not verdict.admitted:
+            if verdict.dropped:
+                return self._dropped_answer(req, verdict.status, statuses)
+            return self._refusal(req, verdict.status, statuses, verdict.term)
+        changed = verdict.creates
         if info is None:
             info = LedgerInfo(master_key=req.master_key.hex())
-        if info.fenced and not req.flags & AddFlags.RECOVERY:
-            return self._refusal(req, StatusCode.EFENCED, statuses)
-        refused, term_changed = self._check_term(req, info)
-        if refused:
-            return self._refusal(req, StatusCode.EINVALIDTERM, statuses, info.term)
+        term_changed = verdict.raises_term
+        if term_changed:
+            info.term = req.term
         if req.lafr > info.lafr:
             # Not journaled (like the explicit LAC): a LAFR forgotten in a crash only makes
             # a takeover read forward from further back, never skip an entry.

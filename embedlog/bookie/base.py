@@ -26,12 +26,15 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
+from attrs import evolve
+
 from embedlog.bookie import records
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import Disk
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.journal import Durable, Journal
 from embedlog.bookie.storage import LedgerStorage
+from embedlog.bookie.verdicts import Mode
 from embedlog.clock import Clock
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
@@ -54,7 +57,7 @@ class BookieBase:
     clock: Clock  # where the bookie reads the time (embedlog/clock.py)
     disk: Disk  # every file the bookie touches, through this (embedlog/bookie/disk.py)
     _state: BookieState
-    readonly: bool  # refuses adds with EREADONLY (configured, or a disk that failed)
+    mode: Mode  # what the admission verdicts ask of the bookie as a whole (verdicts.py)
     storage: LedgerStorage | None  # both set by the boot
     journal: Journal | None
     _lac_changed: dict[int, asyncio.Event]  # READ_LAC long polls waiting, per ledger
@@ -71,6 +74,16 @@ class BookieBase:
     @property
     def bookie_id(self) -> str:
         return self.config.bookie_id
+
+    @property
+    def readonly(self) -> bool:
+        """Refuses adds with EREADONLY (configured, or a disk that failed)."""
+        return self.mode.readonly
+
+    @readonly.setter
+    def readonly(self, value: bool) -> None:
+        if value != self.mode.readonly:
+            self.mode = evolve(self.mode, readonly=value)
 
     def _journal_state(
         self, lid: int, info: LedgerInfo, *, wait: bool

@@ -26,6 +26,7 @@ from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.registration import Registration
 from embedlog.bookie.repair import Repairer
 from embedlog.bookie.requests import Requests
+from embedlog.bookie.verdicts import Mode
 from embedlog.clock import SYSTEM_CLOCK, Clock
 from embedlog.errors import BookieIOError, LedgerDeletedError
 from embedlog.metadata.client import MetadataClient
@@ -84,7 +85,7 @@ class Bookie(Requests, Boot):
         self.gc = GarbageCollector(self, config.gc_interval)
         self.registration = Registration(self)
         self._gc_task = None
-        self.readonly = config.readonly
+        self.mode = Mode(readonly=config.readonly, skip_limbo=config.unsafe_skip_limbo)
         self.storage = None
         self.journal = None
         executor = disk_executor or _disk_thread

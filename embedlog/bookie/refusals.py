@@ -19,7 +19,9 @@ import logging
 from embedlog.bookie.base import BookieState
 from embedlog.bookie.flushing import Flushing
 from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.keys import needs_key
 from embedlog.bookie.tombstones import tombstone_verdict
+from embedlog.bookie.verdicts import negative
 from embedlog.errors import BookieIOError
 from embedlog.transport.server import BookieGoneError, Reply
 from embedlog.wire.codes import StatusCode
@@ -88,24 +90,27 @@ class Refusals(Flushing):
         status = None if key is None else tombstone_verdict(req, key)
         if status is None:
             return None
+        return self._dropped_answer(req, status, statuses)
+
+    def _dropped_answer(
+        self, req: Request, status: StatusCode, statuses: list[int] | None = None
+    ) -> Response:
+        """The answer a verdict about a dropped ledger (``Verdict.dropped``) gives."""
         if status == StatusCode.EOK:  # a DELETE_LEDGER done already
             return Response.to(req, status, entry_id=req.entry_id)
         return self._refusal(req, status, statuses)
 
-    def _missing(self, req: Request, info: LedgerInfo | None, status: StatusCode) -> Response:
-        """An explicit negative, unless the ledger is in limbo: then we cannot know."""
-        if info is not None and info.limbo and not self.config.unsafe_skip_limbo:
-            status = StatusCode.EUNKNOWN
-        lac = info.known_lac if info is not None else -1
-        return Response.to(req, status, entry_id=req.entry_id, lac=lac)
+    def _tombstone(self, req: Request, info: LedgerInfo | None) -> bytes | None:
+        """What the verdicts ask of a ledger's tombstone: its key, looked up only where it
+        can matter: for a request that would change the ledger (``keys.needs_key``), where
+        the bookie holds no state of it (a dropped ledger has none)."""
+        assert self.storage is not None
+        if info is not None or not needs_key(req):
+            return None
+        return self.storage.tombstones.key(req.ledger_id)
 
-    def _check_term(self, req: Request, info: LedgerInfo) -> tuple[bool, bool]:
-        """(refused, changed) for a request that carries a term."""
-        if req.term == NO_TERM:
-            return False, False
-        if info.term > req.term:
-            return True, False
-        if req.term > info.term:
-            info.term = req.term
-            return False, True
-        return False, False
+    def _missing(self, req: Request, info: LedgerInfo | None, status: StatusCode) -> Response:
+        """An explicit negative, unless the ledger is in limbo (``verdicts.negative``)."""
+        lac = info.known_lac if info is not None else -1
+        status = negative(info, status, self.mode)
+        return Response.to(req, status, entry_id=req.entry_id, lac=lac)

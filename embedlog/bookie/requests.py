@@ -20,8 +20,15 @@ from collections.abc import Collection
 from embedlog.bookie.adds import Adds
 from embedlog.bookie.base import BookieState
 from embedlog.bookie.index import LedgerInfo
-from embedlog.bookie.keys import KeyVerdict, key_verdict
 from embedlog.bookie.truncation import digest_len_of_trim
+from embedlog.bookie.verdicts import (
+    Verdict,
+    change_verdict,
+    listing_verdict,
+    read_batch_verdict,
+    read_verdict,
+    trim_above_verdict,
+)
 from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
 from embedlog.wire.codes import StatusCode
@@ -31,7 +38,6 @@ from embedlog.wire.messages import (
     AddFlags,
     FrameError,
     OpCode,
-    ReadFlags,
     Request,
     Response,
     TrimFlags,
@@ -92,22 +98,20 @@ class Requests(Adds):
         assert storage is not None
         lid, eid = req.ledger_id, req.entry_id
         info = storage.info(lid)
-        verdict = key_verdict(req, info)
-        if verdict is KeyVerdict.REFUSED:
-            return Response.to(req, StatusCode.EUA, entry_id=eid)
-        if verdict is not KeyVerdict.KEYLESS:  # a fence or a term: state to change
-            if info is None and (dropped := self._tombstone_answer(req)) is not None:
-                return dropped
-            fencing = bool(req.flags & ReadFlags.FENCE)
-            new = info is None
+        verdict = read_verdict(req, info, self._tombstone(req, info))
+        if not verdict.admitted:
+            if verdict.dropped:
+                return self._dropped_answer(req, verdict.status)
+            return Response.to(req, verdict.status, entry_id=eid, term=verdict.term)
+        if verdict.relies_on_state:  # a fence or a term: state to change, or to rely on
+            changed = verdict.creates or verdict.raises_term or verdict.fences
             if info is None:
                 info = LedgerInfo(master_key=req.master_key.hex())
-            refused, changed = self._check_term(req, info)
-            if refused:
-                return Response.to(req, StatusCode.EINVALIDTERM, entry_id=eid, term=info.term)
-            if fencing and not info.fenced:
-                info.fenced = changed = True
-            if new or changed:
+            if verdict.raises_term:
+                info.term = req.term
+            if verdict.fences:
+                info.fenced = True
+            if changed:
                 # Durable before we answer: a fence that a crash forgets lets the old writer
                 # reach its ack quorum after recovery closed the ledger (BP-46 scenario 1).
                 fut = self._journal_state(lid, info, wait=True)
@@ -146,9 +150,13 @@ class Requests(Adds):
         try:
             count, stride, max_bytes = unpack_read_ask(req.body)
         except FrameError:
-            return self._refusal(req, StatusCode.EBADREQ)
-        if req.flags or req.term != NO_TERM or first < 0:
-            return self._refusal(req, StatusCode.EBADREQ)
+            count = stride = max_bytes = 0
+            well_formed = False
+        else:
+            well_formed = True
+        verdict = read_batch_verdict(req, well_formed)
+        if not verdict.admitted:
+            return self._refusal(req, verdict.status)
         info = storage.info(lid)
         if info is None:
             return Response.to(req, StatusCode.EOK, entry_id=first)
@@ -192,12 +200,10 @@ class Requests(Adds):
     def _write_lac(self, req: Request) -> Response:
         assert self.storage is not None
         info = self.storage.info(req.ledger_id)
-        if info is None and (dropped := self._tombstone_answer(req)) is not None:
-            return dropped
-        if key_verdict(req, info) is KeyVerdict.REFUSED:
-            return Response.to(req, StatusCode.EUA)
-        if info is None:
-            return self._missing(req, None, StatusCode.ENOLEDGER)
+        verdict = change_verdict(req, info, self._tombstone(req, info))
+        if not verdict.admitted:
+            return self._change_refused(req, verdict, info)
+        assert info is not None
         if req.entry_id > info.explicit_lac:
             # Not journaled: a LAC forgotten in a crash only makes readers wait for the next.
             info.explicit_lac = req.entry_id
@@ -210,13 +216,11 @@ class Requests(Adds):
 
         assert self.storage is not None
         info = self.storage.info(req.ledger_id)
-        if info is None:
-            return self._missing(req, None, StatusCode.ENOLEDGER)
-        if info.limbo and not self.config.unsafe_skip_limbo:
-            # A list is an explicit negative for every id it leaves out, and a limbo ledger
-            # may have lost entries it acknowledged: the auditor must not take the holes for
-            # missing data (nor an empty list for "nothing was ever here").
-            return Response.to(req, StatusCode.EUNKNOWN)
+        verdict = listing_verdict(info, self.mode)
+        if not verdict.admitted:
+            if info is None:
+                return self._missing(req, None, verdict.status)
+            return Response.to(req, verdict.status)
         body = AvailabilityOfEntries.encode(self.storage.entry_ids(req.ledger_id))
         return Response.to(req, StatusCode.EOK, body=body)
 
@@ -237,41 +241,50 @@ class Requests(Adds):
         if req.op == OpCode.TRIM and req.flags & TrimFlags.ABOVE:
             return await self._clean_above(req)
         info = self.storage.info(lid)
-        if info is None and (dropped := self._tombstone_answer(req)) is not None:
-            if dropped.status == StatusCode.EOK and lid in self.storage.tombstones.pending:
+        verdict = change_verdict(req, info, self._tombstone(req, info))
+        if not verdict.admitted:
+            if (
+                verdict.dropped
+                and verdict.status == StatusCode.EOK
+                and lid in self.storage.tombstones.pending
+            ):
                 # Asked again while the first drop runs (or after it failed): answered
                 # once the tombstone is durable, by this drop or the first one.
                 await self.drop_ledgers([lid])
-            return dropped
-        if key_verdict(req, info) is KeyVerdict.REFUSED:
-            return Response.to(req, StatusCode.EUA)
-        if info is None:
-            return self._missing(req, None, StatusCode.ENOLEDGER)
+            return self._change_refused(req, verdict, info)
         if req.op == OpCode.DELETE_LEDGER:
             await self.drop_ledgers([lid])
         else:
             await self.storage.cut(lid, "below", req.entry_id, self.journal.lsn)
         return Response.to(req, StatusCode.EOK)
 
+    def _change_refused(self, req: Request, verdict: Verdict, info: LedgerInfo | None) -> Response:
+        """The answer to a WRITE_LAC, DELETE_LEDGER or TRIM that ``change_verdict`` refused."""
+        if verdict.dropped:
+            return self._dropped_answer(req, verdict.status)
+        if verdict.status == StatusCode.ENOLEDGER:
+            return self._missing(req, info, verdict.status)
+        return Response.to(req, verdict.status)
+
     async def _clean_above(self, req: Request) -> Response:
         """Unbounded ledgers: drop entries above req.entry_id, once per term (TrimFlags)."""
         assert self.storage is not None and self.journal is not None
         lid = req.ledger_id
-        if req.term == NO_TERM:
-            return Response.to(req, StatusCode.EBADREQ)
-        info = self.storage.info(lid)
-        if info is None and (dropped := self._tombstone_answer(req)) is not None:
-            return dropped
-        if key_verdict(req, info) is KeyVerdict.REFUSED:
-            return Response.to(req, StatusCode.EUA)
+        # A TRIM ABOVE without a term reads no state (trim_above_verdict refuses it first).
+        info = None if req.term == NO_TERM else self.storage.info(lid)
         digest_len = digest_len_of_trim(req.body)
-        if digest_len is None:
-            return Response.to(req, StatusCode.EBADREQ)
+        tombstone = None if req.term == NO_TERM else self._tombstone(req, info)
+        verdict = trim_above_verdict(req, info, tombstone, digest_len is not None)
+        if not verdict.admitted:
+            if verdict.dropped:
+                return self._dropped_answer(req, verdict.status)
+            return Response.to(req, verdict.status, term=verdict.term)
+        assert digest_len is not None
+        changed = verdict.raises_term
         if info is None:
             info = LedgerInfo(master_key=req.master_key.hex())
-        refused, changed = self._check_term(req, info)
-        if refused:
-            return Response.to(req, StatusCode.EINVALIDTERM, term=info.term)
+        if verdict.raises_term:
+            info.term = req.term
         truncated = await self._truncate(lid, info, req.entry_id, req.term, digest_len)
         if truncated is None:  # dropped while the truncation waited
             return self._tombstone_answer(req) or self._refusal(req, StatusCode.EDELETED)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+# The bookie's term rule is defined below both layers (embedlog/bookie/terms.py), so that
+# the bookie applies the very function this module's table tests check.
+from embedlog.bookie.terms import bookie_accepts_term as bookie_accepts_term
 from embedlog.wire import messages
 
 Fragment = tuple[int, tuple[str, ...]]
@@ -21,11 +24,6 @@ DELETED_TERM = messages.DELETED_TERM
 def deleted_by_term(term: int) -> bool:
     """Whether a bookie's (or the metadata's) term says the stream is being deleted."""
     return term >= DELETED_TERM
-
-
-def bookie_accepts_term(stored: int, request: int) -> bool:
-    """A bookie accepts a request whose term is >= its own (and raises its own to it)."""
-    return request >= stored
 
 
 def response_counts(request_term: int, answer_term: int) -> bool:
