@@ -97,9 +97,9 @@ def envelope_cost() -> None:
         key, headers = kw.get("key"), kw.get("headers")
         start = time.perf_counter()
         for _ in range(n):
-            prepare(ctx, data, key, headers, None, None, "bench")
+            prepare(ctx, data, key, headers, None, None, 7)
         per = (time.perf_counter() - start) / n * 1e6
-        size = len(prepare(ctx, data, key, headers, None, None, "bench").payload) - len(data)
+        size = len(prepare(ctx, data, key, headers, None, None, 7).payload) - len(data)
         print(f"prepare(), {label}: {per:.2f} µs per append, envelope {size} bytes")
 
 

@@ -52,9 +52,10 @@ def prepare(
     headers: object,
     timestamp: object,
     msg_id: object,
-    what: str,
+    ledger_id: int,
 ) -> Prepared:
-    """Check an append's arguments and pack its record; one error naming what is wrong."""
+    """Check an append's arguments and pack its record; one error naming what is wrong
+    (and ``ledger_id``: the messages' text is made only when one is raised)."""
     if (
         type(data) is bytes
         and key is None
@@ -65,6 +66,7 @@ def prepare(
     ):
         # The common append, a third of the general path's cost (benchmarks/bench_records.py).
         return Prepared(record.encode(ctx.clock.time()) + data, None)
+    what = f"ledger {ledger_id}"
     size = len(entry_bytes(data, ctx.max_entry_size, what))  # type and size of data first
     key_b, headers_d, msg_b = record.check_fields(key, headers, msg_id)
     now = ctx.clock.time()

@@ -137,10 +137,18 @@ class UnboundedLedger:
         instead: str,
     ) -> concurrent.futures.Future[int]:
         """``append_async`` with what TooManyAddsInFlightError suggests ``instead``."""
-        prepared = self._prepared(data, key, headers, timestamp, msg_id)
-        size = len(prepared.payload)
-        self._appends_or_raise().budget.take(size, self._runtime, wait=wait, instead=instead)
-        return self._submit(prepared, size)
+        # The hot path of every pipelined append: the handle is checked once here.
+        appends = self._appends_or_raise()
+        if msg_id is not None:
+            appends.check_msg_id()
+        payload, mid = prepare(self._ctx, data, key, headers, timestamp, msg_id, self.ledger_id)
+        size = len(payload)
+        appends.budget.take(size, self._runtime, wait=wait, instead=instead)
+        try:
+            return self._inbox.submit(appends, payload, size, mid)
+        except BaseException:
+            appends.budget.release(1, size)
+            raise
 
     def append(
         self,
@@ -196,7 +204,7 @@ class UnboundedLedger:
         appends = self._appends_or_raise()
         if msg_id is not None:
             appends.check_msg_id()
-        return prepare(self._ctx, data, key, headers, timestamp, msg_id, f"ledger {self.ledger_id}")
+        return prepare(self._ctx, data, key, headers, timestamp, msg_id, self.ledger_id)
 
     def _appends_or_raise(self) -> StreamAppends:
         appends = self._appends

@@ -240,8 +240,8 @@ def test_the_plain_appends_fast_path_packs_what_the_general_path_does():
     from embedlog.wire.record import decode
 
     ctx = ClientContext(bookies=None, metadata=None, placement=None, clock=FakeClock())
-    fast = prepare(ctx, b"data", None, None, None, None, "t")  # bytes, nothing else: fast
-    general = prepare(ctx, bytearray(b"data"), None, None, None, None, "t")
+    fast = prepare(ctx, b"data", None, None, None, None, 7)  # bytes, nothing else: fast
+    general = prepare(ctx, bytearray(b"data"), None, None, None, None, 7)
     assert fast == general
     assert decode(fast.payload) == decode(general.payload)
     assert decode(fast.payload)[1] == b"data" and decode(fast.payload)[0].timestamp == 1.8e9
