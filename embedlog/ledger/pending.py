@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
 
 from embedlog.errors import BKError, LedgerClosedError, LedgerDeletedError, LedgerFencedError
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
@@ -32,7 +31,13 @@ class PendingAdd:
     )
 
     def __init__(
-        self, entry_id: int, framed: bytes, future: Completion, flags: int, cost: int = -1
+        self,
+        entry_id: int,
+        framed: bytes,
+        future: Completion,
+        flags: int,
+        cost: int = -1,
+        created: float = 0.0,
     ) -> None:
         self.entry_id = entry_id
         self.flags = flags
@@ -51,7 +56,9 @@ class PendingAdd:
         # Acknowledged to the caller, or failed. Kept here rather than asked of the future:
         # a concurrent future's done() takes a lock, and answers ask it for every ack.
         self.settled = False
-        self.created = time.monotonic()
+        # When it was added (the client's clock): add latency, and how long it waited for
+        # its ack quorum.
+        self.created = created
 
     def ack(self, idx: int) -> None:
         bit = 1 << idx

@@ -1,7 +1,8 @@
 """Adds of one term of an unbounded ledger.
 
 ``TermWriter`` is the ledger writer (pipelining, in-order acks, ensemble change by
-CAS) plus what the unbounded protocol adds:
+CAS) with the stream's add policy (policy.py: which acks count, the LAFR, where a
+replacement fragment starts, who is pinned), plus the I/O the unbounded protocol adds:
 
 * every add carries the writer's term and its LAFR (last add fully replicated: every
   bookie of the write set of it and of every entry before it confirmed);
@@ -21,44 +22,34 @@ retried, and the writer fails loudly after ``add_entry_quorum_timeout``.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import random
-import time
-from collections import deque
-from collections.abc import Iterable
 
 from embedlog.bookie.truncation import trim_above_body
 from embedlog.errors import (
     BKError,
     InvalidTermError,
     LedgerDeletedError,
-    LedgerFencedError,
     MetadataVersionError,
     NotEnoughBookiesError,
     UnauthorizedAccessError,
 )
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
-from embedlog.ledger.pending import Completion, PendingAdd
+from embedlog.ledger.pending import Completion
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.unbounded import follow, layout, rules
 from embedlog.unbounded import retention as retention_rules
 from embedlog.unbounded import trim as trimming
+from embedlog.unbounded.policy import StreamPolicy
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import FLAG_TERM, TERM
 from embedlog.wire.messages import NO_TERM, OpCode, TrimFlags
 
 log = logging.getLogger(__name__)
 
-# Acknowledged entries kept (with their bytes, to be resent) until their whole write set
-# confirmed them; past this many, or this many bytes (a bookie that never answers and
-# cannot be replaced), the oldest are dropped: the LAFR then waits until they lie below
-# the last fragment, and a replacement fragment starts above them.
-MAX_TRACKED = 10_000
-MAX_TRACKED_BYTES = 64 * 1024 * 1024
 # How long a bookie that failed this writer is left out of new fragments and replacements
 # (when enough others are available).
 SUSPECT_SECONDS = 10.0
@@ -82,30 +73,6 @@ class TermWriter(LedgerWriter):
         fixed_lac: int | None = None,
         guaranteed_write_quorum: bool = False,
     ) -> None:
-        super().__init__(
-            ctx, md, password, lac=lac, recovery=recovery, fixed_lac=fixed_lac, term=term
-        )
-        self.lafr = lac if lafr is None else lafr
-        self._lafr_published = self.lafr  # what the metadata already places (see rules)
-        self.gwq = guaranteed_write_quorum
-        self.fragment_max_entries = fragment_max_entries
-        self._replicating: deque[PendingAdd] = deque()  # acked, write set not yet complete
-        self._replicating_bytes = 0
-        self._lafr_hold = -1
-        self._roll_at: int | None = None
-        self._progress = asyncio.Event()
-        self.rollovers = 0
-        self._suspects: dict[str, float] = {}  # bookie -> when it last failed this writer
-        # A takeover keeps its replacements in memory until its end stores them
-        # (takeover.open_term): until then the stored metadata lists these bookies for the
-        # entries they acknowledged, even those the takeover replaced (_never_replacements).
-        self._listed_at_start = frozenset(md.last_fragment[1]) if recovery else frozenset()
-        # Prompt LAC (see _prompt_lac): the LAC the last queued entry carries, and whether a
-        # round of explicit LAC writes is on the wire.
-        self._lac_queued = -1
-        self._prompt_due = False
-        self._lac_busy: set[str] = set()  # bookies with an explicit LAC write on the wire
-        self._lac_told: dict[str, int] = {}  # the LAC last written to each bookie that way
         # Retention (retention.py): limits from the metadata, counted since the last mark.
         self.retention = layout.retention(md)
         # A takeover's recovery writes never roll over: they go to the last fragment as it
@@ -118,20 +85,59 @@ class TermWriter(LedgerWriter):
             if recovery
             else retention_rules.rollover_for(self.retention, fragment_max_entries)
         )
-        self.fragment_max_entries = rollover.entries
-        self._segment = self._open_stretch(md, rollover, lac, recovery)
+        self.stream = StreamPolicy(
+            term=term,
+            lafr=lac if lafr is None else lafr,
+            gwq=guaranteed_write_quorum,
+            recovery=recovery,
+            segment=self._open_stretch(ctx, md, rollover, lac, recovery),
+            fragment_max_entries=rollover.entries,
+            # A takeover keeps its replacements in memory until its end stores them
+            # (takeover.open_term): until then the stored metadata lists these bookies.
+            listed_at_start=frozenset(md.last_fragment[1]) if recovery else frozenset(),
+            suspect_seconds=SUSPECT_SECONDS,
+        )
+        super().__init__(
+            ctx,
+            md,
+            password,
+            lac=lac,
+            recovery=recovery,
+            fixed_lac=fixed_lac,
+            term=term,
+            policy=self.stream,
+        )
+        self.gwq = guaranteed_write_quorum
+        self._progress = asyncio.Event()
+        self.rollovers = 0
+        # Prompt LAC (see _prompt_lac): the LAC the last queued entry carries, and whether a
+        # round of explicit LAC writes is on the wire.
+        self._lac_queued = -1
+        self._prompt_due = False
+        self._lac_busy: set[str] = set()  # bookies with an explicit LAC write on the wire
+        self._lac_told: dict[str, int] = {}  # the LAC last written to each bookie that way
         self._held_warned = -HELD_WARNING_EVERY  # when a cursor holding retention was logged
         self._counting: asyncio.Task[None] | None = None
         if self._segment.inherited and self._needs_counts():
             # The takeover's part of the open stretch: counted from the entries, so that
             # max_entries and max_bytes see what readers see whoever wrote it.
-            self._counting = asyncio.get_running_loop().create_task(self._count_inherited())
-            self._tasks.add(self._counting)
-            self._counting.add_done_callback(self._tasks.discard)
+            self._counting = self._spawn(self._count_inherited())
         if rollover.age is not None and not recovery:
-            task = asyncio.get_running_loop().create_task(self._age_ticks(rollover.age))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._age_ticks(rollover.age))
+
+    # The policy's state that callers and tests read.
+
+    @property
+    def lafr(self) -> int:
+        return self.stream.lafr
+
+    @property
+    def fragment_max_entries(self) -> int | None:
+        return self.stream.fragment_max_entries
+
+    @property
+    def _segment(self) -> retention_rules.SegmentCounter:
+        return self.stream.segment
 
     def add_to(
         self,
@@ -152,31 +158,15 @@ class TermWriter(LedgerWriter):
 
     # -- completion --------------------------------------------------------------------------
 
-    def _needed_acks(self) -> int:
-        return self.md.write_quorum if self.gwq else self.md.ack_quorum
-
-    def _acknowledged(self, p: PendingAdd) -> None:
-        if p.cost >= 0:
-            # Retention counts what readers will see: appends once acknowledged (a no-op
-            # or write-back costs nothing; an entry sent but never acknowledged may be cut
-            # by the next takeover and must not count towards what is kept).
-            self._segment.count(p.cost)
-        if self.gwq:
-            self.lafr = p.entry_id
-        else:
-            # Kept, bytes and all, until its whole write set has it (the model's pending
-            # add op): a bookie that fails before confirming it is replaced from the LAFR
-            # on, and the entry is resent to the replacement.
-            self._replicating.append(p)
-            self._replicating_bytes += len(p.framed)
-
     def _progressed(self) -> None:
-        self._advance_lafr()
         self._progress.set()
         if not self._prompt_due and not self.recovery and self.ctx.explicit_lac_interval > 0:
             # At the end of this loop iteration: an append queued meanwhile carries the LAC.
             self._prompt_due = True
             asyncio.get_running_loop().call_soon(self._prompt_lac)
+
+    def _failed_out(self) -> None:
+        self._progress.set()
 
     # -- prompt LAC --------------------------------------------------------------------------
 
@@ -193,17 +183,14 @@ class TermWriter(LedgerWriter):
         """
         self._prompt_due = False
         lac = self.lac
-        if self.error is not None or (self._lac_queued >= lac and not self._waiting):
+        if self.error is not None or (self._lac_queued >= lac and not self.pl.waiting):
             return  # failed, or an entry on the wire carries the LAC
-        loop = asyncio.get_running_loop()
         for bookie in self.md.last_fragment[1]:
             if bookie in self._lac_busy or self._lac_told.get(bookie, -1) >= lac:
                 continue
             self._lac_busy.add(bookie)
             self._lac_told[bookie] = lac
-            task = loop.create_task(self._prompt_one(bookie, lac))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._prompt_one(bookie, lac))
         self._explicit_lac_sent = max(self._explicit_lac_sent, lac)  # the idle timer's too
 
     async def _prompt_one(self, bookie: str, lac: int) -> None:
@@ -214,56 +201,7 @@ class TermWriter(LedgerWriter):
         if self.lac > lac and not self._prompt_due:
             self._prompt_lac()
 
-    def _advance_lafr(self) -> None:
-        if self._replacing and not self.ctx.unsafe_ack_during_replacement:
-            # Frozen while a replacement is in flight, like the LAC: an ack counted now
-            # may be from a bookie the new fragment no longer lists for the entry.
-            return
-        rep = self._replicating
-        while rep and (len(rep) > MAX_TRACKED or self._replicating_bytes > MAX_TRACKED_BYTES):
-            dropped = self._release(rep.popleft())
-            self._lafr_hold = max(self._lafr_hold, dropped.entry_id)
-        md = self.md
-        first, wq, hold = md.last_fragment[0], md.write_quorum, self._lafr_hold
-        while rep and rules.lafr_passes(rep[0].entry_id, rep[0].acked, wq, first, hold):
-            self.lafr = self._release(rep.popleft()).entry_id
-
-    def _release(self, p: PendingAdd) -> PendingAdd:
-        """``p`` is no longer tracked: nobody will need its bytes again."""
-        self._replicating_bytes -= len(p.framed)
-        p.framed = b""
-        return p
-
     # -- ensemble change (the guaranteed-write-quorum model's ChangeEnsemble) ---------------
-
-    def _resumed(self) -> None:
-        super()._resumed()
-        self._advance_lafr()
-
-    def _fragment_start(self) -> int:
-        if self.term == NO_TERM:
-            return super()._fragment_start()
-        # LAFR + 1: every entry the failed bookie may not have confirmed moves to the new
-        # fragment and is resent to its replacement. Entries dropped from tracking (no
-        # bytes left to resend) stay where they are.
-        return max(self.lafr, self._lafr_hold) + 1
-
-    def _unconfirmed(self) -> Iterable[PendingAdd]:
-        return itertools.chain(self._replicating, self.pending)
-
-    def _pinned(self, idx: int, first: int) -> bool:
-        # The model's BookiePinned: replacing a bookie whose ack counted for an entry
-        # already acknowledged from ``first`` on would leave that entry with fewer than AQ
-        # copies on the bookies the metadata lists for it. It is retried instead until
-        # the entry reaches its whole write set (the LAFR passes it).
-        return any(p.entry_id >= first and p.has_ack(idx) for p in self._replicating)
-
-    def fail(self, error: BKError) -> None:
-        # An unbounded ledger is IN_RECOVERY only while a higher term takes over.
-        if isinstance(error, LedgerFencedError):
-            error = InvalidTermError(f"{error}; a client with a higher term took over")
-        super().fail(error)
-        self._progress.set()
 
     async def prepare_bookies(self, bookies: set[str], first: int) -> set[str]:
         """Before a new fragment's first entry, each new member drops whatever it holds of
@@ -303,17 +241,10 @@ class TermWriter(LedgerWriter):
 
         answers = await asyncio.gather(*(one(b) for b in sorted(bookies)))
         ready = {b for b in answers if b is not None}
-        now = time.monotonic()
-        for b in bookies - ready:
-            self._suspects[b] = now
         # Until readied (again), a member kept in the fragment holds back the entries of
-        # its write sets that it has not confirmed itself (LedgerWriter._held_back).
-        for b in ready:
-            self._unprepared.pop(b, None)
-        for b in bookies - ready:
-            self._unprepared[b] = first
-        if ready:
-            self._complete()
+        # its write sets that it has not confirmed itself (AddPipeline.held_back).
+        self.pl.readied(ready, bookies - ready, first, self.ctx.clock.monotonic())
+        self._carry_out()
         return ready
 
     async def clear_last_fragment(self, noop_id: int) -> None:
@@ -327,7 +258,8 @@ class TermWriter(LedgerWriter):
         is replaced (in memory, as every change of the recovery) from ``noop_id + 1``;
         without a replacement the takeover fails after ``add_entry_quorum_timeout``.
         """
-        deadline = time.monotonic() + self.ctx.add_entry_quorum_timeout
+        clock = self.ctx.clock
+        deadline = clock.monotonic() + self.ctx.add_entry_quorum_timeout
         while True:
             first, ensemble = self.md.last_fragment
             cut = set(ensemble)
@@ -337,7 +269,7 @@ class TermWriter(LedgerWriter):
             missing = cut - ready
             if not missing or self.error is not None:
                 return
-            if time.monotonic() > deadline:
+            if clock.monotonic() > deadline:
                 self.fail(
                     NotEnoughBookiesError(
                         f"{sorted(missing)} did not drop the older terms' entries above "
@@ -345,75 +277,35 @@ class TermWriter(LedgerWriter):
                     )
                 )
                 return
-            self._failed |= missing
+            self.pl.failed |= missing
             # One replacement at a time: a change started by a late answer would build on
             # the same metadata, and the later of the two would undo the other.
             while self._changing is not None:
                 await asyncio.wait({self._changing})
             self._changing = asyncio.current_task()  # type: ignore[assignment]
+            self.pl.begin_change()
             try:
                 await self._replace_failed()
             finally:
                 self._changing = None
+                self.pl.end_change()
             if set(self.md.last_fragment[1]) & missing:
                 await asyncio.sleep(min(self.ctx.bookies.request_timeout, 0.5))
 
-    def _bookie_failed(self, bookie: str) -> None:
-        self._suspects[bookie] = time.monotonic()
-        super()._bookie_failed(bookie)
-
-    def _avoid(self) -> set[str]:
-        """Bookies that failed this writer lately: new fragments and replacements avoid
-        them while others are available (each would cost a request timeout first)."""
-        now = time.monotonic()
-        recent = {b for b, t in self._suspects.items() if now - t < SUSPECT_SECONDS}
-        return super()._avoid() | recent
-
-    def _never_replacements(self) -> frozenset[str]:
-        """A takeover never picks a bookie of the last fragment as it is stored, even one
-        it replaced itself: readying it (``prepare_bookies``, TRIM ABOVE) would drop the
-        acknowledged entries it holds for its stored slot, and a takeover that fails
-        before storing its ensemble leaves the metadata listing it for them (found by the
-        simulator: seed 3105 of ``unbounded-nojournal``)."""
-        return self._listed_at_start
-
     def announce_lac(self) -> None:
         """Send the LAC explicitly to the last fragment now, in the background."""
-        loop = asyncio.get_running_loop()
         for bookie in self.md.last_fragment[1]:
-            task = loop.create_task(self._send_lac(bookie, self.lac))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    # -- answers -----------------------------------------------------------------------------
-
-    def _lafr_for_adds(self) -> int:
-        return rules.lafr_to_send(self.lafr, self._lafr_published, recovery=self.recovery)
-
-    def _counts(self, term: int) -> bool:
-        # An answer of another term is discarded (the model's response term).
-        return self.term == NO_TERM or rules.response_counts(self.term, term)
-
-    def _acked(self, p: PendingAdd, idx: int) -> None:
-        p.ack(idx)
-        if p.settled:
-            self._advance_lafr()  # acks after the ack quorum move the LAFR
+            self._spawn(self._send_lac(bookie, self.lac))
 
     # -- fragment rollover -------------------------------------------------------------------
 
-    def _may_send(self, p: PendingAdd) -> bool:
-        if self._roll_at is not None and p.entry_id >= self._roll_at:
-            return False  # waits for the new fragment
-        first = self.md.last_fragment[0]
-        if rules.rollover_due(p.entry_id, first, self.fragment_max_entries) or (
-            p.entry_id > first and self._segment.due()
-        ):
-            self._start_rollover(p.entry_id)
-            return False
-        return True
-
+    @staticmethod
     def _open_stretch(
-        self, md: LedgerMetadata, rollover: retention_rules.Rollover, lac: int, recovery: bool
+        ctx: ClientContext,
+        md: LedgerMetadata,
+        rollover: retention_rules.Rollover,
+        lac: int,
+        recovery: bool,
     ) -> retention_rules.SegmentCounter:
         """The counter of the stretch since the last mark: after a takeover it holds the
         earlier terms' entries up to ``lac`` (the no-op), begun when the last stretch was
@@ -422,7 +314,7 @@ class TermWriter(LedgerWriter):
         begins = marks[-1][0] if marks else layout.first_entry(md)
         if recovery or lac < begins:
             return retention_rules.SegmentCounter(rollover)
-        started = marks[-1][2] if marks else (md.ctime or time.time())
+        started = marks[-1][2] if marks else (md.ctime or ctx.clock.time())
         return retention_rules.SegmentCounter(rollover, started=started, inherited=True)
 
     def _needs_counts(self) -> bool:
@@ -455,17 +347,14 @@ class TermWriter(LedgerWriter):
             )
 
     def _start_rollover(self, at: int) -> None:
-        self._roll_at = at
-        task = asyncio.get_running_loop().create_task(self._rollover(at))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._rollover(at))
 
     async def _age_ticks(self, age: float) -> None:
         """A quiet stream rolls over by age too (so its entries can age out), and its
         retention is applied as time passes."""
         while self.error is None:
             await asyncio.sleep(min(max(age / 4, 0.05), 5.0))
-            idle = self._roll_at is None and self._changing is None and not self._waiting
+            idle = self.stream.roll_at is None and self._changing is None and not self.pl.waiting
             if idle and self._segment.due() and self.next_entry_id > self.md.last_fragment[0]:
                 self._start_rollover(self.next_entry_id)
             elif idle and self.retention is not None:
@@ -480,7 +369,7 @@ class TermWriter(LedgerWriter):
         marks, first = layout.marks(md), layout.first_entry(md)
         seg = self._segment
         limits_at = retention_rules.limit_point(
-            kept, marks, first, seg.bytes, seg.entries, time.time()
+            kept, marks, first, seg.bytes, seg.entries, self.ctx.clock.time()
         )
         overrides = layout.retention_overrides_cursors(md)
         cursor_floor: list[int | None] = [None]
@@ -517,7 +406,7 @@ class TermWriter(LedgerWriter):
             marks, first, max(decided, first), limits_at
         )
         self.ctx.metrics.retention_held(self.md.ledger_id, held_entries, held_bytes)
-        now = time.monotonic()
+        now = self.ctx.clock.monotonic()
         if held_entries and floor is not None and now - self._held_warned >= HELD_WARNING_EVERY:
             self._held_warned = now
             log.warning(
@@ -539,10 +428,11 @@ class TermWriter(LedgerWriter):
             # may hold an older term's leftover at its id, which readers asking it first
             # would get (simulator seed 247 of ``unbounded``: a member whose TRIM ABOVE
             # failed). A bookie that fails meanwhile is replaced from the LAFR on.
+            replicating = self.stream.replicating
             while self.error is None and (
                 self._changing is not None
                 or (self.pending and self.pending[0].entry_id < at)
-                or (self._replicating and self._replicating[0].entry_id < at)
+                or (replicating and replicating[0].entry_id < at)
             ):
                 self._progress.clear()
                 try:  # completions and failures set it; an ensemble change ending does not
@@ -552,6 +442,7 @@ class TermWriter(LedgerWriter):
             if self.error is not None:
                 return
             self._changing = asyncio.current_task()  # type: ignore[assignment]
+            self.pl.begin_change()
             await self._start_fragment(at)
         except BKError as exc:
             self.fail(exc)
@@ -564,11 +455,13 @@ class TermWriter(LedgerWriter):
         finally:
             if self._changing is asyncio.current_task():
                 self._changing = None
-            self._roll_at = None
+                self.pl.end_change()
+            self.stream.roll_at = None
             # Cancelled: the writer is being stopped; start nothing more (sending the
             # queue again would start this rollover anew, for ever).
             if not cancelled:
-                if self._failed and self._changing is None and self.error is None:
+                if self.pl.failed and self._changing is None and self.error is None:
+                    self.pl.begin_change()
                     loop = asyncio.get_running_loop()
                     self._changing = loop.create_task(self._change_ensemble())
                 self._send_queued()
@@ -577,7 +470,7 @@ class TermWriter(LedgerWriter):
         md = self.md
         while True:
             available = await self.ctx.writable_bookies()
-            avoid = self._avoid()
+            avoid = self.pl.avoid(self.ctx.clock.monotonic())
             healthy = {b: info for b, info in available.items() if b not in avoid}
             if len(healthy) >= md.ensemble_size:
                 available = healthy
@@ -587,7 +480,7 @@ class TermWriter(LedgerWriter):
                 if self._counting is not None:
                     await asyncio.shield(self._counting)  # the earlier terms' part counts too
                 # The stretch this rollover seals, recorded in the same CAS.
-                sealed = (at, self._segment.bytes, time.time(), self._segment.entries)
+                sealed = (at, self._segment.bytes, self.ctx.clock.time(), self._segment.entries)
                 kept = retention_rules.prune(layout.marks(md), layout.first_entry(md))
                 nxt = layout.with_stream_settings(nxt, marks=[*kept, sealed])
             try:
@@ -600,13 +493,11 @@ class TermWriter(LedgerWriter):
             self.rollovers += 1
             self._segment.seal(at)
             if self.retention is not None:
-                task = asyncio.get_running_loop().create_task(self.apply_retention())
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self.apply_retention())
             log.debug("ledger %s: new fragment at %s on %s", md.ledger_id, at, ensemble)
             ready = await self.prepare_bookies(set(ensemble), at)
             # Not ready: replaced by an ensemble change before the fragment's first entry.
-            self._failed |= set(ensemble) - ready
+            self.pl.failed |= set(ensemble) - ready
             return
 
 

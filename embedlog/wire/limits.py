@@ -32,7 +32,7 @@ def oversized(entries: dict[int, bytes]) -> bool:
 
 
 # The entries' bytes one ADD_BATCH request holds at most (it holds at most
-# embedlog.ledger.writer.MAX_BATCH entries too). Far below the frame limit: 64 entries of
+# embedlog.ledger.sending.MAX_BATCH entries too). Far below the frame limit: 64 entries of
 # 1.1 MiB once made a 72 MB frame, the bookie dropped the connection, and every request
 # on it failed. Small entries still fill a batch (64 of 64 KiB fit); an entry larger than
 # the cap travels alone, as a plain ADD.
