@@ -5,7 +5,11 @@ hold one. Real runs use ``SYSTEM_CLOCK``; the deterministic simulator passes a c
 that reads its virtual event loop (``embedlog.testing.simloop.LoopClock``), so no code
 needs ``time`` patched process-wide. Code that only ever runs against real sockets,
 processes or the terminal (the TCP transport, the process supervisor, the CLI) reads
-``time`` directly: the simulator never runs it.
+``time`` directly: the simulator never runs it. So does a wait that blocks a real thread
+(a ``threading`` wait or ``time.sleep``: a blocking add waiting for room, the periodic
+auditor between passes, ``LocalCluster.wait_repaired``): it lasts real seconds, so its
+deadline is read on the real clock (tests/sim/test_injected_clock.py checks that nothing
+else the simulator runs reads ``time``).
 
 Timers (``asyncio.sleep``, ``loop.call_later``) already follow the loop's own clock, so
 a clock here only answers "what time is it now".

@@ -215,7 +215,7 @@ class MetadataChecker:
         *,
         placement: PlacementPolicy | None = None,
         underreplicated_threshold: float = DEFAULT_UNDERREPLICATED_THRESHOLD,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         request_timeout: float = 5.0,
         recheck_delay: float = 1.0,
         rechecks: int = 1,
@@ -241,7 +241,8 @@ class MetadataChecker:
         # bookies, and with racks configured it checks that write sets span them.
         self.placement = placement or RackAwarePlacement()
         self.threshold = underreplicated_threshold
-        self.clock = clock
+        # Wall time for the marks' age (None: the metadata client's clock, embedlog/clock.py).
+        self.clock = clock if clock is not None else metadata.clock.time
         self.request_timeout = request_timeout
         self.recheck_delay = recheck_delay
         self.rechecks = rechecks
@@ -261,7 +262,7 @@ class MetadataChecker:
         return self.runtime.run(self.run_aio(ids))
 
     async def run_aio(self, ledger_ids: list[int] | None = None) -> Report:
-        started = time.monotonic()
+        started = self.metadata.clock.monotonic()
         if ledger_ids is None:
             ledger_ids = await self.metadata.call(lambda: sorted(self.metadata.list_ledgers()))
         report = Report()
@@ -313,7 +314,7 @@ class MetadataChecker:
             for v in violations_of(check, registered):
                 log.warning("auditor: %s violation: %s", v.category, v.detail)
                 report.violations.append(v)
-        report.seconds = time.monotonic() - started
+        report.seconds = self.metadata.clock.monotonic() - started
         log.info("auditor: %s", report.summary())
         return report
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -154,7 +153,7 @@ class Decommissioner:
         return self.runtime.run(self.run_aio())
 
     async def run_aio(self) -> DecommissionResult:
-        started = time.monotonic()
+        started = self.metadata.clock.monotonic()
         bid = self.bookie_id
         self._to_copy, self._copied = {}, 0
         await self._refuse_if_registered()
@@ -181,7 +180,7 @@ class Decommissioner:
             result.retired = True
             self.say(f"bookie {bid} retired: cookie, registration and id claim removed")
         result.entries_copied = self._copied
-        result.seconds = time.monotonic() - started
+        result.seconds = self.metadata.clock.monotonic() - started
         log.info("decommission: %s", result.summary())
         return result
 
@@ -259,7 +258,7 @@ class Decommissioner:
             todo = set(waiting)
             if not todo:
                 return
-            now = time.monotonic()
+            now = self.metadata.clock.monotonic()
             if waiting_since is None:
                 waiting_since = now
                 shown = sorted(waiting.items())[:_SHOWN]

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -155,7 +154,7 @@ class Replicator:
         return self.runtime.run(self.run_aio(ids))
 
     async def run_aio(self, ledger_ids: list[int] | None = None) -> ReplicationResult:
-        started = time.monotonic()
+        started = self.metadata.clock.monotonic()
         report = await self.checker.run_aio(ledger_ids)
         result = ReplicationResult(report)
         todo = [
@@ -177,7 +176,7 @@ class Replicator:
             result.ledgers[check.ledger_id] = repair
             state = "repaired" if repair.repaired else "NOT repaired: " + "; ".join(repair.failures)
             self.say(f"ledger {check.ledger_id}: {state}")
-        result.seconds = time.monotonic() - started
+        result.seconds = self.metadata.clock.monotonic() - started
         log.info("replicator: %s", result.summary())
         return result
 

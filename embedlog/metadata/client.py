@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from embedlog.clock import SYSTEM_CLOCK, Clock
 from embedlog.errors import CookieError, MetadataError, NoSuchLedgerInMetadataError
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.store import (
@@ -57,8 +57,17 @@ class RegistrationTakenError(MetadataError):
 
 
 class MetadataClient:
-    def __init__(self, store: MetadataStore, delay: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        delay: Callable[[], float] | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.store = store
+        # Where the records' timestamps come from (when a ledger was marked under-replicated),
+        # and the clock of the auditors built on this client (embedlog/clock.py).
+        self.clock = clock
         # Fault injection (LocalCluster's ``network.delay_metadata``): seconds every
         # operation made through ``call`` waits before it reaches the store.
         self.delay = delay
@@ -310,7 +319,7 @@ class MetadataClient:
 
     def mark_underreplicated(self, ledger_id: int, bookies: list[str]) -> None:
         path = f"{UNDERREPLICATED}/{ledger_id}"
-        doc = json.dumps({"since": time.time(), "bookies": sorted(bookies)}).encode()
+        doc = json.dumps({"since": self.clock.time(), "bookies": sorted(bookies)}).encode()
         try:
             self.store.create(path, doc)
         except NodeExistsError:

@@ -21,7 +21,7 @@ import logging
 import random
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,9 +43,10 @@ from embedlog.testing.decisions import Decisions, format_suppress
 from embedlog.testing.limits import Limits
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
 from embedlog.testing.simbudget import FaultBudget
+from embedlog.testing.simcontext import SimContext
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.testing.simfaults import DiskNemesis
-from embedlog.testing.simloop import SimDisk, VirtualClockLoop, seeded, virtual_clock
+from embedlog.testing.simloop import LoopClock, SimDisk, VirtualClockLoop, seeded, virtual_clock
 from embedlog.testing.simmeta import (
     FaultyMetadataStore,
     MetadataFaults,
@@ -56,7 +57,7 @@ from embedlog.testing.simnemesis import Nemesis
 from embedlog.testing.simnet import NetProfile, SimNetwork
 from embedlog.testing.simraces import RaceProfile
 from embedlog.testing.simtrace import SeedResult, Trace
-from embedlog.testing.workload import DIGEST, Workload, task_error
+from embedlog.testing.workload import DIGEST, Aims, Workload, judge_outcome
 from embedlog.testing.workload_bounded import BoundedWorkload
 from embedlog.testing.workload_unbounded import UnboundedWorkload
 from embedlog.wire.entry import HEADER, Digester
@@ -151,14 +152,17 @@ def run_seed(
     )
 
 
-def make_workload(sim: Simulation) -> Workload:
+def make_workload(ctx: SimContext, cluster: Simulation, aims: Aims) -> Workload:
     """The workload the scenario names (its ledgers: bounded or unbounded)."""
-    if sim.scenario.ledger_kind == "unbounded":
-        return UnboundedWorkload(sim)
-    return BoundedWorkload(sim)
+    if ctx.scenario.ledger_kind == "unbounded":
+        return UnboundedWorkload(ctx, cluster, aims)
+    return BoundedWorkload(ctx, cluster, aims)
 
 
 class Simulation:
+    """One seeded history: builds the cluster and the parts that act on it (the nemesis,
+    the disk faults, the workload), and is their ``ClusterControl`` (simcontext.py)."""
+
     def __init__(
         self,
         seed: int,
@@ -173,6 +177,8 @@ class Simulation:
         self.scenario = scenario
         self.root = root
         self.loop = loop
+        # Every client, bookie and metadata client reads the loop's virtual time.
+        self.clock = LoopClock(loop)
         self.trace = Trace(loop, keep_trace)
         self.counts: Counter[str] = Counter()
         # Every fault (and leavable workload step) is a numbered decision: suppressible.
@@ -180,7 +186,7 @@ class Simulation:
         self.store = MemoryMetadataStore()
         # What the store holds, for the oracle; clients and bookies reach it through a
         # connection that is slow and fails (simmeta.py).
-        self.truth = MetadataClient(self.store)
+        self.truth = MetadataClient(self.store, clock=self.clock)
         self.metafaults = MetadataFaults(
             seeded(seed, "metadata"),
             MetaProfile.draw(seeded(seed, "metadata-config")),
@@ -189,10 +195,11 @@ class Simulation:
             budget=scenario.meta_budget,
             decide=self.decide,
         )
-        self.meta = MetadataClient(FaultyMetadataStore(self.store, self.metafaults))
+        self.meta = MetadataClient(
+            FaultyMetadataStore(self.store, self.metafaults), clock=self.clock
+        )
         loop.set_default_executor(SimMetadataExecutor(loop, self.metafaults))
         switch = UNSAFE[unsafe] if unsafe is not None else None
-        self.rng = seeded(seed, "workload")
         self._disk_rng = seeded(seed, "disk")
         cfg_rng = seeded(seed, "config")
         sc = scenario
@@ -223,7 +230,6 @@ class Simulation:
             corrupt = seeded(seed, "corrupt-config").uniform(*sc.corrupt)
             profile = attrs.evolve(profile, corrupt=corrupt)
             self.trace("corrupt-rate", f"{corrupt:.4f}")
-        self._combo_rngs: dict[str, random.Random] = {}  # simcombos.py
         if self.races is not None:
             self.ensemble, self.write_quorum = self.races.shape
             profile = attrs.evolve(
@@ -239,8 +245,37 @@ class Simulation:
             lossy_bookies=sc.lossy_bookies,
             journal=self.bookie_settings["journal_write_data"],
         )
-        self.nemesis = Nemesis(self, seed)
-        self.workload: Workload = make_workload(self)
+        # What the nemesis, the disk faults and the workload share (simcontext.py); they
+        # act on the cluster through this Simulation's ClusterControl methods.
+        self.ctx = SimContext(
+            seed=seed,
+            scenario=sc,
+            clock=self.clock,
+            rng=seeded(seed, "workload"),
+            trace=self.trace,
+            counts=self.counts,
+            decide=self.decide,
+            budget=self.budget,
+            races=self.races,
+            truth=self.truth,
+            ensemble=self.ensemble,
+            write_quorum=self.write_quorum,
+            ack_quorum=self.ack_quorum,
+            client_options=self.client_options,
+        )
+        # Each bookie's disks, for the whole history: they outlive its incarnations.
+        self.disks: dict[str, MemoryDisk] = {}
+        self.disk_faults = DiskNemesis(
+            self.ctx,
+            self,
+            seeded(seed, "disk-faults"),
+            self.disks,
+            lambda bid, protected: self.oracle.forget_lost(bid, protected),
+        )
+        if self.races is not None:
+            self.disk_faults.wipe_probability = self.races.wipe
+        self.nemesis = Nemesis(self.ctx, self, self.disk_faults, seed)
+        self.workload: Workload = make_workload(self.ctx, self, self.nemesis)
         self.oracle = self.workload.oracle
         self.net = SimNetwork(
             self._serving,
@@ -258,14 +293,8 @@ class Simulation:
         self._sessions: dict[str, MetadataStore] = {}
         self._settled: dict[str, Bookie] = {}  # the incarnation _settle last saw of each
         self._disks: dict[str, list[SimDisk]] = {}
-        # Each bookie's disks, for the whole history: they outlive its incarnations.
-        self.disks: dict[str, MemoryDisk] = {}
-        self.disk_faults = DiskNemesis(self, seeded(seed, "disk-faults"))
-        if self.races is not None:
-            self.disk_faults.wipe_probability = self.races.wipe
         self._clients = 0
         self._healed = False
-        self.workload_done = False
         self.trace(
             "seed",
             seed,
@@ -292,7 +321,7 @@ class Simulation:
         in limbo, before it judges any answer of it (``DiskNemesis.booted``)."""
         if self._settled.get(bookie_id) is not bookie:
             self._settled[bookie_id] = bookie
-            self.disk_faults.booted(bookie_id)
+            self.disk_faults.booted(bookie_id, bookie)
 
     def client(self, name: str) -> Client:
         self._clients += 1
@@ -304,6 +333,7 @@ class Simulation:
             request_timeout=REQUEST_TIMEOUT,
             placement=RandomPlacement(seeded(self.seed, "placement", name, self._clients)),
             add_entry_quorum_timeout=10.0,
+            clock=self.clock,
             **self.client_options,
         )
         for setting, value in self._context_options.items():
@@ -352,6 +382,7 @@ class Simulation:
             client_factory=lambda: self.client(f"{bid}-repair"),
             disk_executor=disk,
             disk=mdisk,
+            clock=self.clock,
         )
         self.bookies[bid], self._sessions[bid], self._disks[bid] = bookie, session, disks
         bitten = mdisk.bitten
@@ -436,7 +467,7 @@ class Simulation:
         expiries = asyncio.ensure_future(
             self.metafaults.expire_sessions(
                 lambda: [b for b in self.up() if b in self._sessions],
-                lambda: self.workload_done,
+                lambda: self.ctx.phase.workload_done,
                 lambda b: self._sessions[b].expire(),  # type: ignore[attr-defined]
             )
         )
@@ -445,33 +476,17 @@ class Simulation:
             t.cancel()
         # The nemesis ends after its current step, never inside one: a stop or a boot cut
         # short by a cancellation would be a fault of the simulator's own making.
-        self.workload_done = True
+        self.ctx.phase.workload_done = True
         await self.nemesis.strikes_done()
         await asyncio.wait(
             [*work, disk_nemesis, expiries, *(x for x in [nemesis] if x is not None)]
         )
         for t in [*work, disk_nemesis, expiries, *(x for x in [nemesis] if x is not None)]:
-            self._outcome(t)
+            judge_outcome(self.oracle, t)
         await self.heal_and_check()
         self.counts.update(self.net.counts)
 
-    def oracle_outcome(self, task: asyncio.Future[Any]) -> None:
-        """A finished task of the workload's own: no exception that is not a protocol
-        outcome (``NoUnexpectedError``)."""
-        self._outcome(task)
-
-    def _outcome(self, task: asyncio.Future[Any]) -> None:
-        detail = task_error(task)
-        if detail is not None:
-            self.oracle.violate("NoUnexpectedError", detail)
-
-    # -- what compound aims (simcombos.py) ask of the cluster ---------------------------------
-
-    def combo_rng(self, what: str) -> random.Random:
-        rng = self._combo_rngs.get(what)
-        if rng is None:
-            rng = self._combo_rngs[what] = seeded(self.seed, "combo", what)
-        return rng
+    # -- the rest of ClusterControl (simcontext.py) --------------------------------------------
 
     def serving(self, bid: str) -> bool:
         return self._serving(bid) is not None
@@ -493,6 +508,31 @@ class Simulation:
             await self.stop(bid)
         if not (wipe and self.disk_faults.wipe(bid)):
             self.disk_faults.after_down(bid)
+
+    def blind(self, who: str, bookie: str, lid: int, what: str, until: float) -> None:
+        self.net.blind(who, bookie, lid, what, until)
+
+    def unblind(self, who: str, lid: int) -> None:
+        self.net.unblind(who, lid)
+
+    def gate(self, bookie: str, lid: int, until: float) -> None:
+        self.net.gate(bookie, lid, until)
+
+    def hold_next(self, who: str, bookie: str, lid: int, delay: float) -> None:
+        self.net.hold_next(who, bookie, lid, delay)
+
+    def spare(self, who: str, lid: int, spared: bool) -> None:
+        if spared:
+            self.net.spared.add((who, lid))
+        else:
+            self.net.spared.discard((who, lid))
+
+    def watch_metadata(
+        self, on_write: Callable[[str, str], None], on_read: Callable[[str, str], None]
+    ) -> None:
+        store = self.meta.store
+        assert isinstance(store, FaultyMetadataStore)
+        store.on_write, store.on_read = on_write, on_read
 
     async def heal_and_check(self) -> None:
         """The end of every history: heal the network, bring every bookie back, let repair

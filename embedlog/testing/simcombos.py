@@ -27,17 +27,18 @@ from streams of their own (``seeded(seed, "combo", ...)``), so a seed whose rate
   others, and a reader asks that bookie for it.
 
 While a compound aim runs it holds the bookies of the ledger's ensemble
-(``Simulation.busy``): the nemesis, the strikes and the disk faults leave them alone.
+(``FaultBudget.busy``): the nemesis, the strikes and the disk faults leave them alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from embedlog.errors import BKError
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerState
+from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.simraces import BLIND_FOR
 from embedlog.testing.workload import PASSWORD
 from embedlog.wire.messages import OpCode
@@ -45,9 +46,8 @@ from embedlog.wire.messages import OpCode
 if TYPE_CHECKING:
     from embedlog.client import Client
     from embedlog.ledger.writer import LedgerWriter
-    from embedlog.testing.sim import Simulation
-    from embedlog.testing.workload_bounded import BoundedWorkload
-    from embedlog.testing.workload_unbounded import UnboundedWorkload
+    from embedlog.testing.oracle import Oracle
+    from embedlog.unbounded.ledger import UnboundedLedger
     from embedlog.unbounded.writer import TermWriter
 
 # How long a quiet writer waits at most for the recovery and the reboot it is quiet for.
@@ -66,159 +66,186 @@ HELD_ADD = (0.05, 0.8)
 TAKEOVER_TRIES = 3  # a wiped bookie's boot (its cookie fix) may meet a metadata fault
 
 
-def wiped_reboot_at(sim: Simulation, adds: int) -> int | None:
+class StreamWork(Protocol):
+    """What the dirty leftover asks of the streams' workload (workload_unbounded.py)."""
+
+    def hold(self, lid: int) -> asyncio.Event:
+        """Keep other takeovers of ``lid`` waiting until the event is set."""
+        ...
+
+    async def take_over(
+        self, client: Client, name: str, lid: int, *, holder: bool = False
+    ) -> UnboundedLedger | None: ...
+
+    def append(self, handle: UnboundedLedger, name: str, payload: bytes) -> asyncio.Future[int]:
+        """One append in ``handle``'s term, known to the oracle."""
+        ...
+
+
+def wiped_reboot_at(ctx: SimContext, adds: int) -> int | None:
     """After which of a writer's ``adds`` adds (counted from 0) it goes quiet for the wiped
     reboot, if it does: early, before the nemesis spent the lossy budget elsewhere."""
-    races = sim.races
+    races = ctx.races
     if races is None or not races.wiped_reboot or adds < 2:
         return None
-    rng = sim.combo_rng("wiped-reboot")
+    rng = ctx.combo_rng("wiped-reboot")
     if rng.random() >= races.wiped_reboot:
         return None
     return rng.randrange(min(adds - 1, WIPED_REBOOT_WITHIN))
 
 
 async def quiet_writer_wiped_reboot(
-    work: BoundedWorkload, name: str, lid: int, writer: LedgerWriter
+    ctx: SimContext,
+    cluster: ClusterControl,
+    oracle: Oracle,
+    name: str,
+    lid: int,
+    writer: LedgerWriter,
 ) -> None:
     """Run the wiped reboot under a quiet writer (module docstring) on ``name``'s ledger
     ``lid`` before the writer adds again."""
-    sim = work.sim
-    rng = sim.combo_rng("wiped-reboot")
+    rng = ctx.combo_rng("wiped-reboot")
     # Quiet means nothing of the writer's in flight: a late answer of an add sent before
     # the recovery's fence would be a refusal that ends the writer.
     drained = asyncio.ensure_future(writer.drain())
     await asyncio.wait([drained], timeout=QUIET_LIMIT)
     if not drained.done():
         drained.cancel()
-        sim.counts["combo.wiped_reboot.missed.busy_writer"] += 1
+        ctx.counts["combo.wiped_reboot.missed.busy_writer"] += 1
         return
     await asyncio.sleep(rng.uniform(*SETTLE))
     md = writer.md
     eid = writer.next_entry_id
     ws = write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
     # The bookie to wipe must be within the lossy budget (a wipe loses what it held).
+    budget = ctx.budget
     wipeable = [
-        b for b in ws if sim.budget.may_wipe(b) and sim.serving(b) and not sim.budget.is_busy(b)
+        b for b in ws if budget.may_wipe(b) and cluster.serving(b) and not budget.is_busy(b)
     ]
     if writer.error is not None or not wipeable:
-        sim.counts["combo.wiped_reboot.missed.no_victim"] += 1
+        ctx.counts["combo.wiped_reboot.missed.no_victim"] += 1
         return
     victim = rng.choice(wipeable)
-    sim.budget.reserve_lossy(victim)
+    budget.reserve_lossy(victim)
     blind = rng.choice([b for b in ws if b != victim])
-    sim.counts["combo.wiped_reboot"] += 1
-    who = f"q{sim.counts['combo.wiped_reboot']}"
-    sim.trace("combo", "wiped-reboot", name, lid, eid, "blind", blind, "wipe", victim)
+    ctx.counts["combo.wiped_reboot"] += 1
+    who = f"q{ctx.counts['combo.wiped_reboot']}"
+    ctx.trace("combo", "wiped-reboot", name, lid, eid, "blind", blind, "wipe", victim)
     # The nemesis and the strikes leave the ensemble alone meanwhile: a wipe or a crash of
     # another of its bookies would end the history this aims at before it happened.
-    held = [b for b in md.last_fragment[1] if not sim.budget.is_busy(b)]
+    held = [b for b in md.last_fragment[1] if not budget.is_busy(b)]
     for b in held:
-        sim.budget.busy(b, True)
+        budget.busy(b, True)
     try:
-        client = sim.client(who)
-        sim.net.blind(who, blind, lid, "all", sim.loop.time() + rng.uniform(*BLIND_FOR))
-        recovery = asyncio.ensure_future(_recover(work, client, lid, who))
+        client = cluster.client(who)
+        cluster.blind(who, blind, lid, "all", ctx.clock.monotonic() + rng.uniform(*BLIND_FOR))
+        recovery = asyncio.ensure_future(_recover(ctx, oracle, client, lid, who))
         await asyncio.wait([recovery], timeout=QUIET_LIMIT)
         if not recovery.done() or not recovery.result():
-            sim.counts["combo.wiped_reboot.missed.recovery"] += 1
+            ctx.counts["combo.wiped_reboot.missed.recovery"] += 1
             return  # the writer goes on where it was
-        if not (sim.serving(victim) and sim.budget.may_wipe(victim) and sim.may_take_down()):
-            sim.counts["combo.wiped_reboot.missed.victim"] += 1
+        if not (cluster.serving(victim) and budget.may_wipe(victim) and cluster.may_take_down()):
+            ctx.counts["combo.wiped_reboot.missed.victim"] += 1
             return
-        await sim.take_down(victim, wipe=True)
+        await cluster.take_down(victim, wipe=True)
         for _ in range(BOOT_TRIES):
-            sim.counts["fault.restart"] += 1
-            sim.trace("restart", victim)
-            if await sim.boot(victim):
-                sim.counts["combo.wiped_reboot.done"] += 1
+            ctx.counts["fault.restart"] += 1
+            ctx.trace("restart", victim)
+            if await cluster.boot(victim):
+                ctx.counts["combo.wiped_reboot.done"] += 1
                 break
             await asyncio.sleep(rng.uniform(0.01, 0.1))
     finally:
-        sim.budget.reserve_lossy(None)
+        budget.reserve_lossy(None)
         for b in held:
-            sim.budget.busy(b, False)
+            budget.busy(b, False)
 
 
-async def _recover(work: BoundedWorkload, client: Client, lid: int, who: str) -> bool:
+async def _recover(ctx: SimContext, oracle: Oracle, client: Client, lid: int, who: str) -> bool:
     """Recover (close) ``lid``, tried again while it fails; whether it closed. No read
     back: the writer is waiting."""
-    sim = work.sim
-    rng = sim.combo_rng("wiped-reboot")
+    rng = ctx.combo_rng("wiped-reboot")
     for _ in range(RECOVERY_TRIES):
-        sim.counts["recovery"] += 1
-        sim.trace("recover", who, lid)
+        ctx.counts["recovery"] += 1
+        ctx.trace("recover", who, lid)
         try:
             rh = await client.open_ledger_aio(lid, password=PASSWORD, recover=True)
         except BKError as exc:
-            sim.counts[f"recovery.failed.{type(exc).__name__}"] += 1
-            sim.trace("recover-failed", who, lid, type(exc).__name__, exc)
+            ctx.counts[f"recovery.failed.{type(exc).__name__}"] += 1
+            ctx.trace("recover-failed", who, lid, type(exc).__name__, exc)
             await asyncio.sleep(rng.uniform(0.05, 0.3))
             continue
         md = rh.metadata
         if md.state is not LedgerState.CLOSED:
-            work.oracle.violate("LedgerIsClosed", f"{who} recovered {lid} but it is {md.state}")
+            oracle.violate("LedgerIsClosed", f"{who} recovered {lid} but it is {md.state}")
             return False
-        sim.counts["recovery.ok"] += 1
-        sim.trace("recovered", who, lid, md.last_entry_id, md.fragments)
-        work.oracle.ledger_closed(lid, md.last_entry_id, who)
+        ctx.counts["recovery.ok"] += 1
+        ctx.trace("recovered", who, lid, md.last_entry_id, md.fragments)
+        oracle.ledger_closed(lid, md.last_entry_id, who)
         return True
     return False
 
 
-def dirty_leftover_at(sim: Simulation, adds: int) -> int | None:
+def dirty_leftover_at(ctx: SimContext, adds: int) -> int | None:
     """After which of a stream writer's ``adds`` appends (from 0) the dirty leftover
     starts, if it does (E > WQ > AQ only: with WQ = AQ no add completes without a bookie
     of its write set, and with E = WQ every bookie is in the no-op's)."""
-    races = sim.races
+    races = ctx.races
     if races is None or not races.dirty_leftover or adds < 2:
         return None
-    if not sim.ensemble > sim.write_quorum > sim.ack_quorum:
+    if not ctx.ensemble > ctx.write_quorum > ctx.ack_quorum:
         return None
-    rng = sim.combo_rng("dirty-leftover")
+    rng = ctx.combo_rng("dirty-leftover")
     if rng.random() >= races.dirty_leftover:
         return None
     return rng.randrange(adds - 1)
 
 
-def dirty_leftover_ready(sim: Simulation, writer: TermWriter) -> bool:
+def dirty_leftover_ready(ctx: SimContext, cluster: ClusterControl, writer: TermWriter) -> bool:
     """Whether the dirty leftover may start at ``writer`` now: every bookie of its last
     fragment up, writable, and held by nothing else."""
-    md = sim.truth.read_ledger(writer.md.ledger_id)
+    md = ctx.truth.read_ledger(writer.md.ledger_id)
     if md.term != writer.term or md.state is not LedgerState.OPEN:
         return False  # displaced already, or a takeover under way
-    return all(sim.writable(b) and not sim.budget.is_busy(b) for b in writer.md.last_fragment[1])
+    return all(
+        cluster.writable(b) and not ctx.budget.is_busy(b) for b in writer.md.last_fragment[1]
+    )
 
 
 async def dirty_leftover(
-    work: UnboundedWorkload, client_name: str, lid: int, writer: TermWriter
+    ctx: SimContext,
+    cluster: ClusterControl,
+    work: StreamWork,
+    client_name: str,
+    lid: int,
+    writer: TermWriter,
 ) -> None:
     """The dirty leftover (module docstring), against ``client_name``'s term writer of
     stream ``lid``, which keeps appending meanwhile."""
-    sim = work.sim
-    rng = sim.combo_rng("dirty-leftover")
+    rng = ctx.combo_rng("dirty-leftover")
+    budget = ctx.budget
     md = writer.md
     ensemble = md.last_fragment[1]
     keep = rng.choice(ensemble)
-    sim.counts["combo.dirty_leftover"] += 1
-    n = sim.counts["combo.dirty_leftover"]
+    ctx.counts["combo.dirty_leftover"] += 1
+    n = ctx.counts["combo.dirty_leftover"]
     who = f"d{n}"
-    sim.trace("combo", "dirty-leftover", client_name, lid, "keep", keep)
-    held = [b for b in ensemble if not sim.budget.is_busy(b)]
+    ctx.trace("combo", "dirty-leftover", client_name, lid, "keep", keep)
+    held = [b for b in ensemble if not budget.is_busy(b)]
     for b in held:
-        sim.budget.busy(b, True)
+        budget.busy(b, True)
     alone = work.hold(lid)
     try:
         # The old term's appends reach only ``keep`` from now on (none completes).
-        sim.net.blind(client_name, keep, lid, "others", sim.loop.time() + CUT_OFF_FOR)
+        cluster.blind(client_name, keep, lid, "others", ctx.clock.monotonic() + CUT_OFF_FOR)
         # The takeover starts once the old writer sent a few ids more (some of them reach
         # ``keep`` only, the others nothing), or a while later at most.
         cut_at, waited = writer.next_entry_id, 0.0
         while writer.next_entry_id <= cut_at + md.ensemble_size and waited < CUT_OFF_WAIT:
             await asyncio.sleep(POLL)
             waited += POLL
-        client = sim.client(who)
-        sim.net.spared.add((who, lid))
+        client = cluster.client(who)
+        cluster.spare(who, lid, True)
         handle = None
         for _ in range(TAKEOVER_TRIES):
             handle = await work.take_over(client, who, lid, holder=True)
@@ -226,9 +253,9 @@ async def dirty_leftover(
                 break
             await asyncio.sleep(rng.uniform(0.05, 0.3))
         # The old writer's connections heal (it learns of the new term as they do).
-        sim.net.unblind(client_name, lid)
+        cluster.unblind(client_name, lid)
         if handle is None or handle.writer is None:
-            sim.counts["combo.dirty_leftover.missed.takeover"] += 1
+            ctx.counts["combo.dirty_leftover.missed.takeover"] += 1
             return
         new = handle.writer
         eid = new.next_entry_id
@@ -237,27 +264,27 @@ async def dirty_leftover(
         noop_ws = write_set_bookies(eid - 1, nmd.ensemble_for(eid - 1), nmd.write_quorum)
         if keep not in ws or keep in noop_ws:
             # The no-op's truncate reached it, or the next id is not its to hold.
-            sim.counts["combo.dirty_leftover.missed.write_set"] += 1
+            ctx.counts["combo.dirty_leftover.missed.write_set"] += 1
             return
         # The new term's first append reaches ``keep`` late: acknowledged by the others,
         # while ``keep`` still holds whatever the old term left at that id.
-        sim.net.hold_next(who, keep, lid, rng.uniform(*HELD_ADD))
+        cluster.hold_next(who, keep, lid, rng.uniform(*HELD_ADD))
         acked = work.append(handle, who, b"dirty-leftover")
         await asyncio.wait([acked])
         if acked.exception() is not None or acked.result() != eid:
-            sim.counts["combo.dirty_leftover.missed.append"] += 1
+            ctx.counts["combo.dirty_leftover.missed.append"] += 1
             return
-        sim.counts["combo.dirty_leftover.read"] += 1
-        sim.trace("combo-read", who, keep, lid, eid)
+        ctx.counts["combo.dirty_leftover.read"] += 1
+        ctx.trace("combo-read", who, keep, lid, eid)
         # A reader of its own: on the new term's connection the read would wait behind
         # the held add.
-        reader = sim.client(f"{who}-reader")
+        reader = cluster.client(f"{who}-reader")
         try:
             await reader.ctx.bookies.call(keep, OpCode.READ, lid, eid)
         except BKError:
             pass  # unknown: the oracle judged whatever the bookie answered
     finally:
         alone.set()
-        sim.net.spared.discard((who, lid))
+        cluster.spare(who, lid, False)
         for b in held:
-            sim.budget.busy(b, False)
+            budget.busy(b, False)

@@ -27,18 +27,32 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
+from embedlog.bookie.bookie import Bookie
 from embedlog.errors import BKError
 from embedlog.metadata.ledger_metadata import LedgerState
+from embedlog.testing.simcontext import ClusterControl, SimContext
+from embedlog.testing.simdisk import MemoryDisk
 
-if TYPE_CHECKING:
-    from embedlog.testing.sim import Simulation
+# The oracle's ``forget_lost``: a bookie booted after losing data; which ledgers its
+# boot protected. Returns the ledgers whose acks it forgot.
+ForgetLost = Callable[[str, Callable[[int], bool]], list[int]]
 
 
 class DiskNemesis:
-    def __init__(self, sim: Simulation, rng: random.Random) -> None:
-        self.sim = sim
+    def __init__(
+        self,
+        ctx: SimContext,
+        cluster: ClusterControl,
+        rng: random.Random,
+        disks: Mapping[str, MemoryDisk],
+        forget_lost: ForgetLost,
+    ) -> None:
+        self.ctx = ctx
+        self.cluster = cluster
+        self.disks = disks  # each bookie's, for the whole history (filled as they boot)
+        self._forget_lost = forget_lost
         self.rng = rng
         # Per seed: how often the disks fail (None: never), and how likely a bookie that
         # goes down gets wiped disks.
@@ -64,17 +78,17 @@ class DiskNemesis:
 
     def wipe(self, bid: str) -> bool:
         """Replace the disks of ``bid`` (down) with empty ones, if the lossy budget allows."""
-        sim = self.sim
-        if not sim.budget.may_wipe(bid):
+        ctx = self.ctx
+        if not ctx.budget.may_wipe(bid):
             return False
-        if not sim.decide("wipe", bid):
+        if not ctx.decide("wipe", bid):
             return False
-        sim.budget.lost_data(bid)
-        sim.disks[bid].wipe()
+        ctx.budget.lost_data(bid)
+        self.disks[bid].wipe()
         self._wiped.add(bid)
         self._unsettled.add(bid)
-        sim.counts["fault.wipe"] += 1
-        sim.trace("wipe", bid)
+        ctx.counts["fault.wipe"] += 1
+        ctx.trace("wipe", bid)
         return True
 
     def pass_over(self) -> None:
@@ -87,7 +101,7 @@ class DiskNemesis:
         being recovered (whose write-backs may have reached it), are those its boot must
         protect (BP-46 phase one), whatever the bookie decides: taken from the metadata
         store here, not from the bookie."""
-        truth = self.sim.truth
+        truth = self.ctx.truth
         owed = set()
         for lid in truth.list_ledgers():
             try:
@@ -98,14 +112,13 @@ class DiskNemesis:
                 owed.add(lid)
         self._owed[bid] = frozenset(owed)
 
-    def booted(self, bid: str) -> None:
-        """``bid`` booted; after a wipe, or a suspicious boot (a crash without the journal
-        lost what was not flushed), what it acknowledged before is judged anew
-        (``Oracle.forget_lost``): the ledgers the metadata gave it as its boot began
-        (``boot_begins``: from the history, not from the bookie) still forbid a negative,
-        and so do the others its boot put in limbo (an open ledger it still held state of,
-        which the metadata did not list it for yet)."""
-        bookie = self.sim.bookies[bid]
+    def booted(self, bid: str, bookie: Bookie) -> None:
+        """``bid`` booted (as ``bookie``); after a wipe, or a suspicious boot (a crash
+        without the journal lost what was not flushed), what it acknowledged before is judged
+        anew (``Oracle.forget_lost``): the ledgers the metadata gave it as its boot began
+        (``boot_begins``: from the history, not from the bookie) still forbid a negative, and
+        so do the others its boot put in limbo (an open ledger it still held state of, which
+        the metadata did not list it for yet)."""
         owed = self._owed.pop(bid, frozenset())
         if bid not in self._unsettled and not bookie.suspicion:
             return
@@ -117,52 +130,52 @@ class DiskNemesis:
             info = bookie.ledger_info(lid)
             return info is not None and info.limbo
 
-        gone = self.sim.oracle.forget_lost(bid, protected)
+        gone = self._forget_lost(bid, protected)
         if gone:
-            self.sim.trace("lost-acks-forgotten", bid, gone)
+            self.ctx.trace("lost-acks-forgotten", bid, gone)
 
     async def run(self) -> None:
-        sim, rng = self.sim, self.rng
+        ctx, rng = self.ctx, self.rng
         if self.mean_gap is None:
             return
-        sim.trace("disk-nemesis", "mean-gap", self.mean_gap, "wipe", self.wipe_probability)
+        ctx.trace("disk-nemesis", "mean-gap", self.mean_gap, "wipe", self.wipe_probability)
         while True:
             await asyncio.sleep(rng.expovariate(1 / self.mean_gap))
-            if sim.workload_done:
+            if ctx.phase.workload_done:
                 return
             # Without the journal a disk fault can cost acknowledged entries (a failed final
             # flush at a stop loses the write cache): such a bookie is lossy, in the budget.
             # (Not the bookies a compound aim holds: simcombos.py.)
             candidates = [
                 b
-                for b in sorted(sim.disks)
-                if sim.budget.may_lose(b) and not sim.budget.held_by_combo(b)
+                for b in sorted(self.disks)
+                if ctx.budget.may_lose(b) and not ctx.budget.held_by_combo(b)
             ]
             if not candidates:
                 continue
             bid = rng.choice(candidates)
             fill = rng.random() < 0.5
-            until = sim.loop.time() + rng.uniform(0.01, 1.5) if fill else 0.0
-            if not sim.decide("disk-fill" if fill else "disk-fail-sync", bid):
+            until = ctx.clock.monotonic() + rng.uniform(0.01, 1.5) if fill else 0.0
+            if not ctx.decide("disk-fill" if fill else "disk-fail-sync", bid):
                 continue
-            if not sim.bookie_settings["journal_write_data"]:
-                sim.budget.lost_data(bid)
-            disk = sim.disks[bid]
+            if not ctx.budget.journal:
+                ctx.budget.lost_data(bid)
+            disk = self.disks[bid]
             if fill:
                 disk.fill(until)
-                sim.trace("disk-fill", bid, f"{until:.6f}")
+                ctx.trace("disk-fill", bid, f"{until:.6f}")
             else:
                 disk.fail_syncs(1)
-                sim.trace("disk-fail-sync", bid)
+                ctx.trace("disk-fail-sync", bid)
 
     async def heal(self) -> None:
         """The end of the faults: room on every disk, no fsync failing, and every bookie
         its disk left read-only restarted."""
-        sim = self.sim
-        for disk in sim.disks.values():
+        cluster = self.cluster
+        for disk in self.disks.values():
             disk.clear_faults()
-        for bid in sim.up():
-            if sim.bookies[bid].readonly:
-                sim.trace("restart-readonly", bid)
-                await sim.stop(bid)
-                await sim.boot(bid)
+        for bid in cluster.up():
+            if not cluster.writable(bid):  # read-only
+                self.ctx.trace("restart-readonly", bid)
+                await cluster.stop(bid)
+                await cluster.boot(bid)

@@ -26,6 +26,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from attrs import frozen
+
 T = TypeVar("T")
 
 # time.time() inside a simulation: a fixed epoch plus the virtual clock, so that
@@ -227,6 +229,20 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     def _write_to_self(self) -> None:
         # call_soon_threadsafe wakes a sleeping select; ours never sleeps (one thread).
         pass
+
+
+@frozen
+class LoopClock:
+    """The ``Clock`` (embedlog/clock.py) the simulator gives every client and bookie: the
+    loop's virtual time, and wall time a fixed epoch after it (``SIM_EPOCH``)."""
+
+    loop: asyncio.AbstractEventLoop
+
+    def monotonic(self) -> float:
+        return self.loop.time()
+
+    def time(self) -> float:
+        return SIM_EPOCH + self.loop.time()
 
 
 @contextlib.contextmanager

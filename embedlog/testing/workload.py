@@ -4,7 +4,9 @@ A workload starts the clients' work (``start``), is told when the workload's tim
 up (``stop``), and, once the network is healed and every bookie is back, reads every
 ledger back to check what it wrote (``check_end``). The bounded ledgers' workload is in
 ``workload_bounded``, the unbounded streams' in ``workload_unbounded``; ``sim.py`` picks
-one by the scenario's ``ledger_kind``.
+one by the scenario's ``ledger_kind``. A workload gets the simulation's context and its
+cluster control (simcontext.py), and the nemesis's aims (``Aims``), never the
+``Simulation``.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from embedlog.errors import BKError
+from embedlog.testing.simcontext import SimContext
 from embedlog.testing.simraces import AIM_RECOVERY_WAIT, PAUSE
 from embedlog.wire.entry import DigestType
 
 if TYPE_CHECKING:
     from embedlog.testing.oracle import Oracle
-    from embedlog.testing.sim import Simulation
 
 T = TypeVar("T")
 
@@ -50,8 +52,24 @@ class Workload(Protocol):
         ...
 
 
+class Aims(Protocol):
+    """What the race scenarios' workloads ask of the nemesis (simnemesis.py)."""
+
+    def took_late(self, lid: int) -> bool:
+        """Whether an add to ``lid`` was held up since the last time this was asked."""
+        ...
+
+    async def late_add(self, limit: float) -> int | None:
+        """The ledger of the next add the network holds up (None after ``limit`` s)."""
+        ...
+
+    def blind(self, who: str, lid: int) -> None:
+        """An aimed recovery or takeover by ``who`` starts on ``lid``."""
+        ...
+
+
 async def create_with_retries(
-    sim: Simulation, name: str, create: Callable[[], Awaitable[T]]
+    ctx: SimContext, name: str, create: Callable[[], Awaitable[T]]
 ) -> T | None:
     """``create()`` a ledger, tried 5 times half a second apart (a metadata store or a
     cluster with too few bookies up fails some); None when every try failed."""
@@ -59,40 +77,40 @@ async def create_with_retries(
         try:
             return await create()
         except BKError as exc:
-            sim.trace("create-failed", name, type(exc).__name__)
+            ctx.trace("create-failed", name, type(exc).__name__)
             await asyncio.sleep(0.5)
     return None
 
 
-async def maybe_pause(sim: Simulation, who: str, lid: int) -> None:
+async def maybe_pause(ctx: SimContext, aims: Aims, who: str, lid: int) -> None:
     """The race scenarios' writer pauses (simraces.py): now and then a writer goes quiet
     between two adds while recoveries, takeovers and the nemesis act; most often right
     after the network held one of its adds up (that add lands meanwhile)."""
-    races, rng = sim.races, sim.rng
+    races, rng = ctx.races, ctx.rng
     if races is None:
         return
-    rate = races.pause_on_late if sim.nemesis.took_late(lid) else races.pause
+    rate = races.pause_on_late if aims.took_late(lid) else races.pause
     if rng.random() < rate:
         pause = rng.uniform(*PAUSE)
-        if not sim.decide("pause", who, f"{pause:.6f}"):
+        if not ctx.decide("pause", who, f"{pause:.6f}"):
             return
-        sim.counts["writer.pause"] += 1
-        sim.trace("pause", who, f"{pause:.6f}")
+        ctx.counts["writer.pause"] += 1
+        ctx.trace("pause", who, f"{pause:.6f}")
         await asyncio.sleep(pause)
 
 
-async def aimed_ledger(sim: Simulation, who: str) -> int | None:
+async def aimed_ledger(ctx: SimContext, aims: Aims, who: str) -> int | None:
     """The race scenarios' aimed recoveries and takeovers (simraces.py): now and then one
     waits for the next add the network holds up and starts on its ledger at once, while
-    that add is on its way, maybe blind to that add's bookie (``Simulation.blind``).
+    that add is on its way, maybe blind to that add's bookie (``Aims.blind``).
     None: not aimed (or no add was held up in time)."""
-    races, rng = sim.races, sim.rng
+    races, rng = ctx.races, ctx.rng
     if races is None or rng.random() >= races.aim_recovery:
         return None
-    lid = await sim.nemesis.late_add(AIM_RECOVERY_WAIT)
-    sim.counts["recovery.aimed" if lid is not None else "recovery.aim_missed"] += 1
+    lid = await aims.late_add(AIM_RECOVERY_WAIT)
+    ctx.counts["recovery.aimed" if lid is not None else "recovery.aim_missed"] += 1
     if lid is not None:
-        sim.nemesis.blind(who, lid)
+        aims.blind(who, lid)
     return lid
 
 
@@ -104,3 +122,11 @@ def task_error(task: asyncio.Future[Any]) -> str | None:
     if exc is None:
         return None
     return "".join(traceback.format_exception(exc))
+
+
+def judge_outcome(oracle: Oracle, task: asyncio.Future[Any]) -> None:
+    """A finished task of the history's: no exception that is not a protocol outcome
+    (``NoUnexpectedError``)."""
+    detail = task_error(task)
+    if detail is not None:
+        oracle.violate("NoUnexpectedError", detail)

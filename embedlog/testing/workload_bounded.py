@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from embedlog.client import Client
 from embedlog.errors import BKError, NoSuchLedgerInMetadataError
@@ -22,37 +22,38 @@ from embedlog.testing.oracle import Oracle
 from embedlog.testing.oracle_fence import FenceRule
 from embedlog.testing.oracle_quorum import AckQuorumRule
 from embedlog.testing.simcombos import quiet_writer_wiped_reboot, wiped_reboot_at
+from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.workload import (
     DIGEST,
     PASSWORD,
+    Aims,
     aimed_ledger,
     create_with_retries,
     maybe_pause,
 )
 from embedlog.wire.entry import Digester
 
-if TYPE_CHECKING:
-    from embedlog.testing.sim import Simulation
-
 
 class BoundedWorkload:
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.oracle = Oracle(Digester(DIGEST).digest_len, sim.trace, self.responsible)
-        self.oracle.quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, sim.counts)
-        self.oracle.fence = FenceRule(sim.truth.read_ledger, self.oracle.violate, sim.counts)
+    def __init__(self, ctx: SimContext, cluster: ClusterControl, aims: Aims) -> None:
+        self.ctx = ctx
+        self.cluster = cluster
+        self.aims = aims
+        self.oracle = Oracle(Digester(DIGEST).digest_len, ctx.trace, self.responsible)
+        self.oracle.quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, ctx.counts)
+        self.oracle.fence = FenceRule(ctx.truth.read_ledger, self.oracle.violate, ctx.counts)
         self.ledgers: list[int] = []
         self._writers: list[LedgerWriter] = []
 
     def start(self) -> list[asyncio.Future[Any]]:
-        sim, rng = self.sim, self.sim.rng
-        n_ledgers = rng.randint(*sim.scenario.ledgers)
+        ctx, rng = self.ctx, self.ctx.rng
+        n_ledgers = rng.randint(*ctx.scenario.ledgers)
         work: list[asyncio.Future[Any]] = [
             asyncio.ensure_future(self.writer(i)) for i in range(n_ledgers)
         ]
         work += [
             asyncio.ensure_future(self.recoverer(j))
-            for j in range(rng.randint(*sim.scenario.recoveries))
+            for j in range(rng.randint(*ctx.scenario.recoveries))
         ]
         return work
 
@@ -62,7 +63,7 @@ class BoundedWorkload:
 
     def responsible(self, lid: int, eid: int, bookie: str) -> bool:
         try:
-            md = self.sim.truth.read_ledger(lid)
+            md = self.ctx.truth.read_ledger(lid)
         except NoSuchLedgerInMetadataError:
             return True  # never deleted in these scenarios: a negative is a violation
         if md.is_closed and eid > md.last_entry_id:
@@ -70,17 +71,17 @@ class BoundedWorkload:
         return bookie in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
 
     async def writer(self, i: int) -> None:
-        sim, rng = self.sim, self.sim.rng
+        ctx, rng = self.ctx, self.ctx.rng
         name = f"w{i}"
-        client = sim.client(name)
+        client = self.cluster.client(name)
         await asyncio.sleep(rng.uniform(0, 0.05))
         md = await create_with_retries(
-            sim,
+            ctx,
             name,
             lambda: client.new_ledger_metadata(
-                sim.ensemble,
-                sim.write_quorum,
-                sim.ack_quorum,
+                ctx.ensemble,
+                ctx.write_quorum,
+                ctx.ack_quorum,
                 digest=DIGEST,
                 password=PASSWORD,
                 custom_metadata=None,
@@ -90,12 +91,12 @@ class BoundedWorkload:
             return
         lid = md.ledger_id
         self.ledgers.append(lid)
-        sim.trace("created", name, lid, md.fragments)
+        ctx.trace("created", name, lid, md.fragments)
         writer = LedgerWriter(client.ctx, md, PASSWORD)
         self._writers.append(writer)
         futures: list[asyncio.Future[int]] = []
-        n_adds = rng.randint(*sim.scenario.entries)
-        quiet_at = wiped_reboot_at(sim, n_adds)
+        n_adds = rng.randint(*ctx.scenario.entries)
+        quiet_at = wiped_reboot_at(ctx, n_adds)
         for i in range(n_adds):
             if writer.error is not None:
                 break
@@ -104,83 +105,83 @@ class BoundedWorkload:
             fut = writer.add(payload)
             fut.add_done_callback(functools.partial(self._add_done, name, lid, eid, payload))
             futures.append(fut)
-            sim.counts["add"] += 1
+            ctx.counts["add"] += 1
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.expovariate(100.0))
-            await maybe_pause(sim, name, lid)
+            await maybe_pause(ctx, self.aims, name, lid)
             if i == quiet_at:
-                await quiet_writer_wiped_reboot(self, name, lid, writer)
+                await quiet_writer_wiped_reboot(ctx, self.cluster, self.oracle, name, lid, writer)
         if futures:
             await asyncio.wait(futures)
         if writer.error is None and rng.random() < 0.5:
             try:
                 closed = await writer.close()
             except BKError as exc:
-                sim.counts[f"writer.close_failed.{type(exc).__name__}"] += 1
-                sim.trace("close-failed", name, lid, type(exc).__name__)
+                ctx.counts[f"writer.close_failed.{type(exc).__name__}"] += 1
+                ctx.trace("close-failed", name, lid, type(exc).__name__)
             else:
-                sim.counts["writer.close"] += 1
-                sim.trace("closed", name, lid, closed.last_entry_id)
+                ctx.counts["writer.close"] += 1
+                ctx.trace("closed", name, lid, closed.last_entry_id)
                 self.oracle.ledger_closed(lid, closed.last_entry_id, name)
         if len(writer.md.fragments) > 1:
-            sim.counts["ensemble_change"] += len(writer.md.fragments) - 1
+            ctx.counts["ensemble_change"] += len(writer.md.fragments) - 1
 
     def _add_done(
         self, name: str, lid: int, eid: int, payload: bytes, f: asyncio.Future[int]
     ) -> None:
         if f.cancelled():
             return
-        sim = self.sim
+        ctx = self.ctx
         exc = f.exception()
         if exc is not None:
-            sim.counts[f"add.failed.{type(exc).__name__}"] += 1
-            sim.trace("add-failed", name, lid, eid, type(exc).__name__)
+            ctx.counts[f"add.failed.{type(exc).__name__}"] += 1
+            ctx.trace("add-failed", name, lid, eid, type(exc).__name__)
             return
         got = f.result()
-        sim.trace("acked", name, lid, got)
+        ctx.trace("acked", name, lid, got)
         if got != eid:
             self.oracle.violate(
                 "NoOutOfOrderEntries", f"{name}'s add of entry {lid}:{eid} was acked as {got}"
             )
-        sim.counts["add.acked"] += 1
+        ctx.counts["add.acked"] += 1
         self.oracle.acknowledged(lid, got, payload)
         assert self.oracle.quorum is not None
-        self.oracle.quorum.acknowledged(lid, got, payload, sim.truth.read_ledger(lid), name)
+        self.oracle.quorum.acknowledged(lid, got, payload, ctx.truth.read_ledger(lid), name)
 
     async def recoverer(self, j: int) -> None:
-        sim, rng = self.sim, self.sim.rng
+        ctx, rng = self.ctx, self.ctx.rng
         name = f"r{j}"
-        client = sim.client(name)
+        client = self.cluster.client(name)
         # Mostly while the writers still write: that is where recovery races them.
         await asyncio.sleep(rng.uniform(0.01, 0.15) if rng.random() < 0.8 else rng.uniform(0, 2))
-        aimed = await aimed_ledger(sim, name)
+        aimed = await aimed_ledger(ctx, self.aims, name)
         if not self.ledgers:
             return
         lid = aimed if aimed in self.ledgers else rng.choice(self.ledgers)
-        if not sim.decide("recovery", name, lid):
+        if not ctx.decide("recovery", name, lid):
             return
         for _attempt in range(3):
-            sim.counts["recovery"] += 1
-            sim.trace("recover", name, lid)
+            ctx.counts["recovery"] += 1
+            ctx.trace("recover", name, lid)
             if await self._recover_and_read(client, lid, name, final=False):
                 return
             await asyncio.sleep(rng.uniform(0.1, 1.0))
 
     async def _recover_and_read(self, client: Client, lid: int, name: str, *, final: bool) -> bool:
-        sim = self.sim
+        ctx = self.ctx
         try:
             rh = await client.open_ledger_aio(lid, password=PASSWORD, recover=True)
         except BKError as exc:
-            sim.counts[f"recovery.failed.{type(exc).__name__}"] += 1
-            sim.trace("recover-failed", name, lid, type(exc).__name__, exc)
+            ctx.counts[f"recovery.failed.{type(exc).__name__}"] += 1
+            ctx.trace("recover-failed", name, lid, type(exc).__name__, exc)
             return False
         md = rh.metadata
         if md.state is not LedgerState.CLOSED:
             self.oracle.violate("LedgerIsClosed", f"{name} recovered {lid} but it is {md.state}")
             return False
         last = md.last_entry_id
-        sim.counts["recovery.ok"] += 1
-        sim.trace("recovered", name, lid, last, md.fragments)
+        ctx.counts["recovery.ok"] += 1
+        ctx.trace("recovered", name, lid, last, md.fragments)
         self.oracle.ledger_closed(lid, last, name)
         entries: dict[int, bytes] = {}
         first = 0
@@ -189,8 +190,8 @@ class BoundedWorkload:
             try:
                 got = await rh.read_aio(first, upto)
             except BKError as exc:
-                sim.counts[f"read.failed.{type(exc).__name__}"] += 1
-                sim.trace("read-failed", name, lid, first, upto, type(exc).__name__)
+                ctx.counts[f"read.failed.{type(exc).__name__}"] += 1
+                ctx.trace("read-failed", name, lid, first, upto, type(exc).__name__)
                 if final:
                     return False
                 break
@@ -203,20 +204,20 @@ class BoundedWorkload:
     async def check_end(self) -> None:
         """Recover every ledger and read it back (liveness waived where AQ bookies of one
         ensemble crashed without the journal: an acknowledged entry may be gone)."""
-        sim = self.sim
-        checker = sim.client("checker")
+        ctx = self.ctx
+        checker = self.cluster.client("checker")
         for lid in list(self.ledgers):
-            md = sim.truth.read_ledger(lid)
-            lost = sim.budget.lossy_fragments(md)
+            md = ctx.truth.read_ledger(lid)
+            lost = ctx.budget.lossy_fragments(md)
             for attempt in range(1 if lost else 6):
                 if await self._recover_and_read(checker, lid, "checker", final=True):
                     break
                 await asyncio.sleep(1.0 + attempt)
             else:
                 if lost:
-                    sim.budget.unrecoverable(lid)
-                    sim.counts["liveness_exempt"] += 1
-                    sim.trace("unrecoverable", lid, "lossy crashes in", lost)
+                    ctx.budget.unrecoverable(lid)
+                    ctx.counts["liveness_exempt"] += 1
+                    ctx.trace("unrecoverable", lid, "lossy crashes in", lost)
                     continue
                 self.oracle.violate(
                     "LedgerIsClosed",

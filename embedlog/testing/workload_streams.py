@@ -20,49 +20,60 @@ stream's metadata as the store applies it (``FaultyMetadataStore.on_write``).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from embedlog.client import Client
 from embedlog.errors import BKError, NoSuchLedgerInMetadataError
 from embedlog.metadata import streams
 from embedlog.metadata.client import LEDGERS
 from embedlog.testing.oracle_streams import StreamRules
+from embedlog.testing.oracle_unbounded import StreamOracle
+from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.simloop import seeded
 from embedlog.testing.workload import PASSWORD
 from embedlog.unbounded import layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.unbounded.retention import Retention
 
-if TYPE_CHECKING:
-    from embedlog.testing.workload_unbounded import UnboundedWorkload
-
 SHARED_CURSORS = ("a", "b")  # names several consumers commit to at once
 MAX_COMMITS = 300  # rounds of one consumer
 
 
 class StreamOps:
-    def __init__(self, workload: UnboundedWorkload) -> None:
-        self.w = workload
-        self.sim = sim = workload.sim
+    def __init__(
+        self,
+        ctx: SimContext,
+        cluster: ClusterControl,
+        oracle: StreamOracle,
+        ledgers: list[int],
+        writers_done: Callable[[], bool],
+    ) -> None:
+        """``ledgers``: the streams' workload's streams (it adds to the list as it creates
+        them); ``writers_done``: whether every stream's writers are done."""
+        self.ctx = ctx
+        self.cluster = cluster
+        self.oracle = oracle
+        self.ledgers = ledgers
+        self.writers_done = writers_done
         # A stream of its own: the other scenarios' histories do not draw these.
-        self.rng = seeded(sim.seed, "streams")
+        self.rng = seeded(ctx.seed, "streams")
         self.rules = StreamRules(
-            sim.loop.time, workload.oracle.violate, workload.oracle.stream_acked, sim.counts
+            ctx.clock.monotonic, oracle.violate, oracle.stream_acked, ctx.counts
         )
         self._deleting: set[int] = set()  # a delete_ledger was invoked
         self._acks: dict[int, asyncio.Event] = {}  # set at each acknowledgement of a stream
         self._changes: dict[int, asyncio.Event] = {}  # set at each change of its metadata
         self._first: dict[int, int] = {}  # each stream's first kept entry, as last seen
         self._reads: dict[int, asyncio.Event] = {}  # set when retention reads its cursors
-        sim.meta.store.on_write = self._written  # type: ignore[attr-defined]
-        sim.meta.store.on_read = self._read  # type: ignore[attr-defined]
+        cluster.watch_metadata(self._written, self._read)
 
     # -- creation ------------------------------------------------------------------------------
 
     def creation(self) -> dict[str, Any]:
         """The retention settings of a new stream (``create_unbounded_aio`` keywords)."""
         rng = self.rng
-        if not self.sim.scenario.retention:
+        if not self.ctx.scenario.retention:
             return {}
         # Payloads are 20-30 bytes; a fragment rolls over at a quarter of each limit unless
         # fragment_max_entries says otherwise. Each rollover waits until its fragment is on
@@ -92,13 +103,13 @@ class StreamOps:
             return
         lid = int(path.rsplit("/", 1)[1])
         try:
-            md = self.sim.truth.read_ledger(lid)
+            md = self.ctx.truth.read_ledger(lid)
         except NoSuchLedgerInMetadataError:
             return
         first = layout.first_entry(md)
         if first != self._first.get(lid, 0):
             self._first[lid] = first
-            self.sim.trace("first-kept", lid, first)
+            self.ctx.trace("first-kept", lid, first)
         self.rules.first_kept(lid, first)
         changed = self._changes.pop(lid, None)
         if changed is not None:
@@ -131,13 +142,13 @@ class StreamOps:
         if lid not in self._deleting:
             return False
         try:
-            self.sim.truth.read_ledger(lid)
+            self.ctx.truth.read_ledger(lid)
         except NoSuchLedgerInMetadataError:
             return True
         return False
 
     def tasks(self) -> list[asyncio.Future[Any]]:
-        rng, sc = self.rng, self.sim.scenario
+        rng, sc = self.rng, self.ctx.scenario
         work: list[asyncio.Future[Any]] = [
             asyncio.ensure_future(self.committer(j)) for j in range(rng.randint(*sc.committers))
         ]
@@ -147,24 +158,24 @@ class StreamOps:
     # -- consumers -----------------------------------------------------------------------------
 
     async def committer(self, j: int) -> None:
-        sim, rng = self.sim, self.rng
+        ctx, rng = self.ctx, self.rng
         name = f"k{j}"
-        client = sim.client(name)
+        client = self.cluster.client(name)
         await asyncio.sleep(rng.uniform(0.05, 0.6))
-        if not self.w.ledgers:
+        if not self.ledgers:
             return
-        lid = rng.choice(self.w.ledgers)
+        lid = rng.choice(self.ledgers)
         try:
             handle = await client.open_unbounded_aio(lid, password=PASSWORD, takeover=False)
         except BKError as exc:
-            sim.trace("consumer-open-failed", name, lid, type(exc).__name__)
+            ctx.trace("consumer-open-failed", name, lid, type(exc).__name__)
             return
         fresh = 0
         # While the writers write, then a few seconds more (retention trims as time
         # passes); at most MAX_COMMITS rounds.
         after = rng.randint(5, 30)
         for _ in range(MAX_COMMITS):
-            if self.w.writers_done():
+            if self.writers_done():
                 after -= 1
                 if after < 0:
                     break
@@ -172,7 +183,7 @@ class StreamOps:
             try:  # learn the LAC, as a tail does
                 await handle.wait_past(handle.last_add_confirmed, 0.0)
             except BKError as exc:
-                sim.trace("consumer-poll-failed", name, lid, type(exc).__name__)
+                ctx.trace("consumer-poll-failed", name, lid, type(exc).__name__)
             lac, low = handle.last_add_confirmed, max(-1, layout.first_entry(handle.metadata) - 1)
             pick = rng.random()
             if pick < 0.3:  # a new consumer, starting from the oldest entry kept
@@ -204,32 +215,32 @@ class StreamOps:
     async def _commit(
         self, handle: UnboundedLedger, name: str, cursor: str, at: int, *, force: bool
     ) -> None:
-        sim, lid = self.sim, handle.ledger_id
+        ctx, lid = self.ctx, handle.ledger_id
         op = self.rules.commit_started(lid, cursor, at, force)
-        sim.trace("commit", name, lid, cursor, at, "force" if force else "")
-        sim.counts["cursor.commit"] += 1
+        ctx.trace("commit", name, lid, cursor, at, "force" if force else "")
+        ctx.counts["cursor.commit"] += 1
         try:
             await handle.commit_aio(cursor, at, force=force)
         except (BKError, ValueError) as exc:  # a rewind, a deleted stream, a metadata error
-            sim.counts[f"cursor.commit_failed.{type(exc).__name__}"] += 1
-            sim.trace("commit-failed", name, lid, cursor, at, type(exc).__name__)
+            ctx.counts[f"cursor.commit_failed.{type(exc).__name__}"] += 1
+            ctx.trace("commit-failed", name, lid, cursor, at, type(exc).__name__)
             self.rules.commit_returned(op, ok=False)
             return
-        sim.counts["cursor.committed"] += 1
-        sim.trace("committed", name, lid, cursor, at)
+        ctx.counts["cursor.committed"] += 1
+        ctx.trace("committed", name, lid, cursor, at)
         self.rules.commit_returned(op, ok=True)
 
     async def _delete_cursor(self, client: Client, name: str, lid: int, cursor: str) -> None:
-        sim = self.sim
+        ctx = self.ctx
         op = self.rules.commit_started(lid, cursor, None, False)
-        sim.trace("delete-cursor", name, lid, cursor)
-        sim.counts["cursor.delete"] += 1
+        ctx.trace("delete-cursor", name, lid, cursor)
+        ctx.counts["cursor.delete"] += 1
         ok = True
         try:  # what UnboundedLedger.delete_cursor does, on the loop
             await client.ctx.meta(streams.delete_cursor, client.ctx.metadata.store, lid, cursor)
         except BKError as exc:
             ok = False
-            sim.trace("delete-cursor-failed", name, lid, cursor, type(exc).__name__)
+            ctx.trace("delete-cursor-failed", name, lid, cursor, type(exc).__name__)
         self.rules.commit_returned(op, ok=ok)
 
     # -- deletes -------------------------------------------------------------------------------
@@ -237,7 +248,7 @@ class StreamOps:
     async def finish_deletes(self, client: Client) -> None:
         """After healing: a delete that never returned is run again until it does, as its
         operator would (a stream whose delete began cannot be taken over)."""
-        sim = self.sim
+        ctx = self.ctx
         for lid in sorted(self._deleting):
             if self.rules.deleted(lid):
                 continue
@@ -247,26 +258,26 @@ class StreamOps:
                 except NoSuchLedgerInMetadataError:
                     break  # an earlier attempt got that far
                 except BKError as exc:
-                    sim.trace("delete-failed", "checker", lid, type(exc).__name__)
+                    ctx.trace("delete-failed", "checker", lid, type(exc).__name__)
                     await asyncio.sleep(1.0 + attempt)
                     continue
-                sim.counts["delete.finished"] += 1
-                sim.trace("deleted", "checker", lid)
+                ctx.counts["delete.finished"] += 1
+                ctx.trace("deleted", "checker", lid)
                 self.rules.delete_returned(lid)
                 break
             else:
-                self.w.oracle.violate(
+                self.oracle.violate(
                     "LedgerIsClosed", f"delete_ledger({lid}) could not finish after healing"
                 )
-        self.rules.check_end(sim.store)
+        self.rules.check_end(ctx.truth.store)
 
     async def deleter(self, j: int) -> None:
-        sim, rng = self.sim, self.rng
+        ctx, rng = self.ctx, self.rng
         name = f"del{j}"
         await asyncio.sleep(rng.uniform(0.1, 1.0))
-        if not self.w.ledgers:
+        if not self.ledgers:
             return
-        lid = rng.choice(self.w.ledgers)
+        lid = rng.choice(self.ledgers)
         # Aimed at a writer at work: the delete starts right after an acknowledgement, so
         # that the writer's next appends come after it returned.
         ack = self._acks[lid] = asyncio.Event()
@@ -274,25 +285,25 @@ class StreamOps:
             await asyncio.wait_for(ack.wait(), 2.0)
         except TimeoutError:
             pass
-        if not sim.decide("delete", name, lid):
+        if not ctx.decide("delete", name, lid):
             return
-        client = sim.client(name)
+        client = self.cluster.client(name)
         self._deleting.add(lid)
-        sim.counts["delete"] += 1
+        ctx.counts["delete"] += 1
         for _attempt in range(5):
-            sim.trace("delete", name, lid)
+            ctx.trace("delete", name, lid)
             try:
                 await client.delete_ledger_aio(lid)
             except NoSuchLedgerInMetadataError:
                 # An earlier attempt deleted the ledger, then failed (its end is unknown).
-                sim.trace("delete-gone", name, lid)
+                ctx.trace("delete-gone", name, lid)
                 return
             except BKError as exc:
-                sim.counts[f"delete.failed.{type(exc).__name__}"] += 1
-                sim.trace("delete-failed", name, lid, type(exc).__name__)
+                ctx.counts[f"delete.failed.{type(exc).__name__}"] += 1
+                ctx.trace("delete-failed", name, lid, type(exc).__name__)
                 await asyncio.sleep(rng.uniform(0.1, 0.5))
                 continue
-            sim.counts["delete.ok"] += 1
-            sim.trace("deleted", name, lid)
+            ctx.counts["delete.ok"] += 1
+            ctx.trace("deleted", name, lid)
             self.rules.delete_returned(lid)
             return

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from embedlog.client import Client
 from embedlog.errors import (
     BKError,
     InvalidTermError,
-    NoSuchEntryError,
     NoSuchLedgerError,
     NoSuchLedgerInMetadataError,
 )
@@ -33,28 +32,30 @@ from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.testing.oracle_quorum import AckQuorumRule, LafrRule
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
 from embedlog.testing.simcombos import dirty_leftover, dirty_leftover_at, dirty_leftover_ready
+from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.workload import (
     DIGEST,
     PASSWORD,
+    Aims,
     aimed_ledger,
     create_with_retries,
+    judge_outcome,
     maybe_pause,
 )
 from embedlog.testing.workload_streams import StreamOps
-from embedlog.testing.workload_unbounded_end import READ_BATCH, probe, read_whole
+from embedlog.testing.workload_unbounded_end import READ_BATCH, probe, read_or_none, read_whole
 from embedlog.unbounded import follow, layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.entry import Digester
 
-if TYPE_CHECKING:
-    from embedlog.testing.sim import Simulation
-
 
 class UnboundedWorkload:
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
+    def __init__(self, ctx: SimContext, cluster: ClusterControl, aims: Aims) -> None:
+        self.ctx = ctx
+        self.cluster = cluster
+        self.aims = aims
         self.oracle = StreamOracle(
-            Digester(DIGEST).digest_len, sim.trace, self.responsible, sim.counts
+            Digester(DIGEST).digest_len, ctx.trace, self.responsible, ctx.counts
         )
         self.ledgers: list[int] = []
         self._handles: list[UnboundedLedger] = []
@@ -64,14 +65,18 @@ class UnboundedWorkload:
         self._held: dict[int, asyncio.Event] = {}  # streams a compound aim holds (hold)
         # Whether takeovers write the truncate no-op (off only under an unsafe switch):
         # with it, the new term owns the no-op's id and everything above.
-        self._noop = not sim.client_options.get("unsafe_takeover_without_noop", False)
+        self._noop = not ctx.client_options.get("unsafe_takeover_without_noop", False)
         # The stream layer (retention, cursors, deletes: workload_streams.py), when asked.
-        sc = sim.scenario
-        self.ops = StreamOps(self) if sc.retention or max(sc.committers + sc.deletes) else None
-        quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, sim.counts)
+        sc = ctx.scenario
+        self.ops = (
+            StreamOps(ctx, cluster, self.oracle, self.ledgers, self.writers_done)
+            if sc.retention or max(sc.committers + sc.deletes)
+            else None
+        )
+        quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, ctx.counts)
         self.oracle.quorum = quorum
         self.oracle.lafr = LafrRule(
-            quorum, self._stored, self.oracle.payload_of, self.oracle.violate, sim.counts
+            quorum, self._stored, self.oracle.payload_of, self.oracle.violate, ctx.counts
         )
         if self.ops is not None:
             self.oracle.rules = self.ops.rules
@@ -80,8 +85,8 @@ class UnboundedWorkload:
     # -- the Workload protocol -----------------------------------------------------------------
 
     def start(self) -> list[asyncio.Future[Any]]:
-        sim, rng = self.sim, self.sim.rng
-        sc = sim.scenario
+        ctx, rng = self.ctx, self.ctx.rng
+        sc = ctx.scenario
         work: list[asyncio.Future[Any]] = [
             asyncio.ensure_future(self.stream(i)) for i in range(rng.randint(*sc.ledgers))
         ]
@@ -100,7 +105,7 @@ class UnboundedWorkload:
     def _stored(self, lid: int) -> LedgerMetadata | None:
         """The metadata as the store holds it now (None: deleted)."""
         try:
-            return self.sim.truth.read_ledger(lid)
+            return self.ctx.truth.read_ledger(lid)
         except NoSuchLedgerInMetadataError:
             return None
 
@@ -110,7 +115,7 @@ class UnboundedWorkload:
 
     def responsible(self, lid: int, eid: int, bookie: str) -> bool:
         try:
-            md = self.sim.truth.read_ledger(lid)
+            md = self.ctx.truth.read_ledger(lid)
         except NoSuchLedgerInMetadataError:
             return False  # deleted: nobody keeps its entries
         if eid < layout.first_entry(md):
@@ -121,9 +126,9 @@ class UnboundedWorkload:
 
     async def stream(self, i: int) -> None:
         """Create a stream and write its first term."""
-        sim, rng = self.sim, self.sim.rng
+        ctx, rng = self.ctx, self.ctx.rng
         name = f"c{i}"
-        client = sim.client(name)
+        client = self.cluster.client(name)
         self._writing += 1
         try:
             await asyncio.sleep(rng.uniform(0, 0.05))
@@ -132,12 +137,12 @@ class UnboundedWorkload:
                 settings.update(self.ops.creation())
             fragment_max = settings["fragment_max_entries"]
             handle = await create_with_retries(
-                sim,
+                ctx,
                 name,
                 lambda: client.create_unbounded_aio(
-                    sim.ensemble,
-                    sim.write_quorum,
-                    sim.ack_quorum,
+                    ctx.ensemble,
+                    ctx.write_quorum,
+                    ctx.ack_quorum,
                     password=PASSWORD,
                     digest=DIGEST,
                     **settings,
@@ -148,7 +153,7 @@ class UnboundedWorkload:
             if self.ops is not None:
                 self.ops.created(handle, settings)
             self.ledgers.append(handle.ledger_id)
-            sim.trace("created", name, handle.ledger_id, handle.metadata.fragments, fragment_max)
+            ctx.trace("created", name, handle.ledger_id, handle.metadata.fragments, fragment_max)
             displaced = await self.write_term(client, name, handle)
             if displaced and rng.random() < 0.5:
                 # The displaced writer takes its stream back (a fight, as with leader
@@ -161,16 +166,16 @@ class UnboundedWorkload:
                 self._quiet.set()
 
     async def taker(self, j: int) -> None:
-        sim, rng = self.sim, self.sim.rng
+        ctx, rng = self.ctx, self.ctx.rng
         name = f"t{j}"
-        client = sim.client(name)
+        client = self.cluster.client(name)
         self._writing += 1
         try:
             await asyncio.sleep(rng.uniform(0.02, 0.3) if rng.random() < 0.7 else rng.uniform(0, 2))
-            aimed = await aimed_ledger(sim, name)
+            aimed = await aimed_ledger(ctx, self.aims, name)
             if self.ledgers:
                 lid = aimed if aimed in self.ledgers else rng.choice(self.ledgers)
-                if sim.decide("takeover", name, lid):
+                if ctx.decide("takeover", name, lid):
                     await self.take_over_and_write(client, name, lid)
         finally:
             self._writing -= 1
@@ -178,7 +183,7 @@ class UnboundedWorkload:
                 self._quiet.set()
 
     async def take_over_and_write(self, client: Client, name: str, lid: int) -> None:
-        rng = self.sim.rng
+        rng = self.ctx.rng
         for _attempt in range(3):
             handle = await self.take_over(client, name, lid)
             if handle is not None:
@@ -195,24 +200,24 @@ class UnboundedWorkload:
     async def take_over(
         self, client: Client, name: str, lid: int, *, holder: bool = False
     ) -> UnboundedLedger | None:
-        sim = self.sim
+        ctx = self.ctx
         held = self._held.get(lid)
         if held is not None and not holder and not held.is_set():
-            sim.trace("take-over-waits", name, lid)
+            ctx.trace("take-over-waits", name, lid)
             await held.wait()
-        sim.counts["takeover"] += 1
-        sim.trace("take-over", name, lid)
+        ctx.counts["takeover"] += 1
+        ctx.trace("take-over", name, lid)
         try:
             handle = await client.open_unbounded_aio(lid, password=PASSWORD, takeover=True)
         except BKError as exc:
-            sim.counts[f"takeover.failed.{type(exc).__name__}"] += 1
-            sim.trace("take-over-failed", name, lid, type(exc).__name__, exc)
+            ctx.counts[f"takeover.failed.{type(exc).__name__}"] += 1
+            ctx.trace("take-over-failed", name, lid, type(exc).__name__, exc)
             return None
         self._handles.append(handle)
         last = handle.last_add_confirmed
         end = last if self._noop else last + 1
-        sim.counts["takeover.ok"] += 1
-        sim.trace(
+        ctx.counts["takeover.ok"] += 1
+        ctx.trace(
             "took-over", name, lid, "term", handle.term, "last", last, handle.metadata.fragments
         )
         self.oracle.took_over(lid, handle.term, end, name)
@@ -222,7 +227,7 @@ class UnboundedWorkload:
 
     async def write_term(self, client: Client, name: str, handle: UnboundedLedger) -> bool:
         """Append in bursts through this term's writer; True when another term displaced it."""
-        sim, rng = self.sim, self.sim.rng
+        ctx, rng = self.ctx, self.ctx.rng
         writer = handle.writer
         assert writer is not None
         if handle not in self._handles:
@@ -230,8 +235,8 @@ class UnboundedWorkload:
         lid, term = handle.ledger_id, handle.term
         who = f"{name}@t{term}"
         futures: list[asyncio.Future[int]] = []
-        n_adds = rng.randint(*sim.scenario.entries)
-        leftover_at = dirty_leftover_at(sim, n_adds)
+        n_adds = rng.randint(*ctx.scenario.entries)
+        leftover_at = dirty_leftover_at(ctx, n_adds)
         combos: list[asyncio.Future[None]] = []
         for seq in range(n_adds):
             if writer.error is not None:
@@ -240,27 +245,31 @@ class UnboundedWorkload:
                 leftover_at is not None
                 and seq >= leftover_at
                 and not combos
-                and dirty_leftover_ready(sim, writer)
+                and dirty_leftover_ready(ctx, self.cluster, writer)
             ):
-                combos.append(asyncio.ensure_future(dirty_leftover(self, name, lid, writer)))
+                combos.append(
+                    asyncio.ensure_future(
+                        dirty_leftover(ctx, self.cluster, self, name, lid, writer)
+                    )
+                )
             payload = b"%d:%s:%d:%08x" % (lid, who.encode(), seq, rng.getrandbits(32))
             self._appended(who, payload)
             fut = writer.add(payload)
             fut.add_done_callback(functools.partial(self._add_done, who, lid, term, payload))
             futures.append(fut)
-            sim.counts["add"] += 1
+            ctx.counts["add"] += 1
             if rng.random() < 0.3:
                 await asyncio.sleep(rng.expovariate(50.0))
             if self.ops is not None:
                 await self.ops.pace()
-            await maybe_pause(sim, who, lid)
+            await maybe_pause(ctx, self.aims, who, lid)
         if futures:
             await asyncio.wait(futures)
         if combos:
             await asyncio.wait(combos)
         for combo in combos:
-            sim.oracle_outcome(combo)
-        sim.counts["rollover"] += writer.rollovers
+            judge_outcome(self.oracle, combo)
+        ctx.counts["rollover"] += writer.rollovers
         return isinstance(writer.error, InvalidTermError)
 
     def append(self, handle: UnboundedLedger, name: str, payload: bytes) -> asyncio.Future[int]:
@@ -273,7 +282,7 @@ class UnboundedWorkload:
         self._appended(who, payload)
         fut = handle.writer.add(payload)
         fut.add_done_callback(functools.partial(self._add_done, who, lid, term, payload))
-        self.sim.counts["add"] += 1
+        self.ctx.counts["add"] += 1
         return fut
 
     def _appended(self, who: str, payload: bytes) -> None:
@@ -286,18 +295,18 @@ class UnboundedWorkload:
     ) -> None:
         if f.cancelled():
             return
-        sim = self.sim
+        ctx = self.ctx
         exc = f.exception()
         if exc is not None:
-            sim.counts[f"add.failed.{type(exc).__name__}"] += 1
-            sim.trace("add-failed", who, lid, type(exc).__name__)
+            ctx.counts[f"add.failed.{type(exc).__name__}"] += 1
+            ctx.trace("add-failed", who, lid, type(exc).__name__)
             return
         eid = f.result()
-        sim.trace("acked", who, lid, eid)
-        sim.counts["add.acked"] += 1
+        ctx.trace("acked", who, lid, eid)
+        ctx.counts["add.acked"] += 1
         self.oracle.stream_acknowledged(lid, eid, payload, term, who)
         try:
-            md = sim.truth.read_ledger(lid)
+            md = ctx.truth.read_ledger(lid)
         except NoSuchLedgerInMetadataError:
             md = None  # deleted: DeletedLedgerAcknowledgesNothing judges this one
         if md is not None and self.oracle.quorum is not None:
@@ -308,36 +317,36 @@ class UnboundedWorkload:
     # -- trims ---------------------------------------------------------------------------------
 
     async def trimmer(self, j: int) -> None:
-        sim, rng = self.sim, self.sim.rng
+        ctx, rng = self.ctx, self.ctx.rng
         name = f"trim{j}"
-        client = sim.client(name)
+        client = self.cluster.client(name)
         await asyncio.sleep(rng.uniform(0.1, 1.5))
         if not self.ledgers:
             return
         lid = rng.choice(self.ledgers)
         acked = self.oracle.stream_acked.get(lid, {})
         before = rng.randint(0, max(acked, default=0) + 1)
-        if not sim.decide("trim", name, lid, before):
+        if not ctx.decide("trim", name, lid, before):
             return
         if self.ops is not None:
             self.ops.rules.trimmed_by_hand(lid)
-        sim.counts["trim"] += 1
-        sim.trace("trim", name, lid, before)
+        ctx.counts["trim"] += 1
+        ctx.trace("trim", name, lid, before)
         try:
             handle = await client.open_unbounded_aio(lid, password=PASSWORD, takeover=False)
             await handle.trim_aio(before)
         except BKError as exc:
-            sim.counts[f"trim.failed.{type(exc).__name__}"] += 1
-            sim.trace("trim-failed", name, lid, type(exc).__name__)
+            ctx.counts[f"trim.failed.{type(exc).__name__}"] += 1
+            ctx.trace("trim-failed", name, lid, type(exc).__name__)
             # A metadata error may come after the trim applied: the store says what it did.
-            first = layout.first_entry(sim.truth.read_ledger(lid))
+            first = layout.first_entry(ctx.truth.read_ledger(lid))
             if first > 0:
                 self.oracle.trimmed(lid, first)
             return
-        first = layout.first_entry(sim.truth.read_ledger(lid))
-        sim.trace("trimmed", name, lid, "first", first)
+        first = layout.first_entry(ctx.truth.read_ledger(lid))
+        ctx.trace("trimmed", name, lid, "first", first)
         if first > 0:
-            sim.counts["trim.dropped_fragments"] += 1
+            ctx.counts["trim.dropped_fragments"] += 1
         self.oracle.trimmed(lid, first)
 
     # -- followers -----------------------------------------------------------------------------
@@ -345,9 +354,9 @@ class UnboundedWorkload:
     async def follower(self, j: int) -> None:
         """Tail one stream from 0 as ``UnboundedLedger.tail`` does, until the writers are
         done and it has caught up with what it last saw confirmed."""
-        sim, rng = self.sim, self.sim.rng
+        ctx, rng = self.ctx, self.ctx.rng
         name = f"f{j}"
-        client = sim.client(name)
+        client = self.cluster.client(name)
         await asyncio.sleep(rng.uniform(0.01, 0.2))
         if not self.ledgers:
             return
@@ -355,7 +364,7 @@ class UnboundedWorkload:
         try:
             handle = await client.open_unbounded_aio(lid, password=PASSWORD, takeover=False)
         except BKError as exc:
-            sim.trace("follow-failed", name, lid, type(exc).__name__)
+            ctx.trace("follow-failed", name, lid, type(exc).__name__)
             return
         me = Follower(name, lid)
         self._followers.append(me)
@@ -366,11 +375,11 @@ class UnboundedWorkload:
             low = layout.first_entry(md)
             if next_id < low:
                 me.skipped.append((next_id, low))
-                sim.trace("follower-skips", name, lid, next_id, low)
+                ctx.trace("follower-skips", name, lid, next_id, low)
                 next_id = low
             if next_id <= lac:
                 last = min(lac, next_id + READ_BATCH - 1)
-                got = await self.read(client, md, digester, next_id, last, name)
+                got = await read_or_none(ctx, client, md, digester, next_id, last, name)
                 if got is None:
                     fresh = await self._metadata(client, lid, md)
                     if fresh is None:
@@ -380,7 +389,7 @@ class UnboundedWorkload:
                     continue
                 entries = [(e.entry_id, e.data) for e in got]
                 me.read.extend(entries)
-                sim.counts["follower.read"] += len(entries)
+                ctx.counts["follower.read"] += len(entries)
                 self.oracle.stream_read(lid, entries, name)
                 next_id = last + 1
                 continue
@@ -389,32 +398,12 @@ class UnboundedWorkload:
             try:
                 seen, md = await follow.wait_for_lac(client.ctx, md, next_id - 1, follow.POLL_SLICE)
             except NoSuchLedgerError:
-                sim.trace("follower-ends", name, lid, "deleted")
+                ctx.trace("follower-ends", name, lid, "deleted")
                 break
             except BKError as exc:  # the metadata read failed: poll again
-                sim.trace("follow-poll-failed", name, lid, type(exc).__name__)
+                ctx.trace("follow-poll-failed", name, lid, type(exc).__name__)
                 continue
             lac = max(lac, seen)
-
-    async def read(
-        self,
-        client: Client,
-        md: LedgerMetadata,
-        digester: Digester,
-        first: int,
-        last: int,
-        name: str,
-    ) -> list[Any] | None:
-        try:
-            return await follow.read_visible(client.ctx, md, digester, first, last)
-        except NoSuchEntryError as exc:
-            # Trimmed since this metadata was read: the next metadata says how far.
-            self.sim.trace("read-trimmed", name, md.ledger_id, first, last, exc)
-            return None
-        except BKError as exc:
-            self.sim.counts[f"read.failed.{type(exc).__name__}"] += 1
-            self.sim.trace("read-failed", name, md.ledger_id, first, last, type(exc).__name__)
-            return None
 
     async def _metadata(
         self, client: Client, lid: int, md: LedgerMetadata
@@ -432,8 +421,8 @@ class UnboundedWorkload:
     async def check_end(self) -> None:
         """Take every stream over once more and read it whole; compare with everything the
         history acknowledged and every follower saw."""
-        sim = self.sim
-        checker = sim.client("checker")
+        ctx = self.ctx
+        checker = self.cluster.client("checker")
         if self.ops is not None:
             # Retention trims as time passes: no writer may trim under the final reader.
             self.stop()
@@ -441,8 +430,8 @@ class UnboundedWorkload:
         for lid in list(self.ledgers):
             if self.ops is not None and self.ops.gone(lid):
                 continue
-            md = sim.truth.read_ledger(lid)
-            lost = sim.budget.lossy_fragments(md)
+            md = ctx.truth.read_ledger(lid)
+            lost = ctx.budget.lossy_fragments(md)
             handle = None
             for attempt in range(1 if lost else 6):
                 handle = await self.take_over(checker, "checker", lid)
@@ -451,9 +440,9 @@ class UnboundedWorkload:
                 await asyncio.sleep(1.0 + attempt)
             if handle is None:
                 if lost:
-                    sim.budget.unrecoverable(lid)
-                    sim.counts["liveness_exempt"] += 1
-                    sim.trace("unrecoverable", lid, "lossy crashes in", lost)
+                    ctx.budget.unrecoverable(lid)
+                    ctx.counts["liveness_exempt"] += 1
+                    ctx.trace("unrecoverable", lid, "lossy crashes in", lost)
                     continue
                 self.oracle.violate(
                     "LedgerIsClosed", f"stream {lid} could not be taken over after healing"
@@ -461,13 +450,13 @@ class UnboundedWorkload:
                 continue
             if self.ops is not None and handle.writer is not None:
                 handle.writer.stop()
-            entries = await read_whole(self, checker, handle)
-            if sim.races is not None:
-                await probe(self, checker, lid)
+            entries = await read_whole(ctx, self.oracle, checker, handle)
+            if ctx.races is not None:
+                await probe(ctx, self.oracle, checker, lid)
             if entries is None:
                 continue
             first = layout.first_entry(handle.metadata)
-            sim.counts["term_change"] += handle.term - 1
+            ctx.counts["term_change"] += handle.term - 1
             self.oracle.final_stream(lid, entries, first, "checker")
             for f in self._followers:
                 if f.lid == lid:

@@ -1,34 +1,57 @@
 """The end of a streams' history: reading a stream whole after the final takeover, and
 the race scenarios' probe of every bookie of every acknowledged entry's write set
-(``UnboundedWorkload.check_end`` calls them)."""
+(``UnboundedWorkload.check_end`` calls them), and the reads the workload's followers
+make too."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Any
 
 from embedlog.client import Client
 from embedlog.errors import BKError, NoSuchEntryError
 from embedlog.ledger.quorum import write_set_bookies
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.testing.oracle_unbounded import StreamOracle
+from embedlog.testing.simcontext import SimContext
 from embedlog.testing.workload import PASSWORD
 from embedlog.unbounded import follow, layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.entry import Digester
 from embedlog.wire.messages import OpCode
 
-if TYPE_CHECKING:
-    from embedlog.testing.workload_unbounded import UnboundedWorkload
-
 READ_BATCH = 16  # entries one read asks for
 
 
-async def probe(w: UnboundedWorkload, checker: Client, lid: int) -> None:
+async def read_or_none(
+    ctx: SimContext,
+    client: Client,
+    md: LedgerMetadata,
+    digester: Digester,
+    first: int,
+    last: int,
+    name: str,
+) -> list[Any] | None:
+    """Entries ``first``..``last`` as ``client`` reads them, None when the read failed."""
+    try:
+        return await follow.read_visible(client.ctx, md, digester, first, last)
+    except NoSuchEntryError as exc:
+        # Trimmed since this metadata was read: the next metadata says how far.
+        ctx.trace("read-trimmed", name, md.ledger_id, first, last, exc)
+        return None
+    except BKError as exc:
+        ctx.counts[f"read.failed.{type(exc).__name__}"] += 1
+        ctx.trace("read-failed", name, md.ledger_id, first, last, type(exc).__name__)
+        return None
+
+
+async def probe(ctx: SimContext, oracle: StreamOracle, checker: Client, lid: int) -> None:
     """The race scenarios' probe (simraces.py): every bookie of an acknowledged entry's
     write set is asked for it; the oracle judges every answer (a negative for an entry
     the bookie acknowledged, another term's payload at an acknowledged id)."""
-    md = w.sim.truth.read_ledger(lid)
+    md = ctx.truth.read_ledger(lid)
     first = layout.first_entry(md)
-    acked = sorted(e for e in w.oracle.stream_acked.get(lid, {}) if e >= first)
+    acked = sorted(e for e in oracle.stream_acked.get(lid, {}) if e >= first)
 
     async def ask(bookie: str, eid: int) -> None:
         try:
@@ -41,24 +64,24 @@ async def probe(w: UnboundedWorkload, checker: Client, lid: int) -> None:
         for eid in acked
         for b in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
     ]
-    w.sim.counts["probe.read"] += len(asks)
+    ctx.counts["probe.read"] += len(asks)
     await asyncio.gather(*asks)
 
 
 async def read_whole(
-    w: UnboundedWorkload, checker: Client, handle: UnboundedLedger
+    ctx: SimContext, oracle: StreamOracle, checker: Client, handle: UnboundedLedger
 ) -> list[tuple[int, bytes]] | None:
-    sim, lid = w.sim, handle.ledger_id
+    lid = handle.ledger_id
     md, last = handle.metadata, handle.last_add_confirmed
     first = layout.first_entry(md)
     digester = Digester(md.digest_type, PASSWORD)
     entries: list[tuple[int, bytes]] = []
     for start in range(first, last + 1, READ_BATCH):
-        got = await w.read(
-            checker, md, digester, start, min(last, start + READ_BATCH - 1), "checker"
+        got = await read_or_none(
+            ctx, checker, md, digester, start, min(last, start + READ_BATCH - 1), "checker"
         )
         if got is None:
-            w.oracle.violate(
+            oracle.violate(
                 "AllAckedValuesAreReadable",
                 f"the checker could not read {lid}:{start}.. after taking it over",
             )
@@ -69,9 +92,9 @@ async def read_whole(
         try:
             got = await follow.read_visible(checker.ctx, md, digester, first - 1, first - 1)
         except NoSuchEntryError:
-            sim.counts["trimmed_read_refused"] += 1
+            ctx.counts["trimmed_read_refused"] += 1
         else:
-            w.oracle.violate(
+            oracle.violate(
                 "AllAckedValuesAreReadable",
                 f"a read of trimmed {lid}:{first - 1} returned {[e.data for e in got]}",
             )

@@ -23,13 +23,13 @@ from the entries themselves (``TermWriter._count_inherited``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from attrs import frozen
 
 from embedlog import validate
+from embedlog.clock import SYSTEM_CLOCK, Clock
 
 # (end entry id, exclusive; payload bytes; sealed at; entries readers see). Marks stored
 # before entries were counted have only the first three.
@@ -186,12 +186,18 @@ class SegmentCounter:
     """
 
     def __init__(
-        self, rollover: Rollover, *, started: float | None = None, inherited: bool = False
+        self,
+        rollover: Rollover,
+        *,
+        started: float | None = None,
+        inherited: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.rollover = rollover
+        self._clock = clock
         self.bytes = 0
         self.entries = 0
-        self.started = time.time() if started is None else started
+        self.started = clock.time() if started is None else started
         self.inherited = inherited
 
     def count(self, payload_bytes: int) -> None:
@@ -205,13 +211,13 @@ class SegmentCounter:
         if r.bytes is not None and self.bytes >= r.bytes:
             return True
         holds = self.entries > 0 or self.inherited
-        return r.age is not None and holds and time.time() - self.started >= r.age
+        return r.age is not None and holds and self._clock.time() - self.started >= r.age
 
     def seal(self, end: int) -> Mark:
-        mark = (end, self.bytes, time.time(), self.entries)
+        mark = (end, self.bytes, self._clock.time(), self.entries)
         self.bytes = self.entries = 0
         self.inherited = False
-        self.started = time.time()
+        self.started = self._clock.time()
         return mark
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
@@ -101,7 +100,7 @@ class TailCursor:
         self.ended = False
         self._stop: asyncio.Event | None = None  # made on the loop by the first step
         self._trim_point = 0  # the highest trim point seen (a writer's metadata may lag)
-        self._idle_since = time.monotonic()
+        self._idle_since = ledger.ctx.clock.monotonic()
         self._metadata_down = False  # said once per outage
 
     async def resolve_start(self) -> None:
@@ -125,7 +124,7 @@ class TailCursor:
 
     async def step(self, deadline: float | None = None) -> list[Entry] | None:
         """The next entries (at least one), or None once the tail ended; with a
-        ``deadline`` (``time.monotonic()``), [] if none came by then (``poll``)."""
+        ``deadline`` (``ctx.clock.monotonic()``), [] if none came by then (``poll``)."""
         if self._stop is None:
             self._stop = asyncio.Event()
         if self.ended:
@@ -173,18 +172,18 @@ class TailCursor:
                     self._trim_point = layout.first_entry(fresh)
                     continue  # trimmed while we read: skip to the new trim point
                 self.position = last + 1
-                self._idle_since = time.monotonic()
+                self._idle_since = ul.ctx.clock.monotonic()
                 if entries:
                     return entries
                 continue  # only no-ops
             wait = follow.POLL_SLICE
             if self.timeout is not None:
-                left = self.timeout - (time.monotonic() - self._idle_since)
+                left = self.timeout - (ul.ctx.clock.monotonic() - self._idle_since)
                 if left <= 0:
                     return None
                 wait = min(wait, left)
             if deadline is not None:
-                left = deadline - time.monotonic()
+                left = deadline - ul.ctx.clock.monotonic()
                 if left <= 0:
                     return []
                 wait = min(wait, left)
@@ -283,7 +282,7 @@ class Tail(_TailState, Iterator[Entry]):
         seconds for the first one: [] if none came (or the tail ended)."""
         count, wait = _poll_args(max_entries, timeout)
         if not self._buffer and not self._cursor.ended:
-            batch = _run(self._cursor, time.monotonic() + wait)
+            batch = _run(self._cursor, self._cursor.ledger.ctx.clock.monotonic() + wait)
             self._buffer.extend(batch or ())
         return self._take(count)
 
@@ -334,7 +333,7 @@ class AsyncTail(_TailState, AsyncIterator[Entry]):
         most ``timeout`` seconds."""
         count, wait = _poll_args(max_entries, timeout)
         if not self._buffer and not self._cursor.ended:
-            batch = await self._step(time.monotonic() + wait)
+            batch = await self._step(self._cursor.ledger.ctx.clock.monotonic() + wait)
             self._buffer.extend(batch or ())
         return self._take(count)
 
