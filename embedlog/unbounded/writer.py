@@ -313,9 +313,11 @@ class TermWriter(LedgerWriter):
         marks = layout.marks(md)
         begins = marks[-1][0] if marks else layout.first_entry(md)
         if recovery or lac < begins:
-            return retention_rules.SegmentCounter(rollover)
+            return retention_rules.SegmentCounter(rollover, clock=ctx.clock)
         started = marks[-1][2] if marks else (md.ctime or ctx.clock.time())
-        return retention_rules.SegmentCounter(rollover, started=started, inherited=True)
+        return retention_rules.SegmentCounter(
+            rollover, started=started, inherited=True, clock=ctx.clock
+        )
 
     def _needs_counts(self) -> bool:
         kept = self.retention

@@ -42,12 +42,6 @@ REAL_TIME_MODULES = (
 NOT_CONVERTED = (
     "embedlog.bookie.bookie",
     "embedlog.bookie.repair",
-    "embedlog.ledger.ensemble_change",
-    "embedlog.ledger.pending",
-    "embedlog.ledger.writer",
-    "embedlog.unbounded.writer",
-    # SYSTEM_CLOCK: unbounded/writer.py builds its SegmentCounter without its ctx.clock.
-    "embedlog.clock",
 )
 
 
