@@ -243,7 +243,7 @@ class Adds(Refusals):
             and info.limbo
             and not req.flags & AddFlags.RECOVERY
         ):
-            self.first_live.setdefault(lid, min(entries))
+            self.ledgers.first_live.setdefault(lid, min(entries))
         if not self.config.journal_write_data:
             if not state_waits:
                 on_durable(None)  # acknowledged from the write cache (BP-46)
@@ -255,8 +255,10 @@ class Adds(Refusals):
 
     def _added(self, req: Request, plan: _AddPlan) -> Response:
         if plan.info.known_lac > plan.old_lac:
-            self._notify_lac(req.ledger_id)
-        self._maybe_flush_early()
+            self.ledgers.lac_moved(req.ledger_id)
+        storage = self.storage
+        assert storage is not None
+        self.flusher.maybe_early(storage.cache_bytes)
         # The request's term (the model's response term): the client discards answers of
         # another term, and a takeover that raced this add must not make its ack look stale.
         term = req.term if req.term != NO_TERM else plan.info.term

@@ -9,22 +9,24 @@ object on the same directories.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from embedlog.bookie.adds import parse_batch
 from embedlog.bookie.base import BookieState
-from embedlog.bookie.boot import Boot
+from embedlog.bookie.boot import BootEnv, BootFailed, BootReport, boot, end_failed_boot, final_flush
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK, Disk
-from embedlog.bookie.flushing import FlushHealth
+from embedlog.bookie.flushing import Flusher
 from embedlog.bookie.gc import GarbageCollector
 from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.ledgers import LedgerTable
 from embedlog.bookie.registration import Registration
 from embedlog.bookie.repair import Repairer
+from embedlog.bookie.repair_services import RepairServices
 from embedlog.bookie.requests import Requests
 from embedlog.bookie.verdicts import Mode
 from embedlog.clock import SYSTEM_CLOCK, Clock
@@ -46,7 +48,17 @@ def _disk_thread(name: str) -> Executor:
     return ThreadPoolExecutor(1, thread_name_prefix=name)
 
 
-class Bookie(Requests, Boot):
+class Bookie(Requests):
+    booted: BootReport | None  # what the boot found, once it succeeded (boot.py)
+    # What the unclean-shutdown bit said when this boot read it (None: not read yet).
+    found_unclean: bool | None
+    left_unclean: bool  # a failed boot left the unclean-shutdown bit set
+    _journal_exec: Executor  # the journal's disk work (writes, fsyncs)
+    _flush_exec: Executor  # the flushes' disk work
+    gc: GarbageCollector  # drops deleted ledgers, every gc_interval (gc.py)
+    registration: Registration  # keeps it registered through session expiries
+    _gc_task: asyncio.Task[None] | None
+
     def __init__(
         self,
         config: BookieConfig,
@@ -70,18 +82,10 @@ class Bookie(Requests, Boot):
         self.metadata = metadata
         self.session = session
         self._state = BookieState.NEW
-        self.unclean_shutdown_detected = False
-        self.cookie_problem = None
-        self.suspicion = []
-        self.protected_ledgers = 0
-        self.phase_one_done = False
+        self.booted = None
         self.found_unclean = None
         self.left_unclean = False  # a failed boot left the unclean-shutdown bit set
-        # Limbo ledger -> first entry a writer sent after this boot (kept only under
-        # unsafe_limbo_clears_at_first_resend).
-        self.first_live = {}
-        self.repairer = Repairer(self, client_factory, config.repair_retry_interval)
-        self._repair_task = None
+        self.repair = RepairServices(self, client_factory, clock)  # BP-46 phase two
         self.gc = GarbageCollector(self, config.gc_interval)
         self.registration = Registration(self)
         self._gc_task = None
@@ -91,11 +95,8 @@ class Bookie(Requests, Boot):
         executor = disk_executor or _disk_thread
         self._journal_exec = executor(f"{config.bookie_id}-journal")
         self._flush_exec = executor(f"{config.bookie_id}-flush")
-        self._flusher = None
-        self._background_flush = None
-        self.flush_health = FlushHealth(config.flush_interval, config.flush_retry_max_interval)
-        self._lac_changed = {}
-        self._unsynced_state = {}
+        self.flusher = Flusher(self)
+        self.ledgers = LedgerTable()
         self.boot_seconds = 0.0
         self.metrics = BookieMetrics()  # embedlog/metrics.py: what operators watch
         self.pause_gate = PauseGate()  # LocalCluster.pause_bookie: requests held, not served
@@ -104,9 +105,19 @@ class Bookie(Requests, Boot):
         if self._state is not BookieState.NEW:
             raise RuntimeError(f"bookie {self.bookie_id} objects boot once; make a new one")
         self._state = BookieState.BOOTING
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
-            await self._boot()
+            found = await boot(self._boot_env())
+        except BaseException:
+            self._abandon()
+            raise
+        if isinstance(found, BootFailed):
+            self.found_unclean, self.left_unclean = found.found_unclean, found.left_unclean
+            self._abandon()
+            raise found.error
+        try:
+            self._apply(found)
+            self._serve(found)
         except Exception:
             await self._end_failed_boot()
             self._abandon()
@@ -114,45 +125,87 @@ class Bookie(Requests, Boot):
         except BaseException:
             self._abandon()
             raise
-        self.boot_seconds = time.monotonic() - started
+        self.boot_seconds = self.clock.monotonic() - started
         self._state = BookieState.SERVING
         log.info("bookie %s serving (boot %.3fs)", self.bookie_id, self.boot_seconds)
         await self.publish_status()
 
+    # What the last boot found (False, None, empty before a boot succeeded).
+
+    @property
+    def unclean_shutdown_detected(self) -> bool:
+        return self.booted is not None and self.booted.unclean_shutdown_detected
+
+    @property
+    def cookie_problem(self) -> str | None:
+        """The cookie check's problems, when auto_fix_cookies fixed them."""
+        return None if self.booted is None else self.booted.cookie_problem
+
+    @property
+    def suspicion(self) -> list[str]:
+        """Why BP-46 phase one ran on this boot (empty: it did not)."""
+        return [] if self.booted is None else list(self.booted.suspicion)
+
+    @property
+    def protected_ledgers(self) -> int:
+        """Ledgers phase one fenced or put in limbo."""
+        return 0 if self.booted is None else self.booted.protected_ledgers
+
+    @property
+    def phase_one_done(self) -> bool:
+        """Durably, on this boot (which may still fail after it, registering)."""
+        return self.booted is not None and self.booted.phase_one_done
+
+    def _boot_env(self) -> BootEnv:
+        return BootEnv(
+            config=self.config,
+            metadata=self.metadata,
+            disk=self.disk,
+            journal_exec=self._journal_exec,
+            flush_exec=self._flush_exec,
+            metrics=self.metrics,
+            clock=self.clock,
+            ledgers=self.ledgers,
+            all_metadata=lambda: self.repair.scan_metadata(lambda md: True),
+        )
+
+    def _apply(self, found: BootReport) -> None:
+        """Take over what the boot opened, and keep what it found for ``status``."""
+        self.storage, self.journal = found.storage, found.journal
+        self.found_unclean = found.found_unclean
+        self.booted = found
+
+    def _serve(self, found: BootReport) -> None:
+        """After the boot: flushes, the registration, repair and garbage collection."""
+        cfg = self.config
+        self.flusher.start()
+        self.registration.watch()  # first: an expiry right after registering is not missed
+        self.metadata.register_bookie(
+            self.session,
+            self.bookie_id,
+            {"address": cfg.advertised_address, "rack": cfg.rack},
+            readonly=self.readonly,
+        )
+        if found.repair_pending and cfg.run_repair:
+            self.repair.start()
+        if cfg.gc_interval:
+            self._gc_task = asyncio.get_running_loop().create_task(self.gc.run())
+
     async def _end_failed_boot(self) -> None:
-        """A boot that failed never served, so it acknowledged nothing: when it found the
-        last shutdown clean, it leaves it clean (its own work flushed first), as a clean
-        stop does. Left set, the bit made the next boot suspicious of a loss that cannot
-        have happened; with the journal off, that boot put every ledger in limbo, and two
-        bookies of one write set in limbo leave a stream that no takeover can settle
-        (simulator seed 9483 of ``unbounded-nojournal``). A flush that fails leaves the
-        bit set, as a failed clean stop does."""
-        if self.found_unclean is None or self.storage is None:
-            return  # the bit was not touched
+        """The boot succeeded but what follows it failed (registering): the bookie never
+        served, and leaves the unclean-shutdown bit as ``boot.end_failed_boot`` says."""
+        assert self.found_unclean is not None and self.storage is not None
         self.left_unclean = True
-        if self._flusher is not None:
-            self._flusher.cancel()  # no periodic flush beside the last one
-        if self.found_unclean:
-            return  # the last shutdown was not clean: the next boot must know
-        try:
-            if self.journal is not None:
-                await self._final_flush()
-            else:
-                self.storage.index.set_unclean_bit(False)
-        except Exception as exc:
-            log.warning(
-                "bookie %s: its failed boot could not finish cleanly (%s); the next boot "
-                "treats the last shutdown as unclean",
-                *(self.bookie_id, exc),
-            )
-            return
-        self.left_unclean = False
+        self.flusher.cancel()  # no periodic flush beside the last one
+        self.left_unclean = await end_failed_boot(
+            self.bookie_id, self.found_unclean, self.storage, self.journal
+        )
 
     async def publish_status(self) -> None:
         """Leave the status where ``embedlog bookie status`` (any process) can read it."""
         status = self.status()
         try:
-            await self._blocking_meta(self.metadata.publish_bookie_status, self.bookie_id, status)
+            await self.call_metadata(self.metadata.publish_bookie_status, self.bookie_id, status)
         except Exception as exc:  # status is informative: never stop repair for it
             log.debug("bookie %s: could not publish status: %s", self.bookie_id, exc)
 
@@ -179,11 +232,12 @@ class Bookie(Requests, Boot):
                 self.metadata.unregister_bookie(self.session, self.bookie_id)
             except Exception as exc:  # the end of its session removes the registration too
                 log.warning("bookie %s: could not unregister: %s", self.bookie_id, exc)
-            for task in (self._flusher, self._repair_task):
-                if task is not None:
-                    task.cancel()
+            self.flusher.cancel()
+            if self.repair.task is not None:
+                self.repair.task.cancel()
             try:
-                await self._final_flush()
+                assert self.journal is not None and self.storage is not None
+                await final_flush(self.storage, self.journal)
             except Exception as exc:
                 log.error("bookie %s: clean shutdown failed: %s", self.bookie_id, exc)
                 raise BookieIOError(
@@ -194,13 +248,6 @@ class Bookie(Requests, Boot):
                 ) from exc
         finally:
             await self._release_files()
-
-    async def _final_flush(self) -> None:
-        assert self.journal is not None and self.storage is not None
-        await self.journal.sync()
-        await self.storage.flush(self.journal.lsn)
-        self.journal.remove_before(self.journal.lsn)
-        self.storage.index.set_unclean_bit(False)  # only once everything above held
 
     async def _release_files(self) -> None:
         if self.journal is not None:
@@ -218,7 +265,8 @@ class Bookie(Requests, Boot):
         if self._state not in (BookieState.SERVING, BookieState.BOOTING):
             return
         self._state = BookieState.CRASHED
-        for task in (self._flusher, self._background_flush, self._repair_task, self._gc_task):
+        self.flusher.cancel(early=True)
+        for task in (self.repair.task, self._gc_task):
             if task is not None:
                 task.cancel()
         self.registration.cancel()
@@ -231,9 +279,9 @@ class Bookie(Requests, Boot):
 
     def _abandon(self) -> None:
         self._state = BookieState.STOPPED
-        for task in (self._flusher, self._gc_task):
-            if task is not None:
-                task.cancel()
+        self.flusher.cancel()
+        if self._gc_task is not None:
+            self._gc_task.cancel()
         self.registration.cancel()
         if self.journal is not None:
             self.journal.crash()
@@ -249,8 +297,7 @@ class Bookie(Requests, Boot):
         self._flush_exec.shutdown(wait=False)
 
     def _wake_all(self) -> None:
-        for ev in self._lac_changed.values():
-            ev.set()
+        self.ledgers.wake_all()
 
     # -- ledger state ------------------------------------------------------------------------
 
@@ -282,6 +329,61 @@ class Bookie(Requests, Boot):
         assert fut is not None
         await fut
 
+    @property
+    def first_live(self) -> dict[int, int]:
+        """Limbo ledger -> the first entry a writer sent after this boot (repair.py; kept
+        only under unsafe_limbo_clears_at_first_resend)."""
+        return self.ledgers.first_live
+
+    # -- flushes (flushing.py, Flushed) ---------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Write the write cache to the entry logs and the index; the journal before the
+        checkpoint goes."""
+        await self.flusher.flush()
+
+    def _go_readonly(self) -> None:
+        self.flusher.go_readonly()
+
+    # -- BP-46 repair (repair_services.py, RepairHost) -----------------------------------------
+
+    @property
+    def repairer(self) -> Repairer:
+        return self.repair.repairer
+
+    def limbo_ledgers(self) -> list[int]:
+        return self.repair.limbo_ledgers()
+
+    async def clear_limbo(self, ledger_ids: list[int]) -> None:
+        await self.repair.clear_limbo(ledger_ids)
+
+    def wait_repaired_nowait(self) -> bool:
+        """True once no BP-46 repair is pending or running."""
+        return self.repair.wait_repaired_nowait()
+
+    def journal_states(self, states: dict[int, LedgerInfo]) -> None:
+        for lid, info in states.items():
+            self._journal_state(lid, info, wait=False)
+
+    async def sync(self) -> None:
+        assert self.journal is not None
+        await self.journal.sync()
+
+    # -- what garbage collection asks (gc.py, Collectable) ------------------------------------
+
+    def held_ledgers(self) -> list[int] | None:
+        if self.storage is None or self.journal is None:
+            return None
+        return self.storage.ledger_ids()
+
+    async def listed_ledgers(self) -> list[int]:
+        listed: list[int] = await self.call_metadata(lambda: list(self.metadata.list_ledgers()))
+        return listed
+
+    async def ledger_is_gone(self, ledger_id: int) -> bool:
+        gone: bool = await self.call_metadata(self.metadata.ledger_is_gone, ledger_id)
+        return gone
+
     def ledger_entries(self, ledger_id: int) -> list[int]:
         """The entry ids this bookie holds for ``ledger_id`` (cache and index)."""
         assert self.storage is not None
@@ -301,7 +403,7 @@ class Bookie(Requests, Boot):
             "suspicious_boot": self.suspicion,
             "protected_ledgers": self.protected_ledgers,
             "boot_seconds": round(self.boot_seconds, 3),
-            "repair": self.repairer.progress.as_dict(),
+            "repair": self.repair.repairer.progress.as_dict(self.clock.monotonic()),
             "garbage_collection": {"rounds": self.gc.rounds, "dropped": self.gc.collected},
             "registered_again": self.registration.renewals,
         }

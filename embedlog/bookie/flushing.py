@@ -10,8 +10,8 @@ the next flush writes them. Flushes go on, each failure doubling the wait from
 registers as writable again, unless something it met says its disk is broken: then it
 stays read-only until it is restarted, rather than flip-flop on a failing disk.
 
-The rules are the pure functions and FlushHealth below; Flushing is the part of the
-Bookie (embedlog/bookie/base.py) that runs them.
+The rules are the pure functions and FlushHealth below; the Flusher, a part the Bookie
+holds (``Bookie.flusher``), runs them, seeing the bookie through ``Flushed``.
 """
 
 from __future__ import annotations
@@ -19,14 +19,18 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import time
+from typing import Protocol
 
 from attrs import frozen
 
 from embedlog import leveldb as binding  # plyvel or plyvel-next (embedlog/leveldb.py)
-from embedlog.bookie.base import BookieBase, BookieState
+from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.journal import Journal
 from embedlog.bookie.registration import Registration
+from embedlog.bookie.storage import LedgerStorage
+from embedlog.clock import Clock
 from embedlog.errors import BookieIOError
+from embedlog.metrics import BookieMetrics
 
 log = logging.getLogger(__name__)
 
@@ -112,84 +116,121 @@ class FlushHealth:
         return was_failing
 
 
-class Flushing(BookieBase):
-    _flusher: asyncio.Task[None] | None  # the periodic flushes (started by the boot)
-    _background_flush: asyncio.Task[None] | None  # an early flush for a full write cache
-    flush_health: FlushHealth
-    registration: Registration  # retries a registration that failed (registration.py)
+class Flushed(Protocol):
+    """What the flushes ask of their bookie (embedlog/bookie/bookie.py)."""
 
-    async def _flush_loop(self) -> None:
+    @property
+    def bookie_id(self) -> str: ...
+
+    @property
+    def config(self) -> BookieConfig: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def metrics(self) -> BookieMetrics: ...
+
+    @property
+    def storage(self) -> LedgerStorage | None: ...
+
+    @property
+    def journal(self) -> Journal | None: ...
+
+    @property
+    def serving(self) -> bool: ...
+
+    @property
+    def registration(self) -> Registration: ...
+
+    readonly: bool  # refuses adds with EREADONLY
+
+
+class Flusher:
+    """A bookie's flushes: periodic, early for a full write cache, and the read-only
+    state they (and a request's disk error) put the bookie in and take it out of."""
+
+    def __init__(self, bookie: Flushed) -> None:
+        self.bookie = bookie
+        config = bookie.config
+        self.health = FlushHealth(config.flush_interval, config.flush_retry_max_interval)
+        self.periodic: asyncio.Task[None] | None = None  # started once the boot is done
+        self.early: asyncio.Task[None] | None = None  # an early flush for a full write cache
+        # Read on every add: the limit, not the config, one attribute away.
+        self._cache_limit = config.write_cache_max_bytes
+
+    def start(self) -> None:
+        self.periodic = asyncio.get_running_loop().create_task(self._loop())
+
+    def cancel(self, *, early: bool = False) -> None:
+        """No more periodic flushes (nor, with ``early``, the early one under way)."""
+        for task in (self.periodic, self.early if early else None):
+            if task is not None:
+                task.cancel()
+
+    async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self.flush_health.delay)
-            await self._flush_in_background()
+            await asyncio.sleep(self.health.delay)
+            await self._in_background()
 
-    async def _flush_in_background(self) -> None:
+    async def _in_background(self) -> None:
         """A flush nobody waits for (periodic, or early for a full write cache): here the
         bookie stops taking adds when it fails, and takes them again when it succeeds."""
+        bookie = self.bookie
         try:
             await self.flush()
         except Exception as exc:
-            if self._state is not BookieState.SERVING:
+            if not bookie.serving:
                 return  # the stop or crash showing, not a failure of the disk
-            delay = self.flush_health.failed(exc).delay
+            delay = self.health.failed(exc).delay
             why = f"{type(exc).__name__}: {exc}"
             # Anything but a disk error is a bug: show where it came from.
             log.error(
                 "bookie %s: flush failed (%s); read-only, write cache kept, next flush in %.1fs",
-                *(self.bookie_id, why, delay),
+                *(bookie.bookie_id, why, delay),
                 exc_info=not isinstance(exc, OSError),
             )
-            self._go_readonly()
+            self.go_readonly()
             return
-        recovered = self.flush_health.succeeded()
-        if self.readonly and self._state is BookieState.SERVING:
+        recovered = self.health.succeeded()
+        if bookie.readonly and bookie.serving:
             self._resume_writes(recovered)
 
     async def flush(self) -> None:
-        assert self.journal is not None and self.storage is not None
-        checkpoint = self.journal.lsn
-        started = time.perf_counter()
-        await self.storage.flush(checkpoint)
-        self.metrics.flush_seconds.observe(time.perf_counter() - started)
-        self.journal.remove_before(checkpoint)
+        bookie = self.bookie
+        journal, storage, clock = bookie.journal, bookie.storage, bookie.clock
+        assert journal is not None and storage is not None
+        checkpoint = journal.lsn
+        started = clock.monotonic()
+        await storage.flush(checkpoint)
+        bookie.metrics.flush_seconds.observe(clock.monotonic() - started)
+        journal.remove_before(checkpoint)
 
-    def _maybe_flush_early(self) -> None:
-        assert self.storage is not None
-        if self.storage.cache_bytes > self.config.write_cache_max_bytes and (
-            self._background_flush is None or self._background_flush.done()
-        ):
-            self._background_flush = asyncio.get_running_loop().create_task(
-                self._flush_in_background()
-            )
+    def maybe_early(self, cache_bytes: int) -> None:
+        """After an add: a flush now if the write cache holds ``cache_bytes``, above its
+        limit, and none is under way."""
+        if cache_bytes > self._cache_limit and (self.early is None or self.early.done()):
+            self.early = asyncio.get_running_loop().create_task(self._in_background())
 
-    def _go_readonly(self) -> None:
-        if not self.readonly:
-            self.readonly = True
-            self._register(readonly=True)
+    def met(self, error: BaseException) -> None:
+        """A request met a disk error: read-only (for good if the disk is broken)."""
+        self.health.met(error)
+        self.go_readonly()
+
+    def go_readonly(self) -> None:
+        if not self.bookie.readonly:
+            self.bookie.readonly = True
+            self.bookie.registration.register(readonly=True)
 
     def _resume_writes(self, recovered: bool) -> None:
         """A read-only bookie flushed: writable again, unless it is read-only for a reason
         a flush does not take away (``recovered``: flushes were failing until this one)."""
-        journal_error = self.journal.error if self.journal is not None else None
-        why = stays_readonly(self.config.readonly, self.flush_health.broken, journal_error)
+        bookie = self.bookie
+        journal_error = bookie.journal.error if bookie.journal is not None else None
+        why = stays_readonly(bookie.config.readonly, self.health.broken, journal_error)
         if why is None:
-            log.warning("bookie %s: flushed again; writable again", self.bookie_id)
-            self.readonly = False
-            self._register(readonly=False)
+            log.warning("bookie %s: flushed again; writable again", bookie.bookie_id)
+            bookie.readonly = False
+            bookie.registration.register(readonly=False)
         elif recovered:
-            log.warning("bookie %s: flushed again, but stays read-only: %s", self.bookie_id, why)
-
-    def _register(self, *, readonly: bool) -> None:
-        try:
-            self.metadata.register_bookie(
-                self.session,
-                self.bookie_id,
-                {"address": self.config.advertised_address, "rack": self.config.rack},
-                readonly=readonly,
-            )
-        except Exception as exc:
-            state = "read-only" if readonly else "writable"
-            log.warning(
-                "bookie %s: could not register as %s (%s); retrying", self.bookie_id, state, exc
-            )
-            self.registration.refresh()
+            log.warning("bookie %s: flushed again, but stays read-only: %s", bookie.bookie_id, why)

@@ -29,12 +29,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from embedlog.errors import MetadataError
-
-if TYPE_CHECKING:
-    from embedlog.bookie.bookie import Bookie
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +47,31 @@ def doomed(gone_now: Iterable[int], gone_before: Collection[int]) -> list[int]:
     return sorted(lid for lid in gone_now if lid in gone_before)
 
 
+class Collectable(Protocol):
+    """What garbage collection asks of its bookie (embedlog/bookie/bookie.py)."""
+
+    @property
+    def bookie_id(self) -> str: ...
+
+    def held_ledgers(self) -> list[int] | None:
+        """The ledgers it holds state of; None before its boot opened its storage."""
+        ...
+
+    async def listed_ledgers(self) -> list[int]:
+        """The metadata's list of ledgers (MetadataError if it cannot be read)."""
+        ...
+
+    async def ledger_is_gone(self, ledger_id: int) -> bool:
+        """The metadata store says, after a sync, that the ledger's node does not exist."""
+        ...
+
+    async def drop_ledgers(self, lids: Collection[int]) -> None: ...
+
+    async def publish_status(self) -> None: ...
+
+
 class GarbageCollector:
-    def __init__(self, bookie: Bookie, interval: float) -> None:
+    def __init__(self, bookie: Collectable, interval: float) -> None:
         self.bookie = bookie
         self.interval = interval
         self.rounds = 0  # rounds that ran to the end
@@ -78,18 +98,17 @@ class GarbageCollector:
         next round starts the confirmations over); a ledger whose confirmation fails is
         kept, and the round goes on with the others."""
         bookie = self.bookie
-        storage = bookie.storage
-        if storage is None or bookie.journal is None:
-            return []
-        self._gone_before, gone_before = frozenset(), self._gone_before
         # Held first, then listed: a ledger created in between is in the list, and one
         # created after the list was made is not held yet.
-        held = storage.ledger_ids()
-        listed = await bookie._blocking_meta(lambda: list(bookie.metadata.list_ledgers()))
+        held = bookie.held_ledgers()
+        if held is None:
+            return []
+        self._gone_before, gone_before = frozenset(), self._gone_before
+        listed = await bookie.listed_ledgers()
         gone_now = []
         for lid in unlisted(held, listed):
             try:
-                if await bookie._blocking_meta(bookie.metadata.ledger_is_gone, lid):
+                if await bookie.ledger_is_gone(lid):
                     gone_now.append(lid)
             except MetadataError as exc:
                 log.info("bookie %s: keeping ledger %s for now: %s", bookie.bookie_id, lid, exc)

@@ -28,7 +28,6 @@ import logging
 import re
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from pathlib import Path
@@ -39,6 +38,7 @@ from attrs import frozen
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK, AppendOnlyFile, Disk
 from embedlog.bookie.records import well_formed
+from embedlog.clock import SYSTEM_CLOCK, Clock
 from embedlog.metrics import BookieMetrics
 from embedlog.runtime import settle
 
@@ -289,8 +289,10 @@ class Journal:
         start_lsn: int,
         disk: Disk = REAL_DISK,
         metrics: BookieMetrics | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.metrics = metrics or BookieMetrics()
+        self.clock = clock  # the fsync latency it observes (embedlog/clock.py)
         self.dir = config.journal_dir
         self._disk = disk
         self.max_group_wait = config.journal_max_group_wait
@@ -422,12 +424,12 @@ class Journal:
             old.sync()
             self._file = self._open(batch_lsn)
             old.close()
-        started = time.perf_counter()
+        started = self.clock.monotonic()
         if size:
             self._file.append_parts(parts)
         self._file.sync()
         # On the journal's thread, the only one that observes this histogram.
-        self.metrics.journal_fsync_seconds.observe(time.perf_counter() - started)
+        self.metrics.journal_fsync_seconds.observe(self.clock.monotonic() - started)
 
     def remove_before(self, checkpoint_lsn: int) -> int:
         """Delete journal files wholly covered by the checkpoint; returns how many."""

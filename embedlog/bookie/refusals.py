@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from embedlog.bookie.base import BookieState
-from embedlog.bookie.flushing import Flushing
+from embedlog.bookie.base import BookieBase, BookieState
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.keys import needs_key
 from embedlog.bookie.tombstones import tombstone_verdict
@@ -38,7 +37,7 @@ from embedlog.wire.messages import (
 log = logging.getLogger(__name__)
 
 
-class Refusals(Flushing):
+class Refusals(BookieBase):
     def _refusal(
         self, req: Request, status: int, statuses: list[int] | None = None, term: int = NO_TERM
     ) -> Response:
@@ -77,8 +76,7 @@ class Refusals(Flushing):
         if not isinstance(exc, OSError):
             raise exc
         log.error("bookie %s: disk error: %s; going read-only", self.bookie_id, exc)
-        self.flush_health.met(exc)
-        self._go_readonly()
+        self.flusher.met(exc)
         return self._refusal(req, StatusCode.EIO)
 
     def _tombstone_answer(self, req: Request, statuses: list[int] | None = None) -> Response | None:

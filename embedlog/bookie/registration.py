@@ -25,19 +25,48 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from embedlog.bookie.base import BookieState
+from embedlog.bookie.config import BookieConfig
 from embedlog.errors import CookieError
-
-if TYPE_CHECKING:
-    from embedlog.bookie.bookie import Bookie
+from embedlog.metadata.client import MetadataClient
+from embedlog.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 
 
+class Registrant(Protocol):
+    """What a registration asks of its bookie (embedlog/bookie/bookie.py)."""
+
+    @property
+    def bookie_id(self) -> str: ...
+
+    @property
+    def serving(self) -> bool:
+        """Booted, and neither stopped nor crashed."""
+        ...
+
+    @property
+    def readonly(self) -> bool: ...
+
+    @property
+    def config(self) -> BookieConfig: ...
+
+    @property
+    def metadata(self) -> MetadataClient: ...
+
+    @property
+    def session(self) -> MetadataStore:
+        """The metadata session its registration lives as long as."""
+        ...
+
+    async def call_metadata(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, on a thread if the metadata store blocks."""
+        ...
+
+
 class Registration:
-    def __init__(self, bookie: Bookie) -> None:
+    def __init__(self, bookie: Registrant) -> None:
         self.bookie = bookie
         self.renewals = 0  # registrations made again (after an expiry, or a failed change)
         self.cookie: tuple[bytes, int] | None = None  # the metadata's cookie when it booted
@@ -53,6 +82,25 @@ class Registration:
         self.cookie = self.bookie.metadata.read_cookie(self.bookie.bookie_id)
         self.bookie.session.on_session_expired(self.lost)
 
+    def register(self, *, readonly: bool) -> None:
+        """Register as writable or read-only now; a write that fails is retried
+        (``refresh``)."""
+        bookie = self.bookie
+        cfg = bookie.config
+        try:
+            bookie.metadata.register_bookie(
+                bookie.session,
+                bookie.bookie_id,
+                {"address": cfg.advertised_address, "rack": cfg.rack},
+                readonly=readonly,
+            )
+        except Exception as exc:
+            state = "read-only" if readonly else "writable"
+            log.warning(
+                "bookie %s: could not register as %s (%s); retrying", bookie.bookie_id, state, exc
+            )
+            self.refresh()
+
     def lost(self) -> None:
         """The session expired (from any thread: kazoo calls it from its own)."""
         loop = self._loop
@@ -64,7 +112,7 @@ class Registration:
     def refresh(self) -> None:
         """On the bookie's loop: make the registration match the bookie again, retrying
         until it does (after an expiry, or a read-only change whose write failed)."""
-        if self.bookie.state is not BookieState.SERVING:
+        if not self.bookie.serving:
             return  # a crash or a stop ended the session: nothing to keep
         self._asked += 1
         if self._task is None or self._task.done():
@@ -79,10 +127,10 @@ class Registration:
         cfg = bookie.config
         info: dict[str, object] = {"address": cfg.advertised_address, "rack": cfg.rack}
         failures = 0
-        while bookie.state is BookieState.SERVING:
+        while bookie.serving:
             asked, readonly = self._asked, bookie.readonly
             try:
-                await bookie._blocking_meta(
+                await bookie.call_metadata(
                     functools.partial(
                         bookie.metadata.register_again,
                         bookie.session,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from attrs import define, field
 
 from embedlog.bookie.integrity import assigned_entries, repair_target, takeover_needed
+from embedlog.clock import SYSTEM_CLOCK, Clock
 from embedlog.errors import (
     BKError,
     BookieIOError,
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# What gives the repair its client: it recovers ledgers and reads from peers with it.
+ClientFactory = Callable[[], "Client"]
+
 COPY_CONCURRENCY = 64  # entry reads in flight to peers
 LEDGER_BATCH = 64  # ledgers repaired between two flushes
 
@@ -49,8 +52,11 @@ class BookieForRepair(Protocol):
     @property
     def bookie_id(self) -> str: ...
 
-    config: BookieConfig
-    first_live: dict[int, int]  # under unsafe_limbo_clears_at_first_resend only
+    @property
+    def config(self) -> BookieConfig: ...
+
+    @property
+    def first_live(self) -> dict[int, int]: ...  # under unsafe_limbo_clears_at_first_resend
 
     async def ledgers_with_me(self) -> list[LedgerMetadata]: ...
 
@@ -84,16 +90,15 @@ class RepairProgress:
     finished: float = 0.0
     waiting: dict[int, str] = field(factory=dict)  # ledger -> why it is not repaired yet
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, now: float) -> dict[str, Any]:
+        """What ``embedlog bookie status`` shows; ``now`` on the bookie's clock."""
         return {
             "state": self.state,
             "ledgers_total": self.ledgers_total,
             "ledgers_done": self.ledgers_done,
             "entries_copied": self.entries_copied,
             "ledgers_recovered": self.recovered,
-            "seconds": round((self.finished or time.monotonic()) - self.started, 3)
-            if self.started
-            else 0.0,
+            "seconds": round((self.finished or now) - self.started, 3) if self.started else 0.0,
             "waiting": {str(k): v for k, v in sorted(self.waiting.items())[:20]},
         }
 
@@ -102,10 +107,12 @@ class Repairer:
     def __init__(
         self,
         bookie: BookieForRepair,
-        client_factory: Callable[[], Client] | None,
+        client_factory: ClientFactory | None,
         retry_interval: float,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.bookie = bookie
+        self.clock = clock  # progress times and takeover backoffs (embedlog/clock.py)
         self._client_factory = client_factory
         self._client: Client | None = None
         self.retry_interval = retry_interval
@@ -135,7 +142,7 @@ class Repairer:
             await self.bookie.publish_status()
             return
         self._client = self._client_factory()
-        p.state, p.started = "running", time.monotonic()
+        p.state, p.started = "running", self.clock.monotonic()
         pending = await self._ledgers_to_repair_when_readable()
         p.ledgers_total = len(pending)
         log.info("bookie %s: BP-46 repair of %d ledgers started", self.me, len(pending))
@@ -173,7 +180,7 @@ class Repairer:
                 await asyncio.sleep(self.retry_interval)
                 p.state = "running"
         self.bookie.repair_finished()
-        p.state, p.finished = "done", time.monotonic()
+        p.state, p.finished = "done", self.clock.monotonic()
         log.info(
             "bookie %s: BP-46 repair done in %.2fs (%d ledgers, %d entries copied)",
             self.me,
@@ -269,13 +276,13 @@ class Repairer:
         assert self._client is not None
         lid = md.ledger_id
         due, pause = self._takeover_backoff.get(lid, (0.0, self.retry_interval))
-        if time.monotonic() < due:
+        if self.clock.monotonic() < due:
             raise LedgerRecoveryError(f"ledger {lid}: the last takeover failed; retrying later")
         try:
             start = await take_over(self._client.ctx, lid, md.password or b"")
         except BKError:
             # Each attempt raises the term and displaces the writer: back off.
-            self._takeover_backoff[lid] = (time.monotonic() + pause, min(pause * 2, 30.0))
+            self._takeover_backoff[lid] = (self.clock.monotonic() + pause, min(pause * 2, 30.0))
             raise
         self._takeover_backoff.pop(lid, None)
         self._settled[lid] = start.last_entry_id

@@ -118,7 +118,7 @@ class Requests(Adds):
                 assert fut is not None
                 await fut
             else:
-                await self._state_durable(lid)
+                await self.ledgers.durable(lid)
         if info is None:
             return self._missing(req, None, StatusCode.ENOLEDGER)
         term = req.term if req.term != NO_TERM else info.term
@@ -175,10 +175,10 @@ class Requests(Adds):
             return self._missing(req, None, StatusCode.ENOLEDGER)
         if req.timeout_ms > 0 and info.known_lac <= req.entry_id:
             wait = min(req.timeout_ms / 1000.0, self.config.long_poll_max)
-            deadline = asyncio.get_running_loop().time() + wait
+            deadline = self.clock.monotonic() + wait
             while info.known_lac <= req.entry_id and self._state is BookieState.SERVING:
-                ev = self._lac_changed.setdefault(lid, asyncio.Event())
-                remaining = deadline - asyncio.get_running_loop().time()
+                ev = self.ledgers.lac_changed(lid)
+                remaining = deadline - self.clock.monotonic()
                 if remaining <= 0:
                     break
                 try:
@@ -208,7 +208,7 @@ class Requests(Adds):
             # Not journaled: a LAC forgotten in a crash only makes readers wait for the next.
             info.explicit_lac = req.entry_id
             self.storage.set_info(req.ledger_id, info)
-            self._notify_lac(req.ledger_id)
+            self.ledgers.lac_moved(req.ledger_id)
         return Response.to(req, StatusCode.EOK, lac=info.known_lac)
 
     def _list_entries(self, req: Request) -> Response:
@@ -294,5 +294,5 @@ class Requests(Adds):
                 assert fut is not None
                 await fut
             else:
-                await self._state_durable(lid)
+                await self.ledgers.durable(lid)
         return Response.to(req, StatusCode.EOK, term=req.term)

@@ -7,6 +7,7 @@ import pytest
 
 from embedlog.bookie import terms, verdicts
 from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.truncation import trim_above_body
 from embedlog.bookie.verdicts import (
     ADMIT,
     Mode,
@@ -261,3 +262,20 @@ def test_the_bookie_applies_the_term_rule_the_unbounded_rules_table_checks(monke
     assert add_verdict(req(ADD, term=9), held(term=3), None, SERVING, True) == refused(
         S.EINVALIDTERM, 3
     )
+
+
+def test_the_bookie_carries_out_the_verdicts_term_rule(harness, monkeypatch):
+    """Adds, term-raising reads and TRIM ABOVE all meet the one rule: a bookie whose rule
+    admitted no term at all refuses each with its own term."""
+    h = harness()
+    h.boot()
+    assert h.add(5, 0, term=2).status == S.EOK
+    monkeypatch.setattr(verdicts, "bookie_accepts_term", lambda stored, request: False)
+    for answer in (
+        h.add(5, 1, term=3),
+        h.read(5, -1, term=3),
+        h.request(TRIM, 5, 0, flags=ABOVE, term=3, body=trim_above_body(4)),
+    ):
+        assert (answer.status, answer.term) == (S.EINVALIDTERM, 2)
+    monkeypatch.undo()
+    assert h.add(5, 1, term=3).status == S.EOK

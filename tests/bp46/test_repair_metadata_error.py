@@ -65,8 +65,8 @@ def test_repair_lists_its_ledgers_again_after_a_metadata_error(tmp_path):
     store.fail_at = store.listings + 2
     bookie = boot()
     try:
-        assert bookie.suspicion and bookie._repair_task is not None
-        loop.run_until_complete(bookie._repair_task)
+        assert bookie.suspicion and bookie.repair.task is not None
+        loop.run_until_complete(bookie.repair.task)
         assert store.listings > store.fail_at  # failed once, listed again
         assert bookie.repairer.progress.state == "done"
         assert bookie.storage is not None and not bookie.storage.index.marker(REPAIR)

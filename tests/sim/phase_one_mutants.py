@@ -9,19 +9,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from embedlog.bookie import repair_services
+from embedlog.bookie import boot
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 
 
 @contextmanager
 def closed_ledgers_out_of_limbo() -> Iterator[None]:
-    owes = repair_services.owes_entries
+    owes = boot.owes_entries
 
     def mutant(md: LedgerMetadata, bookie_id: str, *, held: bool) -> bool:
         return False if md.is_closed else owes(md, bookie_id, held=held)
 
-    repair_services.owes_entries = mutant  # type: ignore[assignment]
+    boot.owes_entries = mutant  # type: ignore[assignment]
     try:
         yield
     finally:
-        repair_services.owes_entries = owes
+        boot.owes_entries = owes

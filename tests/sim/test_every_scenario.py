@@ -109,9 +109,9 @@ FOUND = {
     # 133: a bookie whose journal failed under a term-raising read (disk full) kept the
     # new term in memory and answered the recovery's next read NoSuchEntry before a
     # crash forgot the term; the old writer then got that entry acknowledged
-    # (BookieBase._state_durable). 85: a wiped bookie's repair trusted the metadata of a
-    # ledger whose takeover was still in flight and had written entries back to it in a
-    # last fragment it published later (integrity.takeover_needed).
+    # (bookie/ledgers.py: LedgerTable.durable). 85: a wiped bookie's repair trusted the
+    # metadata of a ledger whose takeover was still in flight and had written entries
+    # back to it in a last fragment it published later (integrity.takeover_needed).
     # 261: a rollover's TRIM ABOVE that was slow reached a bookie after the new
     # fragment's entries and dropped them (bookie/truncation.py: a term's truncation
     # keeps that term's entries). 247: a rollover switched fragments while a member of
@@ -149,7 +149,7 @@ FOUND = {
     # such entry" for an entry never acknowledged (TermWriter._never_replacements).
     # 9483: a boot that failed on a metadata error left the unclean bit set; the next
     # boot put a bookie that had lost nothing in limbo beside a wiped one, and no
-    # takeover could settle the stream for their repairs (Bookie._end_failed_boot).
+    # takeover could settle the stream for their repairs (bookie/boot.py: end_failed_boot).
     "unbounded-nojournal": (3105, 9483),
     # 332, 951: a member whose TRIM ABOVE at the end of a takeover was lost was readied
     # again from its fragment's start, dropping the write-backs and the older term's
