@@ -141,8 +141,9 @@ class UnboundedLedger:
         appends = self._appends_or_raise()
         if msg_id is not None:
             appends.check_msg_id()
-        payload, mid = prepare(self._ctx, data, key, headers, timestamp, msg_id, self.ledger_id)
-        size = len(payload)
+        payload, mid, size = prepare(
+            self._ctx, data, key, headers, timestamp, msg_id, self.ledger_id
+        )
         appends.budget.take(size, self._runtime, wait=wait, instead=instead)
         try:
             return self._inbox.submit(appends, payload, size, mid)
@@ -176,8 +177,8 @@ class UnboundedLedger:
         """``append_async`` for a coroutine on any event loop: awaits room (never blocks
         the loop) and returns the append's future without waiting for its acknowledgement."""
         prepared = self._prepared(data, key, headers, timestamp, msg_id)
-        await self._appends_or_raise().budget.take_async(len(prepared.payload))
-        return self._submit(prepared, len(prepared.payload))
+        await self._appends_or_raise().budget.take_async(prepared.cost)
+        return self._submit(prepared, prepared.cost)
 
     async def append_aio(
         self,
@@ -191,7 +192,7 @@ class UnboundedLedger:
         """The asyncio flavour (call on the runtime loop): awaits room, like append_async."""
         prepared = self._prepared(data, key, headers, timestamp, msg_id)
         appends = self._appends_or_raise()
-        size = len(prepared.payload)
+        size = prepared.cost
         await appends.budget.take_async(size)
         future: concurrent.futures.Future[int] = new_future()
         future.set_running_or_notify_cancel()

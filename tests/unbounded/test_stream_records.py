@@ -89,10 +89,12 @@ def test_bad_record_fields_are_refused_before_anything_is_written(cluster):
     with pytest.raises(TypeError, match="timestamp must be seconds"):
         ul.append(b"x", timestamp="now")
     # The data alone fits; with its headers the entry does not.
-    with pytest.raises(EntryTooLargeError, match="record envelope"):
+    with pytest.raises(EntryTooLargeError, match="key, headers and msg_id of 106 bytes"):
         ul.append(b"x" * 1990, headers={"h": b"v" * 100})
     assert ul.last_add_confirmed == -1
-    assert ul.append(b"x" * 1980) == 0
+    # The limit is the caller's bytes: data of exactly max_entry_size fits, with its time.
+    assert ul.append(b"x" * 2000) == 0
+    assert ul.append(b"x" * 1990, key=b"k" * 8) == 1  # 1990 + 8 + the key's 2 length bytes
 
 
 def test_a_repeated_msg_id_returns_the_first_entry_and_appends_nothing(cluster):
