@@ -10,9 +10,9 @@ writer.py) to carry out, as etcd's raft core leaves a ``Ready``:
   (``readied``), a retry's pause over (``retry_due``), a failure (``fail``);
 * effects, in fields the driver drains after each event: ``outbox`` (adds per bookie
   for this loop turn, sent in batches), ``direct`` (single sends), ``done`` (adds to
-  complete, in order), ``failures`` (adds to fail, with the error), ``start_change`` (run
-  an ensemble change), ``retries`` (bookies to retry after a pause), ``rollover`` (start
-  a new fragment at this entry).
+  complete, in order, and the budget they free: ``freed``), ``failures`` (adds to fail,
+  with the error), ``start_change`` (run an ensemble change), ``retries`` (bookies to
+  retry after a pause), ``rollover`` (start a new fragment at this entry).
 
 Entry e is acknowledged once the policy's needed acks (AQ; a stream's recovery writes:
 WQ) of its write set hold it and every earlier entry was acknowledged. A bookie that
@@ -94,6 +94,10 @@ class AddPipeline:
         self.outbox_resends = False  # a resend joined the outbox since it was last taken
         self.direct: list[tuple[PendingAdd, int, str]] = []
         self.done: list[PendingAdd] = []
+        # What the adds in ``done`` held of the caller's budget (admission.py): how many
+        # the budget counts, and their payload bytes.
+        self.freed = 0
+        self.freed_bytes = 0
         self.failures: list[tuple[BKError, list[PendingAdd]]] = []
         self.start_change = False
         self.retries: list[str] = []
@@ -317,6 +321,7 @@ class AddPipeline:
                 del unprepared[gone]
         done = self.done
         acknowledged = None if self.plain else self.policy.acknowledged
+        freed = freed_bytes = 0
         while pending and pending[0].acked >= need:
             if unprepared and self.held_back(pending[0]):
                 break
@@ -326,7 +331,13 @@ class AddPipeline:
             if acknowledged is not None:
                 acknowledged(p)
             p.settled = True
+            if p.cost >= 0:
+                freed += 1
+                freed_bytes += p.cost
             done.append(p)
+        if freed:
+            self.freed += freed
+            self.freed_bytes += freed_bytes
 
     def progressed(self) -> None:
         """The driver completed ``done``: what follows a completion (a stream's LAFR)."""

@@ -36,6 +36,7 @@ from embedlog.ledger.pipeline import AddPipeline
 from embedlog.ledger.policy import AddPolicy, BoundedPolicy
 from embedlog.ledger.sending import Sender
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, master_key
 from embedlog.wire.messages import NO_TERM, AddFlags, FrameError, OpCode, Response, frame_entry
 
@@ -60,6 +61,7 @@ class LedgerWriter:
         policy: AddPolicy | None = None,
     ) -> None:
         self.ctx = ctx
+        self._now = ctx.clock.monotonic  # read per add: bound once
         self.digester = Digester(md.digest_type, password)
         self.key = master_key(password)
         self.recovery = recovery
@@ -155,11 +157,7 @@ class LedgerWriter:
         pl.next_entry_id += 1
         lac = pl.lac if self.fixed_lac is None else self.fixed_lac
         framed = self.digester.pack_framed(pl.md.ledger_id, eid, lac, payload, entry_flags)
-        self._queue(
-            PendingAdd(
-                eid, framed, future, self._add_flags | add_flags, cost, self.ctx.clock.monotonic()
-            )
-        )
+        self._queue(PendingAdd(eid, framed, future, self._add_flags | add_flags, cost, self._now()))
 
     def add_packed(
         self, entry_id: int, packed: bytes, *, add_flags: int = 0
@@ -175,14 +173,17 @@ class LedgerWriter:
         pl.next_entry_id += 1
         framed = frame_entry(entry_id, packed)
         flags = self._add_flags | add_flags
-        self._queue(PendingAdd(entry_id, framed, future, flags, -1, self.ctx.clock.monotonic()))
+        self._queue(PendingAdd(entry_id, framed, future, flags, -1, self._now()))
         return future
 
     def _queue(self, p: PendingAdd) -> None:
         pl = self.pl
-        if not pl.pending:
+        pending = pl.pending
+        if not pending:
             self._drained.clear()  # set again once pending is empty (_settle, _fail_out)
-        pl.queue(p)
+        # AddPipeline.queue, inlined: this is per entry.
+        pending.append(p)
+        pl.waiting.append(p)
         if not self._waiting_due:
             # Sent at the end of this loop iteration, together with every entry queued
             # meanwhile: one pass over the write sets for the whole run.
@@ -232,17 +233,13 @@ class LedgerWriter:
         """Complete the futures of the adds the pipeline acknowledged, in order."""
         pl = self.pl
         done, pl.done = pl.done, []
-        now = self.ctx.clock.monotonic()
+        now = self._now()
         self.ctx.metrics.add_latency_seconds.observe_since(now, (p.created for p in done))
-        freed = freed_bytes = 0
-        for p in done:
-            if p.cost >= 0:
-                freed += 1
-                freed_bytes += p.cost
-        if freed:
+        if pl.freed:
             # Before the futures complete: their done callbacks (on this thread, where
             # waiting for room is refused) find the room these adds made.
-            self.budget.release(freed, freed_bytes)
+            self.budget.release(pl.freed, pl.freed_bytes)
+            pl.freed = pl.freed_bytes = 0
         for p in done:
             try:
                 p.future.set_result(p.entry_id)
@@ -329,11 +326,13 @@ class LedgerWriter:
             return
         exc = fut.exception()
         if exc is not None:
-            self.pl.no_answer(exc, p, bookie, self.ctx.clock.monotonic())
+            self.pl.no_answer(exc, p, bookie, self._now())
         else:
             resp = fut.result()
-            results = [(resp.status, resp.term)]
-            self.pl.on_results([p], idx, bookie, results, self.ctx.clock.monotonic())
+            status = resp.status
+            # The time matters only to a refusal (the bookie is suspected from then on).
+            now = 0.0 if status == StatusCode.EOK else self._now()
+            self.pl.on_results([p], idx, bookie, [(status, resp.term)], now)
         self._carry_out()
 
     def _on_batch_answer(
@@ -352,13 +351,13 @@ class LedgerWriter:
                 if isinstance(verdicts, int):
                     pl.on_all_ok(run, idx, bookie, verdicts)
                 else:
-                    pl.on_results(run, idx, bookie, verdicts, self.ctx.clock.monotonic())
+                    pl.on_results(run, idx, bookie, verdicts, self._now())
         if exc is not None:
-            pl.no_answer(exc, run[0], bookie, self.ctx.clock.monotonic())
+            pl.no_answer(exc, run[0], bookie, self._now())
         self._carry_out()
 
     def _bookie_failed(self, bookie: str) -> None:
-        self.pl.bookie_failed(bookie, self.ctx.clock.monotonic())
+        self.pl.bookie_failed(bookie, self._now())
         self._carry_out()
 
     # -- replacing bookies -------------------------------------------------------------------
@@ -387,7 +386,7 @@ class LedgerWriter:
             outcome = await replace_bookies(
                 self.ctx,
                 plan,
-                lambda: pl.exclusions(plan, self.ctx.clock.monotonic()),
+                lambda: pl.exclusions(plan, self._now()),
                 self.prepare_bookies,
                 recovery=self.recovery,
                 term=self.term,
@@ -426,7 +425,7 @@ class LedgerWriter:
         except asyncio.CancelledError:
             pl.retrying.discard(bookie)
             raise
-        retry = pl.retry_due(bookie, self.ctx.clock.monotonic())
+        retry = pl.retry_due(bookie, self._now())
         self._carry_out()
         if retry is None:
             return
@@ -450,7 +449,7 @@ class LedgerWriter:
         self._lac_timer = None
         if self.pl.error is not None or self.pl.lac <= self._explicit_lac_sent:
             return
-        idle = self.ctx.clock.monotonic() - self._last_completion
+        idle = self._now() - self._last_completion
         interval = self.ctx.explicit_lac_interval
         if idle < interval:
             self._lac_timer = asyncio.get_running_loop().call_later(
