@@ -1,6 +1,6 @@
 """Seeds run in worker processes: ``embedlog chaos --jobs N``.
 
-A simulation owns its process while it runs (one loop, the clock patched), so seeds run
+A simulation owns its process while it runs (one loop, the random module seeded), so seeds run
 side by side only in processes. Workers are forks of the command when it runs one
 thread only (they start with its modules imported: a spawned worker spends a third of
 a CPU second importing them, more than five seeds' work), and new interpreters

@@ -46,7 +46,7 @@ from embedlog.testing.simbudget import FaultBudget
 from embedlog.testing.simcontext import SimContext
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.testing.simfaults import DiskNemesis
-from embedlog.testing.simloop import LoopClock, SimDisk, VirtualClockLoop, seeded, virtual_clock
+from embedlog.testing.simloop import LoopClock, SimDisk, VirtualClockLoop, seeded
 from embedlog.testing.simmeta import (
     FaultyMetadataStore,
     MetadataFaults,
@@ -126,7 +126,7 @@ def run_seed(
     sc = limits.apply(SCENARIOS[scenario]) if limits else SCENARIOS[scenario]
     sim = Simulation(seed, sc, unsafe, root, loop, keep_trace, suppress)
     try:
-        with virtual_clock(loop), _quiet(quiet):
+        with _quiet(quiet):
             asyncio.set_event_loop(loop)
             try:
                 loop.run_until_complete(sim.run())

@@ -5,25 +5,23 @@ ready to run: it then jumps to the next timer instead of sleeping, so a 5 s requ
 timeout costs no real time. ``SimDisk`` is the ``concurrent.futures.Executor`` a
 simulated bookie gets for its journal's and its flush's disk work: the work runs on
 the loop thread, one item at a time in submission order (as on the bookie's one disk
-thread), each after a latency drawn from the simulation's seed. ``virtual_clock``
-points ``time.monotonic``/``time.time`` at the loop's clock while a simulation runs,
-because the client's protocol code reads them for its own timeouts.
+thread), each after a latency drawn from the simulation's seed. ``LoopClock`` is the
+``Clock`` (embedlog/clock.py) every simulated client and bookie reads the time from:
+nothing patches ``time``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import contextvars
 import heapq
 import itertools
 import random
 import selectors
-import time
 from asyncio import events, format_helpers
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from attrs import frozen
@@ -243,28 +241,6 @@ class LoopClock:
 
     def time(self) -> float:
         return SIM_EPOCH + self.loop.time()
-
-
-@contextlib.contextmanager
-def virtual_clock(loop: VirtualClockLoop) -> Iterator[None]:
-    """``time.monotonic`` and ``time.time`` read ``loop``'s clock (restored on exit).
-
-    Process-wide for the duration: run one simulation at a time, never beside threads
-    that need the real clock from Python code.
-    """
-    saved = time.monotonic, time.time
-
-    def monotonic() -> float:
-        return loop.time()
-
-    def wall() -> float:
-        return SIM_EPOCH + loop.time()
-
-    time.monotonic, time.time = monotonic, wall  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        time.monotonic, time.time = saved  # type: ignore[assignment]
 
 
 class _DiskFuture(concurrent.futures.Future[Any]):

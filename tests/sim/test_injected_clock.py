@@ -4,11 +4,8 @@ client reads the virtual clock it is given (``LoopClock``, embedlog/clock.py).
 The check swaps ``time.monotonic`` and ``time.time`` for functions that raise when an
 embedlog module calls them, other than the modules that only ever run against real
 sockets, processes or the terminal (which the simulator never runs), and runs a few
-seeds of every scenario.
-
-Until the modules in ``NOT_CONVERTED`` read the injected clock too, the simulator still
-points ``time`` at its loop for them (``simloop.virtual_clock``); the check lets only
-those through. Once the set is empty, the patch goes.
+seeds of every scenario: nothing patches ``time`` for the simulator, so a direct read
+would also make its histories depend on the real clock.
 """
 
 from __future__ import annotations
@@ -22,8 +19,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from embedlog.testing import sim, simloop
 from embedlog.testing.scenarios import SCENARIOS
+from embedlog.testing.sim import run_seed
 from embedlog.testing.simloop import SIM_EPOCH, LoopClock, VirtualClockLoop
 
 # The modules that read ``time`` directly, by design: real I/O only (embedlog/clock.py).
@@ -38,30 +35,21 @@ REAL_TIME_MODULES = (
     "embedlog.metadata.zk_outage",
 )
 
-# Still reading ``time`` under the simulator (issue #30: converted by their owners).
-NOT_CONVERTED = (
-    "embedlog.bookie.bookie",
-    "embedlog.bookie.repair",
-)
-
 
 class DirectTimeReadError(AssertionError):
     pass
 
 
 @contextmanager
-def forbid_direct_time_reads(
-    offenders: Counter[str], allowed: tuple[str, ...] = ()
-) -> Iterator[None]:
+def forbid_direct_time_reads(offenders: Counter[str]) -> Iterator[None]:
     """``time.monotonic``/``time.time`` raise for an embedlog module outside
-    REAL_TIME_MODULES and ``allowed`` (and count it: protocol code may catch the error)."""
+    REAL_TIME_MODULES (and count it: protocol code may catch the error)."""
     saved = time.monotonic, time.time
-    allowed = REAL_TIME_MODULES + allowed
 
     def guard(name: str, real: Callable[[], float]) -> Callable[[], float]:
         def read() -> float:
             module = sys._getframe(1).f_globals.get("__name__", "")
-            if module.startswith("embedlog") and not module.startswith(allowed):
+            if module.startswith("embedlog") and not module.startswith(REAL_TIME_MODULES):
                 offenders[module] += 1
                 raise DirectTimeReadError(f"{module} reads time.{name}() directly")
             return real()
@@ -99,15 +87,9 @@ def test_the_loop_clock_reads_virtual_time():
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_nothing_the_simulator_runs_reads_time_directly(scenario, monkeypatch):
+def test_nothing_the_simulator_runs_reads_time_directly(scenario):
     offenders: Counter[str] = Counter()
-
-    @contextmanager
-    def guarded(loop: VirtualClockLoop) -> Iterator[None]:
-        with simloop.virtual_clock(loop), forbid_direct_time_reads(offenders, NOT_CONVERTED):
-            yield
-
-    monkeypatch.setattr(sim, "virtual_clock", guarded)
-    results = [sim.run_seed(seed, scenario, keep_trace=False) for seed in range(3)]
+    with forbid_direct_time_reads(offenders):
+        results = [run_seed(seed, scenario, keep_trace=False) for seed in range(3)]
     assert not offenders, f"read time directly under the simulator: {dict(offenders)}"
     assert all(r.ok for r in results), [r.violations for r in results if not r.ok]
