@@ -259,7 +259,7 @@ class FaultySession(SessionView):
 
 class SimMetadataExecutor(concurrent.futures.ThreadPoolExecutor):
     """The loop's default executor in a simulation: the metadata calls the real code hands
-    to a thread (``MetadataClient.call``, a bookie's ``_blocking_meta``) run on the loop
+    to a thread (``MetadataClient.call``, a bookie's ``call_metadata``) run on the loop
     thread instead, after a seeded delay, and their outcome comes back after another.
 
     A ThreadPoolExecutor only because asyncio accepts no other default executor; it never
