@@ -307,6 +307,16 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
+def _time_option(p: Any, flag: str, what: str) -> None:
+    """A point in time on the command line (cli_access.point_in_time)."""
+    p.add_argument(
+        flag,
+        type=cli_access.point_in_time,
+        default=None,
+        help=f"{what} (epoch seconds or ISO 8601, UTC unless it names a zone)",
+    )
+
+
 def add_stream_commands(sub: Any) -> None:
     stream = sub.add_parser(
         "stream", help="streams by name: list, read, tail, cursors, create, delete"
@@ -329,18 +339,8 @@ def add_stream_commands(sub: Any) -> None:
         "--from", dest="start", type=_count, default=None, help="first entry id (default: earliest)"
     )
     p.add_argument("--count", type=_count, default=None, help="at most this many entries")
-    p.add_argument(
-        "--from-time",
-        type=cli_access.point_in_time,
-        default=None,
-        help="from the first record at or after this time (epoch seconds or ISO 8601, UTC)",
-    )
-    p.add_argument(
-        "--to-time",
-        type=cli_access.point_in_time,
-        default=None,
-        help="up to the last record before this time",
-    )
+    _time_option(p, "--from-time", "from the first record at or after this time")
+    _time_option(p, "--to-time", "up to the last record before this time")
     p.add_argument(
         "--format",
         choices=FORMATS,
@@ -357,12 +357,7 @@ def add_stream_commands(sub: Any) -> None:
     p.add_argument("stream", help="the stream's name (or ledger id)")
     p.add_argument("--cursor", default=None, help="start after this cursor's position")
     p.add_argument("--new-only", action="store_true", help="only entries confirmed from now")
-    p.add_argument(
-        "--from-time",
-        type=cli_access.point_in_time,
-        default=None,
-        help="from the first record at or after this time (epoch seconds or ISO 8601, UTC)",
-    )
+    _time_option(p, "--from-time", "from the first record at or after this time")
     p.add_argument(
         "--idle",
         type=cli_access.seconds,
@@ -387,12 +382,7 @@ def add_stream_commands(sub: Any) -> None:
     to = p.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true", help="before the first kept entry")
     to.add_argument("--to-latest", action="store_true", help="at the last add confirmed")
-    to.add_argument(
-        "--to-time",
-        type=cli_access.point_in_time,
-        default=None,
-        help="before the first record at or after this time (epoch seconds or ISO 8601, UTC)",
-    )
+    _time_option(to, "--to-time", "before the first record at or after this time")
     to.add_argument(
         "--to-entry", type=_count, default=None, help="at this entry id (-1: nothing read)"
     )
