@@ -137,19 +137,9 @@ class UnboundedLedger:
         instead: str,
     ) -> concurrent.futures.Future[int]:
         """``append_async`` with what TooManyAddsInFlightError suggests ``instead``."""
-        # The hot path of every pipelined append: the handle is checked once here.
-        appends = self._appends_or_raise()
-        if msg_id is not None:
-            appends.check_msg_id()
-        payload, mid, size = prepare(
-            self._ctx, data, key, headers, timestamp, msg_id, self.ledger_id
-        )
-        appends.budget.take(size, self._runtime, wait=wait, instead=instead)
-        try:
-            return self._inbox.submit(appends, payload, size, mid)
-        except BaseException:
-            appends.budget.release(1, size)
-            raise
+        appends, prepared = self._prepared(data, key, headers, timestamp, msg_id)
+        appends.budget.take(prepared.cost, self._runtime, wait=wait, instead=instead)
+        return self._submit(appends, prepared, recheck=False)
 
     def append(
         self,
@@ -176,9 +166,9 @@ class UnboundedLedger:
     ) -> concurrent.futures.Future[int]:
         """``append_async`` for a coroutine on any event loop: awaits room (never blocks
         the loop) and returns the append's future without waiting for its acknowledgement."""
-        prepared = self._prepared(data, key, headers, timestamp, msg_id)
-        await self._appends_or_raise().budget.take_async(prepared.cost)
-        return self._submit(prepared, prepared.cost)
+        appends, prepared = self._prepared(data, key, headers, timestamp, msg_id)
+        await appends.budget.take_async(prepared.cost)
+        return self._submit(appends, prepared, recheck=True)  # it may have closed meanwhile
 
     async def append_aio(
         self,
@@ -190,8 +180,7 @@ class UnboundedLedger:
         msg_id: str | bytes | None = None,
     ) -> int:
         """The asyncio flavour (call on the runtime loop): awaits room, like append_async."""
-        prepared = self._prepared(data, key, headers, timestamp, msg_id)
-        appends = self._appends_or_raise()
+        appends, prepared = self._prepared(data, key, headers, timestamp, msg_id)
         size = prepared.cost
         await appends.budget.take_async(size)
         future: concurrent.futures.Future[int] = new_future()
@@ -201,11 +190,13 @@ class UnboundedLedger:
 
     def _prepared(
         self, data: object, key: object, headers: object, timestamp: object, msg_id: object
-    ) -> Prepared:
+    ) -> tuple[StreamAppends, Prepared]:
+        """The writer's appends (the handle checked once: this is every append's path)
+        and the record packed for them."""
         appends = self._appends_or_raise()
         if msg_id is not None:
             appends.check_msg_id()
-        return prepare(self._ctx, data, key, headers, timestamp, msg_id, self.ledger_id)
+        return appends, prepare(self._ctx, data, key, headers, timestamp, msg_id, self.ledger_id)
 
     def _appends_or_raise(self) -> StreamAppends:
         appends = self._appends
@@ -219,12 +210,17 @@ class UnboundedLedger:
             raise LedgerClosedError(f"this handle of ledger {self.ledger_id} was closed")
         return appends
 
-    def _submit(self, prepared: Prepared, size: int) -> concurrent.futures.Future[int]:
-        appends = self._appends_or_raise()
+    def _submit(
+        self, appends: StreamAppends, prepared: Prepared, *, recheck: bool
+    ) -> concurrent.futures.Future[int]:
+        """Queue a prepared append whose room in the budget was taken (given back if it
+        cannot be queued); ``recheck``: the handle may have closed since it was checked."""
         try:
-            return self._inbox.submit(appends, prepared.payload, size, prepared.msg_id)
+            if recheck:
+                self._appends_or_raise()
+            return self._inbox.submit(appends, prepared.payload, prepared.cost, prepared.msg_id)
         except BaseException:
-            appends.budget.release(1, size)
+            appends.budget.release(1, prepared.cost)
             raise
 
     # -- reading -----------------------------------------------------------------------------
