@@ -141,7 +141,6 @@ class StreamAppends:
         future: concurrent.futures.Future[int],
         payload: bytes,
         *,
-        entry_flags: int = 0,
         cost: int = -1,
         msg_id: bytes | None = None,
     ) -> None:
