@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Iterator, Mapping
 
 from embedlog import validate
@@ -62,6 +63,7 @@ class Client:
         unsafe_recovery_from_minus_one: bool = False,
         unsafe_takeover_without_noop: bool = False,
         clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
     ) -> None:
         if request_timeout <= 0:
             raise ValueError(f"request_timeout must be > 0, got {request_timeout}")
@@ -82,6 +84,7 @@ class Client:
             unsafe_recovery_from_minus_one=unsafe_recovery_from_minus_one,
             unsafe_takeover_without_noop=unsafe_takeover_without_noop,
             clock=clock,
+            rng=rng or random.Random(),
         )
         self._writers: list[LedgerWriter] = []
         self._closed = False

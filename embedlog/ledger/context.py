@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -66,6 +67,10 @@ class ClientContext:
     metrics: ClientMetrics = field(factory=ClientMetrics)  # embedlog/metrics.py
     # Where every part of this client reads the time (embedlog/clock.py).
     clock: Clock = SYSTEM_CLOCK
+    # Where the client's own random choices come from (which bookies a stream's next
+    # fragment leaves out): a generator of its own, never the ``random`` module's shared
+    # one, which any thread of the process draws from (the simulator passes a seeded one).
+    rng: random.Random = field(factory=random.Random)
 
     @property
     def name(self) -> str:

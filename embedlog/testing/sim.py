@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import random
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -120,9 +119,6 @@ def run_seed(
         raise ValueError(f"unknown unsafe switch {unsafe!r}; switches: {', '.join(UNSAFE)}")
     loop = VirtualClockLoop()
     root = SIM_ROOT
-    saved_random = random.getstate()
-    # Protocol code that draws from the module's generator (unbounded ensemble choices).
-    random.seed(f"{seed}:global")
     sc = limits.apply(SCENARIOS[scenario]) if limits else SCENARIOS[scenario]
     sim = Simulation(seed, sc, unsafe, root, loop, keep_trace, suppress)
     try:
@@ -135,7 +131,6 @@ def run_seed(
                 asyncio.set_event_loop(None)
     finally:
         loop.close()
-        random.setstate(saved_random)
     return SeedResult(
         seed=seed,
         scenario=scenario,
@@ -202,6 +197,9 @@ class Simulation:
         switch = UNSAFE[unsafe] if unsafe is not None else None
         self._disk_rng = seeded(seed, "disk")
         cfg_rng = seeded(seed, "config")
+        # The clients' own choices (which bookies a stream's next fragment leaves out):
+        # one generator for all, drawn in the order the history makes the choices.
+        self._choices_rng = seeded(seed, "global")
         sc = scenario
         self.bookie_settings: dict[str, Any] = {
             "journal_write_data": sc.journal == "on",
@@ -334,6 +332,7 @@ class Simulation:
             placement=RandomPlacement(seeded(self.seed, "placement", name, self._clients)),
             add_entry_quorum_timeout=10.0,
             clock=self.clock,
+            rng=self._choices_rng,
             **self.client_options,
         )
         for setting, value in self._context_options.items():

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 
 from embedlog.bookie.truncation import trim_above_body
 from embedlog.errors import (
@@ -511,7 +510,7 @@ def fresh_ensemble(
     at least one with E + 1)."""
     current = [b for b in md.last_fragment[1] if b in available]
     n = max(0, min(len(current), len(available) - md.ensemble_size))
-    leave_out = set(random.sample(current, n))
+    leave_out = set(ctx.rng.sample(current, n))
     return ctx.placement.new_ensemble(md.ensemble_size, md.write_quorum, available, leave_out)
 
 
