@@ -7,8 +7,9 @@ the callers' adds and the bookies' answers, and carries out what it asks for: it
 frames (sending.py: the adds for one bookie in one loop turn share an ADD_BATCH request),
 completes and fails the callers' futures, runs ensemble changes (ensemble_change.py:
 the bookies available, readying, the metadata compare-and-swap) and the pauses of
-retried bookies. How a stream's term writer counts and replaces differs by the policy
-it gives the pipeline (policy.py; embedlog/unbounded/policy.py).
+retried bookies. A quiet writer tells the bookies its LAC (explicit_lac.py). How a
+stream's term writer counts and replaces differs by the policy it gives the pipeline
+(policy.py; embedlog/unbounded/policy.py).
 
 Ledger recovery reuses the writer to write recovered entries back
 (``recovery=True``): adds carry the recovery flag and a fixed LAC, and ensemble
@@ -27,10 +28,10 @@ from typing import Any
 from embedlog.errors import BKError, LedgerClosedError, NotEnoughBookiesError
 from embedlog.ledger.admission import AddBudget
 from embedlog.ledger.answers import batch_verdicts
-from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.closing import close_as_writer
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.ensemble_change import Replaced, replace_bookies
+from embedlog.ledger.explicit_lac import ExplicitLac
 from embedlog.ledger.pending import Completion, PendingAdd
 from embedlog.ledger.pipeline import AddPipeline
 from embedlog.ledger.policy import AddPolicy, BoundedPolicy
@@ -38,7 +39,7 @@ from embedlog.ledger.sending import Sender
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, master_key
-from embedlog.wire.messages import NO_TERM, AddFlags, FrameError, OpCode, Response, frame_entry
+from embedlog.wire.messages import NO_TERM, AddFlags, FrameError, Response, frame_entry
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +93,9 @@ class LedgerWriter:
         self._tasks: set[asyncio.Task[None]] = set()
         self._drained = asyncio.Event()
         self._drained.set()
-        self._last_completion = 0.0
-        self._lac_timer: asyncio.TimerHandle | None = None
-        self._explicit_lac_sent = -1
+        self.explicit_lac = ExplicitLac(
+            ctx, self.pl, term, self.key, self._spawn, enabled=not recovery
+        )
         self._outbox_due = False
         self._waiting_due = False
         self._sender = Sender(ctx, md.ledger_id, term, self.key, self.policy.lafr_for_adds, self)
@@ -250,8 +251,7 @@ class LedgerWriter:
         self.ctx.metrics.adds += len(done)
         pl.progressed()
         self._progressed()
-        self._last_completion = now
-        self._schedule_explicit_lac()
+        self.explicit_lac.completed(now)
         if pl.waiting:
             self._send_queued()
 
@@ -270,8 +270,7 @@ class LedgerWriter:
                 if not p.future.done():
                     p.future.set_exception(error)
         self._drained.set()
-        if self._lac_timer is not None:
-            self._lac_timer.cancel()
+        self.explicit_lac.cancel()
         self._failed_out()
 
     def _failed_out(self) -> None:
@@ -437,51 +436,12 @@ class LedgerWriter:
         pl.retry_readied(retry, ready)
         self._carry_out()
 
-    # -- explicit LAC ------------------------------------------------------------------------
-
-    def _schedule_explicit_lac(self) -> None:
-        interval = self.ctx.explicit_lac_interval
-        if interval <= 0 or self.recovery or self._lac_timer is not None:
-            return
-        self._lac_timer = asyncio.get_running_loop().call_later(interval, self._explicit_lac_due)
-
-    def _explicit_lac_due(self) -> None:
-        self._lac_timer = None
-        if self.pl.error is not None or self.pl.lac <= self._explicit_lac_sent:
-            return
-        idle = self._now() - self._last_completion
-        interval = self.ctx.explicit_lac_interval
-        if idle < interval:
-            self._lac_timer = asyncio.get_running_loop().call_later(
-                interval - idle, self._explicit_lac_due
-            )
-            return
-        lac = self.pl.lac
-        self._explicit_lac_sent = lac
-        for bookie in self.md.last_fragment[1]:
-            self._spawn(self._send_lac(bookie, lac))
-
-    async def _send_lac(self, bookie: str, lac: int) -> None:
-        try:
-            await self.ctx.bookies.call(
-                bookie,
-                OpCode.WRITE_LAC,
-                self.md.ledger_id,
-                lac,
-                term=self.term,
-                master_key=self.key,
-            )
-        except UNKNOWN_OUTCOMES:
-            pass  # best effort: the LAC also travels with the next entry
-
     # -- closing -----------------------------------------------------------------------------
 
     async def close(self) -> LedgerMetadata:
         """Close as the writer: CLOSED with last entry = LAC, by compare-and-swap."""
         await self.drain()
-        if self._lac_timer is not None:
-            self._lac_timer.cancel()
-            self._lac_timer = None
+        self.explicit_lac.cancel_and_forget()
         self.md = await close_as_writer(self.ctx, self.md, self.lac)
         self._closed()
         return self.md
@@ -503,5 +463,4 @@ class LedgerWriter:
         )
         for task in list(self._tasks):
             task.cancel()
-        if self._lac_timer is not None:
-            self._lac_timer.cancel()
+        self.explicit_lac.cancel()

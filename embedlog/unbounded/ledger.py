@@ -527,7 +527,7 @@ class UnboundedLedger:
         await writer.drain()
         if writer.error is None and writer.lac >= 0:
             await asyncio.gather(
-                *(writer._send_lac(b, writer.lac) for b in writer.md.last_fragment[1])
+                *(writer.explicit_lac.send(b, writer.lac) for b in writer.md.last_fragment[1])
             )
         writer.stop()
 

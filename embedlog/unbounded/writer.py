@@ -190,11 +190,11 @@ class TermWriter(LedgerWriter):
             self._lac_busy.add(bookie)
             self._lac_told[bookie] = lac
             self._spawn(self._prompt_one(bookie, lac))
-        self._explicit_lac_sent = max(self._explicit_lac_sent, lac)  # the idle timer's too
+        self.explicit_lac.sent = max(self.explicit_lac.sent, lac)  # the idle timer's too
 
     async def _prompt_one(self, bookie: str, lac: int) -> None:
         try:
-            await self._send_lac(bookie, lac)
+            await self.explicit_lac.send(bookie, lac)
         finally:
             self._lac_busy.discard(bookie)
         if self.lac > lac and not self._prompt_due:
@@ -294,7 +294,7 @@ class TermWriter(LedgerWriter):
     def announce_lac(self) -> None:
         """Send the LAC explicitly to the last fragment now, in the background."""
         for bookie in self.md.last_fragment[1]:
-            self._spawn(self._send_lac(bookie, self.lac))
+            self._spawn(self.explicit_lac.send(bookie, self.lac))
 
     # -- fragment rollover -------------------------------------------------------------------
 
