@@ -4,13 +4,14 @@ msg_id, within one writer and across takeovers; entry_id_at (docs/unbounded.md, 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
 from attrs import define
 
 from embedlog.aio import AsyncUnboundedLedger
-from embedlog.errors import EntryTooLargeError
+from embedlog.errors import BKError, EntryTooLargeError
 from embedlog.wire.entry import FLAG_RECORD
 
 
@@ -61,6 +62,7 @@ def test_records_carry_time_key_and_headers_on_every_read_path(cluster):
 
 def test_entries_written_before_records_read_with_no_time_key_or_headers(cluster):
     ul = cluster.client("c1").create_unbounded(3, 3, 2)
+
     # What a writer without records wrote: the term, then the bare payload.
     async def add_bare():
         return await ul.writer.add(b"old entry")
@@ -135,18 +137,43 @@ def test_an_append_with_an_unknown_outcome_is_not_duplicated_by_a_retry_via_a_ta
     c1 = cluster.client("c1", request_timeout=30.0)  # no resend while the test runs
     ul1 = c1.create_unbounded(3, 3, 2, name="retries")
     ul1.append(b"first", msg_id="m-0")
-    ensemble = ul1.metadata.last_fragment[1]
-    # The append reaches one bookie of three: never acknowledged, yet recoverable.
-    cluster.network.drop_next("c1", ensemble[1], "add")
-    cluster.network.drop_next("c1", ensemble[2], "add")
+    first, second, third = ul1.metadata.last_fragment[1]
+    # The append is stored by two bookies of three (an ack quorum) but the writer hears
+    # from none: the third never gets it, the other two get it late and their answers
+    # are lost (a reply that arrives while its pair is blocked never reaches the writer).
+    cluster.network.drop_next("c1", third, "add")
+    cluster.network.delay("c1", first, 2.0)
+    cluster.network.delay("c1", second, 2.0)
     lost = ul1.append_async(b"maybe", msg_id="m-1")
     with pytest.raises(TimeoutError):
-        lost.result(0.5)  # the producer gives up: it does not know whether it landed
+        lost.result(0.2)  # the producer gives up: it does not know whether it landed
+    cluster.network.block("c1", first)
+    cluster.network.block("c1", second)
+    for bookie in (first, second):
+        _wait_until(lambda b=bookie: _stores(cluster, b, ul1.ledger_id, 1))
+    assert not lost.done()
+    # A new writer takes over: its recovery finds the entry on two bookies and keeps it;
+    # the producer's retry through it gets that entry's id and appends nothing.
     ul2 = cluster.client("c2").open_unbounded("retries")
     retried = ul2.append(b"maybe", msg_id="m-1")
+    assert retried == 1
     datas = [e.data for e in ul2.read(0, ul2.last_add_confirmed)]
-    assert datas.count(b"maybe") == 1
-    assert ul2.read(retried, retried)[0].data == b"maybe"
+    assert datas == [b"first", b"maybe"]
+    assert ul2.read(retried, retried)[0].msg_id == b"m-1"
+
+
+def _stores(cluster, bookie_id, ledger_id, entry_id):
+    try:
+        return cluster.read_from_bookie(bookie_id, ledger_id, entry_id) == b"maybe"
+    except Exception:
+        return False
+
+
+def _wait_until(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the delayed adds never reached their bookies"
+        time.sleep(0.02)
 
 
 def test_an_id_older_than_the_window_appends_again(cluster):
@@ -247,3 +274,58 @@ def test_the_plain_appends_fast_path_packs_what_the_general_path_does():
     assert fast == general
     assert decode(fast.payload) == decode(general.payload)
     assert decode(fast.payload)[1] == b"data" and decode(fast.payload)[0].timestamp == 1.8e9
+
+
+def test_concurrent_producers_retrying_through_takeovers_leave_each_msg_id_once(cluster):
+    """Two producers send the same ids (a duplicated producer) through whichever writer
+    is current, while writers take the stream over from each other: whatever failed with
+    an unknown outcome is retried through the next writer. Each id ends up in the stream
+    once, and every producer got that entry's id for it."""
+    ids = [f"m-{i}" for i in range(150)]
+    writers = [cluster.client("w0").create_unbounded(3, 3, 2, name="race")]
+    writer_changed = threading.Condition()
+    got: dict[str, set[int]] = {i: set() for i in ids}
+    failures: list[BaseException] = []
+
+    def produce(order: list[str]) -> None:
+        try:
+            for msg_id in order:
+                while True:
+                    with writer_changed:
+                        ul, generation = writers[-1], len(writers)
+                    try:
+                        got[msg_id].add(ul.append(msg_id.encode(), msg_id=msg_id))
+                        break
+                    except BKError:
+                        # Unknown outcome (fenced by a takeover): retry through the next
+                        # writer once there is one.
+                        with writer_changed:
+                            writer_changed.wait_for(lambda g=generation: len(writers) > g, 30)
+        except BaseException as exc:
+            failures.append(exc)
+
+    producers = [
+        threading.Thread(target=produce, args=(ids,)),
+        threading.Thread(target=produce, args=(list(reversed(ids)),)),
+    ]
+    for p in producers:
+        p.start()
+    for n in range(1, 4):  # three takeovers while the producers run
+        _wait_until(lambda n=n: sum(1 for v in got.values() if v) >= 30 * n)
+        taken = cluster.client(f"w{n}").open_unbounded("race")
+        with writer_changed:
+            writers.append(taken)
+            writer_changed.notify_all()
+    for p in producers:
+        p.join(120)
+    assert not failures, failures
+    last = writers[-1]
+    stored = [e for e in last.read(0, last.last_add_confirmed)]
+    by_id: dict[bytes, list[int]] = {}
+    for e in stored:
+        by_id.setdefault(e.msg_id, []).append(e.entry_id)
+    assert sorted(by_id) == sorted(i.encode() for i in ids)
+    duplicated = {k: v for k, v in by_id.items() if len(v) > 1}
+    assert not duplicated
+    for msg_id, entry_ids in got.items():
+        assert entry_ids == set(by_id[msg_id.encode()]), msg_id
