@@ -19,6 +19,7 @@ WQ) of its write set hold it and every earlier entry was acknowledged. A bookie 
 fails is replaced by a new fragment from the policy's first entry (policy.py);
 nothing completes while a replacement is in flight (``Phase.REPLACING``): an ack
 counted then may be from a bookie the new fragment no longer lists for the entry.
+Which adds a bookie gets again is resending.py's rule; when a retry gives up, giving_up.py's.
 
 Nothing here awaits, opens a socket, calls the metadata store or reads the time: events
 that need the time carry ``now``.
@@ -30,13 +31,15 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-from embedlog.errors import BKError, NotEnoughBookiesError, TlsHandshakeError
+from embedlog.errors import BKError, TlsHandshakeError
 from embedlog.ledger.answers import Refused, refusal_outcome
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
+from embedlog.ledger.giving_up import gives_up
 from embedlog.ledger.pending import PendingAdd
 from embedlog.ledger.phase import TRANSITIONS, Phase, PhaseError, Replacement, Retry
 from embedlog.ledger.policy import AddPolicy, Hold
 from embedlog.ledger.quorum import write_set
+from embedlog.ledger.resending import missing, take_back
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import NO_TERM
@@ -416,19 +419,15 @@ class AddPipeline:
             # The replaced bookies' acks of entries from ``first`` on count no more (their
             # slots now belong to the replacements), also those that arrived during the
             # compare-and-swap: nothing completed meanwhile (see complete).
-            moved = [
-                p for p in self.policy.unconfirmed(self.pending) if p.entry_id >= first and p.sent
-            ]
-            for p in moved:
-                ws = self.write_set(p.entry_id)
-                for idx in replaced:
-                    if idx in ws and not self.unsafe_ack_from_replaced_bookie:
-                        p.unack(idx)
-            for p in moved:
-                ws = self.write_set(p.entry_id)
-                for idx, bookie in replaced.items():
-                    if idx in ws and bookie in ready and not p.has_ack(idx):
-                        self.send(p, idx, bookie)
+            for p, idx, bookie in take_back(
+                self.policy.unconfirmed(self.pending),
+                first,
+                replaced,
+                ready,
+                self.write_set,
+                keep_acks=self.unsafe_ack_from_replaced_bookie,
+            ):
+                self.send(p, idx, bookie)
         old = plan.ensemble
         for b in plan.failed - set(replaced.values()) - {old[i] for i in replaced}:
             self.retry_later(b)
@@ -476,26 +475,22 @@ class AddPipeline:
         if self.error is not None:
             return None
         oldest = self.pending[0] if self.pending else None
-        refused = self._refused_by_tls(oldest)
-        if refused is not None:
-            self.fail(refused)
-            return None
-        if (
-            oldest is not None
-            and (
-                oldest.acked < self.policy.needed_acks(self.md)
-                or (self.unprepared and self.held_back(oldest))
+        if oldest is not None:
+            md, need = self.md, self.policy.needed_acks(self.md)
+            error = gives_up(
+                oldest,
+                md.ledger_id,
+                md.ensemble_for(oldest.entry_id),
+                self.write_set(oldest.entry_id),
+                need,
+                self.tls_refused,
+                held_back=bool(self.unprepared) and self.held_back(oldest),
+                now=now,
+                quorum_timeout=self.quorum_timeout,
             )
-            and now - oldest.created > self.quorum_timeout
-        ):
-            self.fail(
-                NotEnoughBookiesError(
-                    f"entry {self.md.ledger_id}:{oldest.entry_id} could not reach its ack "
-                    f"quorum in {self.quorum_timeout}s and no replacement "
-                    "bookie is available"
-                )
-            )
-            return None
+            if error is not None:
+                self.fail(error)
+                return None
         first, ensemble = self.md.last_fragment
         if bookie not in ensemble:
             return None
@@ -516,31 +511,5 @@ class AddPipeline:
 
     def _resend_to(self, bookie: str, first: int, ensemble: tuple[str, ...]) -> None:
         idx = ensemble.index(bookie)
-        for p in self.policy.unconfirmed(self.pending):
-            if (
-                p.sent
-                and p.entry_id >= first
-                and idx in self.write_set(p.entry_id)
-                and not p.has_ack(idx)
-            ):
-                self.send(p, idx, bookie)
-
-    def _refused_by_tls(self, p: PendingAdd | None) -> TlsHandshakeError | None:
-        """The error to fail with if TLS refusals alone keep ``p`` from its ack quorum: a
-        configuration error, which waiting out the quorum timeout would not mend."""
-        need = self.policy.needed_acks(self.md)
-        if p is None or not self.tls_refused or p.acked >= need:
-            return None
-        ensemble = self.md.ensemble_for(p.entry_id)
-        slots = self.write_set(p.entry_id)
-        refused = [
-            self.tls_refused[ensemble[i]]
-            for i in slots
-            if not p.has_ack(i) and ensemble[i] in self.tls_refused
-        ]
-        if not refused or len(slots) - len(refused) >= need:
-            return None
-        return TlsHandshakeError(
-            f"entry {self.md.ledger_id}:{p.entry_id} cannot reach its ack quorum and no "
-            f"replacement bookie is available: {refused[0]}"
-        )
+        for p in missing(self.policy.unconfirmed(self.pending), idx, first, self.write_set):
+            self.send(p, idx, bookie)
