@@ -17,7 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def env() -> dict[str, str]:
     """The environment of a child: it imports the embedlog of this tree."""
     path = os.environ.get("PYTHONPATH", "")
-    return dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{path}" if path else str(ROOT))
+    return dict(
+        os.environ,
+        PYTHONPATH=f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
+        # A child that hangs is sent SIGABRT by ``finish``: Python then prints every
+        # thread's stack to stderr, which the failure shows.
+        PYTHONFAULTHANDLER="1",
+    )
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -70,6 +76,17 @@ class Procs:
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, str]:
+    """``proc.communicate(timeout)``; a process still running then is aborted (SIGABRT)
+    and the test fails with the stacks of its threads, so a hang says where it hangs."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"{proc.args} still ran {timeout}s later; its threads:\n{err}\n{out}")
 
 
 def wait_line(proc: subprocess.Popen[str], text: str, timeout: float = 60.0) -> str:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from procs import Procs, env, wait_line
+from procs import Procs, env, finish, wait_line
 
 import embedlog
 from embedlog.metadata.client import MetadataClient
@@ -33,7 +33,7 @@ def start(
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc, 60)
     assert proc.returncode == 0, err
     return out
 

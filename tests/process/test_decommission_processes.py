@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from procs import Procs
+from procs import Procs, finish
 
 from embedlog import LocalCluster
 
@@ -124,7 +124,7 @@ def test_decommission_under_live_writers_interrupted_and_run_again(
         assert meta.underreplicated()  # the killed run left its mark on a ledger
 
         done = procs.embedlog(*args)
-        out, err = done.communicate()
+        out, err = finish(done, 120)
         assert done.returncode == 0, out + err
         assert f"bookie {victim}: " in out and "retired (cookie and registration removed)" in out
         assert "entries copied" in err  # the progress bar, on stderr
@@ -146,7 +146,7 @@ def test_decommission_under_live_writers_interrupted_and_run_again(
         assert {e.entry_id: e.data for e in stream.read(0, max(acked[1]))} == acked[1]
 
         check = procs.embedlog("auditor", "check", "--metadata-uri", zk_uri, "-q")
-        out, err = check.communicate()
+        out, err = finish(check, 120)
         assert check.returncode == 0, out + err
         assert "violations: 0" in out
     finally:
@@ -164,7 +164,7 @@ def test_a_running_bookie_and_too_few_bookies_left_are_refused(
         wh.close()
         args = ["bookie", "decommission", "bookie-3", "--metadata-uri", zk_uri]
         running = procs.embedlog(*args)
-        out, err = running.communicate()
+        out, err = finish(running, 120)
         assert running.returncode == 2, out + err
         assert err.startswith("embedlog bookie decommission: error: bookie bookie-3 is running")
         assert "stop it first (SIGTERM)" in err and len(err.strip().splitlines()) == 1
@@ -172,7 +172,7 @@ def test_a_running_bookie_and_too_few_bookies_left_are_refused(
         cluster.stop_bookie("bookie-3")
         version = cluster.metadata.read_ledger(wh.ledger_id).version
         proc = procs.embedlog(*args)
-        out, err = proc.communicate()
+        out, err = finish(proc, 120)
 
         assert proc.returncode == 2, out + err
         (line,) = err.strip().splitlines()

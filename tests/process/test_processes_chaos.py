@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from procs import Procs, processes_mentioning
+from procs import Procs, finish, processes_mentioning
 
 from embedlog import LocalCluster
 from embedlog.errors import BKError
@@ -138,7 +138,7 @@ def test_processes_killed_and_paused_while_adding_lose_nothing_acknowledged(
     readers = [procs.python(READER, zk_uri, str(writer.ledger_id), f"r{i}") for i in range(2)]
     seen = []
     for r in readers:
-        out, err = r.communicate(timeout=60)
+        out, err = finish(r, 60)
         assert r.returncode == 0, err
         seen.append(json.loads(out))
     assert seen[0] == seen[1]  # every reader sees the same entries

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from procs import Procs, env, processes_mentioning
+from procs import Procs, env, finish, processes_mentioning
 
 import embedlog
 
@@ -43,7 +43,7 @@ def test_sandbox_with_bookie_processes_serves_other_processes(
         wh.close()
         assert len(app.open_ledger(wh.ledger_id).read(0, 19)) == 20
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = finish(proc, 60)
     assert proc.returncode == 0 and "sandbox stopped" in out
     assert processes_mentioning(str(data_dir)) == []
     for bid in ("bookie-1", "bookie-2", "bookie-3"):

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import Procs, wait_line
+from procs import Procs, finish, wait_line
 
 from embedlog import LocalCluster
 from embedlog.metadata.zkserver import ZooKeeperServer, free_port
@@ -46,7 +46,7 @@ def test_ledger_tail_follows_through_a_zookeeper_outage(
             wait_line(tail, "during")
             wait_line(tail, "after")
             tail.send_signal(signal.SIGINT)
-            _, err = tail.communicate(timeout=60)
+            _, err = finish(tail)
         assert tail.returncode == 0, err
         lines = err.splitlines()
         assert lines.count(WAITING) == 1, err

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from procs import Procs, env, wait_line
+from procs import Procs, env, finish, wait_line
 
 import embedlog
 from embedlog.metadata.client import AVAILABLE, MetadataClient
@@ -74,7 +74,7 @@ class Bookie:
         """(seconds SIGTERM took to end the process, its stdout)."""
         started = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=120)
+        out, _ = finish(self.proc, 120)
         took = time.monotonic() - started
         assert self.proc.returncode == 0, self.lines()[-20:]
         return took, out
