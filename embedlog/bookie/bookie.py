@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from embedlog.bookie.adds import parse_batch
@@ -20,6 +20,7 @@ from embedlog.bookie.base import BookieState
 from embedlog.bookie.boot import BootEnv, BootFailed, BootReport, boot, end_failed_boot, final_flush
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK, Disk
+from embedlog.bookie.diskthread import DiskThread
 from embedlog.bookie.flushing import Flusher
 from embedlog.bookie.gc import GarbageCollector
 from embedlog.bookie.index import LedgerInfo
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 
 
 def _disk_thread(name: str) -> Executor:
-    return ThreadPoolExecutor(1, thread_name_prefix=name)
+    return DiskThread(name)
 
 
 class Bookie(Requests):

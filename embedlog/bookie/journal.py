@@ -37,6 +37,7 @@ from attrs import frozen
 
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK, AppendOnlyFile, Disk
+from embedlog.bookie.diskthread import DiskThread, Work
 from embedlog.bookie.records import well_formed
 from embedlog.clock import SYSTEM_CLOCK, Clock
 from embedlog.metrics import BookieMetrics
@@ -311,9 +312,12 @@ class Journal:
         self._buf_records = 0
         self._waiters: list[Durable] = []
         self._inflight: list[Durable] = []
-        self._writing = False
-        self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._writing = False  # a group is with the journal's thread
+        self._due = False  # the next group's hand-off is scheduled on the loop
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
+        self._pending: asyncio.Future[None] | Work | None = None  # the group being written
+        self._wait_timer: asyncio.TimerHandle | None = None
+        self._group_records = 0
         self.error: OSError | None = None
         self.batches = 0
         self.records = 0
@@ -321,7 +325,9 @@ class Journal:
         self.decisions = dict.fromkeys(Grouping, 0)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._writer())
+        self._loop = asyncio.get_running_loop()
+        if self._buf or self._waiters:
+            self._schedule()
 
     def append(self, payload: bytes, *, wait: bool = True) -> asyncio.Future[None] | None:
         """Queue a record; with ``wait`` return a future that resolves once it is fsync'd."""
@@ -353,9 +359,10 @@ class Journal:
         self._buf_bytes += size
         self._buf_records += 1
         self.lsn += size
-        self._wakeup.set()
         if on_durable is not None:
             self._waiters.append(on_durable)
+        if not self._due and not self._writing:
+            self._schedule()
 
     async def sync(self) -> None:
         """Wait until everything appended so far is durable."""
@@ -364,52 +371,94 @@ class Journal:
             fut.set_result(None)
         else:  # a batch being written is not durable yet either: wait for the next group
             self._waiters.append(settle(fut))
-            self._wakeup.set()
+            if not self._due and not self._writing:
+                self._schedule()
         await fut
 
-    async def _writer(self) -> None:
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            if not self._buf and not self._waiters:
-                continue
-            decision = grouping(
-                self._buf_bytes, group_bytes=self.group_bytes, max_group_wait=self.max_group_wait
-            )
-            self.decisions[decision] += 1
-            if decision is Grouping.WAIT_FOR_COMPANY:
-                await asyncio.sleep(self.max_group_wait)
-            parts, size, waiters = self._buf, self._buf_bytes, self._waiters
-            self._inflight = waiters  # so that crash() can fail them
-            records, self._buf_records = self._buf_records, 0
-            self._buf, self._buf_bytes, self._waiters = [], 0, []
-            batch_lsn = self.lsn - size
-            failure = self.error
-            if failure is not None:
-                # Nothing is written after a group that failed: part of it may be in the
-                # file (a disk that filled up mid-write), and records after it would make
-                # the next boot find an intact record behind a broken one, which it must
-                # take for lost acknowledged records (BP-46 protection of every ledger).
-                # Left alone at the end, the broken group is a torn tail, cut at replay.
-                self._inflight = []
-                _notify(waiters, failure)
-                continue
-            self._writing = True
-            try:
-                await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._write, parts, size, batch_lsn
-                )
-            except OSError as exc:
-                log.error("journal write failed: %s", exc)
-                self.error = failure = exc
-            finally:
-                self._writing = False
-                self._inflight = []
-            if failure is None:
-                self.batches += 1
-                self.records += records
-                self.metrics.journal_group_records.observe(records)
+    def _schedule(self) -> None:
+        # The next loop turn, not now: every add that reaches the bookie in this turn
+        # (a whole ADD_BATCH, the other requests read from the same wake-up) joins the
+        # group. A call_soon, not a task: nothing here awaits.
+        if self._loop is None:
+            return  # not started: start() comes before any add is admitted
+        self._due = True
+        self._loop.call_soon(self._next_group)
+
+    def _next_group(self) -> None:
+        self._due = False
+        if self._writing or self._loop is None or (not self._buf and not self._waiters):
+            return
+        decision = grouping(
+            self._buf_bytes, group_bytes=self.group_bytes, max_group_wait=self.max_group_wait
+        )
+        self.decisions[decision] += 1
+        if decision is Grouping.WAIT_FOR_COMPANY:
+            self._due = True  # appends meanwhile join this group; no second hand-off
+            self._wait_timer = self._loop.call_later(self.max_group_wait, self._waited)
+            return
+        self._write_group()
+
+    def _waited(self) -> None:
+        self._wait_timer = None
+        self._due = False
+        self._write_group()
+
+    def _write_group(self) -> None:
+        """Hand what is buffered to the journal's thread as one write and one fsync."""
+        assert self._loop is not None
+        parts, size, waiters = self._buf, self._buf_bytes, self._waiters
+        self._inflight = waiters  # so that crash() can fail them
+        self._group_records, self._buf_records = self._buf_records, 0
+        self._buf, self._buf_bytes, self._waiters = [], 0, []
+        batch_lsn = self.lsn - size
+        failure = self.error
+        if failure is not None:
+            # Nothing is written after a group that failed: part of it may be in the
+            # file (a disk that filled up mid-write), and records after it would make
+            # the next boot find an intact record behind a broken one, which it must
+            # take for lost acknowledged records (BP-46 protection of every ledger).
+            # Left alone at the end, the broken group is a torn tail, cut at replay.
+            self._inflight = []
             _notify(waiters, failure)
+            return
+        self._writing = True
+        args = (parts, size, batch_lsn)
+        executor = self._executor
+        if isinstance(executor, DiskThread):
+            self._pending = executor.run_then(self._loop, self._write, args, self._written)
+        else:  # any other executor (the simulator's disk): through the loop's future
+            fut = self._loop.run_in_executor(executor, self._write, *args)
+            fut.add_done_callback(self._written_future)
+            self._pending = fut
+
+    def _written_future(self, fut: asyncio.Future[None]) -> None:
+        if fut is not self._pending:
+            return  # crashed meanwhile: crash() has told its waiters
+        self._written(None if fut.cancelled() else fut.exception())
+
+    def _written(self, outcome: BaseException | None) -> None:
+        """On the loop, once the journal's thread wrote (or failed to write) the group."""
+        if self._pending is None:
+            return  # crashed or closed meanwhile: crash() has told its waiters
+        self._pending = None
+        self._writing = False
+        waiters, self._inflight = self._inflight, []
+        if outcome is None:
+            self.batches += 1
+            self.records += self._group_records
+            self.metrics.journal_group_records.observe(self._group_records)
+            failure: OSError | None = None
+        else:
+            failure = (
+                outcome
+                if isinstance(outcome, OSError)
+                else OSError(f"journal write failed unexpectedly: {outcome!r}")
+            )
+            log.error("journal write failed: %s", outcome)
+            self.error = failure
+        _notify(waiters, failure)
+        if self._buf or self._waiters:  # what arrived during the fsync: the next group
+            self._next_group()
 
     def _open(self, start_lsn: int) -> AppendOnlyFile:
         path = self.dir / f"{start_lsn:020d}{SUFFIX}"
@@ -459,13 +508,21 @@ class Journal:
         try:
             await self.sync()
         finally:
-            if self._task is not None:
-                self._task.cancel()
+            self._stop()
             self._file.close()
 
+    def _stop(self) -> None:
+        if self._wait_timer is not None:
+            self._wait_timer.cancel()
+            self._wait_timer = None
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.cancel()  # not written if the thread has not started it
+        self._loop = None  # no group is handed off after this
+        self._writing = False
+
     def crash(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        self._stop()
         waiters, self._waiters, self._inflight = self._waiters + self._inflight, [], []
         _notify(waiters, OSError("bookie crashed"))
         self._buf.clear()
