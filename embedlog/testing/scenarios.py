@@ -48,6 +48,9 @@ class Scenario:
     # Per-answer probability (min..max, drawn per seed) that an answer carrying entries
     # has a bit flipped on the wire (simnet.py): digests must catch it on every read path.
     corrupt: tuple[float, float] = (0.0, 0.0)
+    # How likely the files of a bookie that crashed without the journal rot while it is
+    # down (one drawn per seed; empty: never): simrot.py.
+    rot: tuple[float, ...] = ()
 
 
 RACES = "; faults aimed at protocol moments (simraces.py)"
@@ -120,9 +123,13 @@ SCENARIOS["unbounded-streams"] = attrs.evolve(
     retention=True,
 )
 
-# Corruption on the wire: the journal-off scenarios (whose BP-46 repair reads too) with
-# answers carrying entries that sometimes arrive with a bit flipped.
-CORRUPT = "; a bit flipped now and then in answers carrying entries (simnet.py)"
+# Corruption on the wire and at rest: the journal-off scenarios (whose BP-46 repair reads
+# too) with answers carrying entries that sometimes arrive with a bit flipped, and the
+# entry logs and journal of crashed bookies rotting while they are down.
+CORRUPT = (
+    "; a bit flipped now and then in answers carrying entries (simnet.py) and in the "
+    "files of crashed bookies (simrot.py)"
+)
 SCENARIOS.update(
     (
         f"{base}-corrupt",
@@ -131,6 +138,7 @@ SCENARIOS.update(
             name=f"{base}-corrupt",
             summary=f"{base}-nojournal's histories" + CORRUPT,
             corrupt=(0.01, 0.1),
+            rot=(0.2, 0.5, 0.9),
         ),
     )
     for base in ("bounded", "unbounded")

@@ -17,6 +17,8 @@ Seeded faults, switched on by the simulation:
   offsets it had); an fsync fails with ENOSPC;
 * ``fail_syncs(n)``: the next ``n`` fsyncs fail with EIO, leaving nothing more durable;
 * ``wipe()``: every file, directory and index is gone (a replaced disk), for a bookie
+  that is down;
+* ``flip(path, offset, bit)``: one bit of a file flipped at rest (simrot.py), for a bookie
   that is down.
 
 The index store draws no faults: LevelDB's write errors stick to the open database
@@ -153,6 +155,9 @@ class MemoryDisk:
         self._full_told = True
         self._failing_syncs = 0
         self.bitten = 0  # faults that made an operation fail, ever
+        # A power cut happened since the bookie last locked its directories (booted): its
+        # next boot finds an unclean shutdown.
+        self.powered_off = False
 
     # -- faults -------------------------------------------------------------------------------
 
@@ -208,6 +213,21 @@ class MemoryDisk:
                 self._on_fault("torn_tail", f"{key}: {kept} of {tail} unsynced bytes kept")
             del f.data[f.durable + kept :]
         self._locks.clear()
+        self.powered_off = True
+
+    def files(self, suffixes: tuple[str, ...]) -> list[tuple[str, int]]:
+        """(path, size) of every non-empty file whose name ends with one of ``suffixes``,
+        by path."""
+        return [
+            (key, len(f.data))
+            for key, f in sorted(self._files.items())
+            if f.data and key.endswith(suffixes)
+        ]
+
+    def flip(self, path: str, offset: int, bit: int) -> None:
+        """Flip bit ``bit`` of byte ``offset`` of ``path``, as rot on the platter would:
+        durable or not, the file keeps its lengths."""
+        self._files[path].data[offset] ^= 1 << bit
 
     def wipe(self) -> None:
         """The disks are replaced by empty ones (their directories stay, empty)."""
@@ -304,6 +324,7 @@ class MemoryDisk:
         if key in self._locks:
             raise DirLockedError(directory, "another simulated bookie", in_this_process=True)
         self._locks.add(key)
+        self.powered_off = False  # a bookie boots on these disks
         return _Held(self, key)
 
     def has_index(self, path: Path) -> bool:

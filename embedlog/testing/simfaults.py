@@ -17,6 +17,9 @@ the seed (the disks themselves are embedlog/testing/simdisk.py).
   or failing disk can cost acknowledged entries too (a clean stop whose final flush
   fails loses the write cache): there, only a bookie within that budget gets them.
 
+Scenarios with ``rot`` (the ``*-corrupt`` ones) also flip bits in the entry logs and
+journal of a bookie that crashed without the journal, while it is down (simrot.py).
+
 Once the history heals, every fault ends: full disks have room again, armed fsync
 failures are disarmed, and a bookie left read-only by its disk is restarted (the
 operator's fix). A boot that a fault made fail is no violation: the bookie stays down
@@ -34,6 +37,8 @@ from embedlog.errors import BKError
 from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.simdisk import MemoryDisk
+from embedlog.testing.simloop import seeded
+from embedlog.testing.simrot import apply_flips, draw_flips, rot_targets
 
 # The oracle's ``forget_lost``: a bookie booted after losing data; which ledgers its
 # boot protected. Returns the ledgers whose acks it forgot.
@@ -63,6 +68,12 @@ class DiskNemesis:
         # Per bookie, the ledgers its booting incarnation owes entries of by the metadata
         # as its boot began (boot_begins).
         self._owed: dict[str, frozenset[int]] = {}
+        # Corruption at rest (simrot.py): how likely a crashed bookie's files rot while it
+        # is down, drawn per seed from a stream of its own (the other draws stay as they
+        # were in scenarios without it).
+        self._rot_rng = seeded(ctx.seed, "disk-rot")
+        rot = ctx.scenario.rot
+        self.rot_probability = self._rot_rng.choice(rot) if rot else 0.0
 
     def needs_cookie_fix(self, bid: str) -> bool:
         return bid in self._wiped
@@ -72,9 +83,28 @@ class DiskNemesis:
 
     def after_down(self, bid: str) -> None:
         """``bid`` just crashed or stopped: maybe its disks are replaced."""
-        if self.rng.random() >= self.wipe_probability:
+        if self.rng.random() < self.wipe_probability and self.wipe(bid):
             return
-        self.wipe(bid)
+        if self.rot_probability:
+            self.rot(bid)
+
+    def rot(self, bid: str) -> None:
+        """Maybe flip bits in the files of ``bid`` (down): only after a crash without the
+        journal, which its next boot takes for possible loss (simrot.py says why)."""
+        ctx, rng, disk = self.ctx, self._rot_rng, self.disks[bid]
+        if ctx.budget.journal or not disk.powered_off or not ctx.budget.may_wipe(bid):
+            return
+        if rng.random() >= self.rot_probability:
+            return
+        flips = draw_flips(rng, rot_targets(disk))
+        if not flips or not ctx.decide("disk-rot", bid, *map(str, flips)):
+            return
+        ctx.budget.lost_data(bid)
+        apply_flips(disk, flips)
+        ctx.counts["fault.disk_rot"] += 1
+        for f in flips:
+            ctx.counts[f"fault.disk_rot.{f.kind}"] += 1
+        ctx.trace("disk-rot", bid, *map(str, flips))
 
     def wipe(self, bid: str) -> bool:
         """Replace the disks of ``bid`` (down) with empty ones, if the lossy budget allows."""

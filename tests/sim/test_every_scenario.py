@@ -83,6 +83,8 @@ def test_every_seed_of_every_scenario_holds_every_invariant(scenario):
         wanted += EXERCISED_STREAM_LAYER
     if sc.corrupt != (0.0, 0.0):
         wanted += ("fault.wire_corrupt",)
+    if sc.rot:
+        wanted += ("fault.disk_rot.entrylog", "fault.disk_rot.journal")
     if sc.journal == "off":
         wanted += EXERCISED_NO_JOURNAL
     missing = [what for what in wanted if not totals.get(what)]
