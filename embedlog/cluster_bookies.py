@@ -18,6 +18,7 @@ from embedlog.bookie.config import BookieConfig
 from embedlog.client import Client
 from embedlog.errors import CookieError
 from embedlog.metrics import BookieMetrics
+from embedlog.repair_client import repair_clients
 from embedlog.transport.server import BookieGoneError, resume_serving
 
 if TYPE_CHECKING:
@@ -104,7 +105,10 @@ class InProcessBookies:
             assert self._store is not None and self._meta is not None
             session = self._store.session()
             bookie = Bookie(
-                config, self._meta, session, client_factory=self._repair_client_factory(bookie_id)
+                config,
+                self._meta,
+                session,
+                client_factory=repair_clients(self._repair_client_factory(bookie_id)),
             )
             self._bookies[bookie_id] = bookie
             self._bookie_metrics.append(bookie.metrics)

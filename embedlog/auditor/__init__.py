@@ -2,13 +2,13 @@
 the periodic daemon that runs them, and decommissioning a bookie (re-replication of
 everything on it).
 
-``AvailabilityOfEntries`` loads eagerly (bookies use it to answer LIST_ENTRIES);
-the checker and the replicator load on first use, so a bookie does not pull in
-the client side.
+``AvailabilityOfEntries`` (the LIST_ENTRIES answer's encoding, which bookies write:
+embedlog/wire/availability.py) loads eagerly; the checker and the replicator load on
+first use, so a bookie does not pull in the client side.
 """
 
 from embedlog._lazy import lazy_exports
-from embedlog.auditor.availability import AvailabilityOfEntries, SequenceGroup
+from embedlog.wire.availability import AvailabilityOfEntries, SequenceGroup
 
 __getattr__ = lazy_exports(
     __name__,

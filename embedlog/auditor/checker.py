@@ -41,7 +41,6 @@ from typing import Any, NamedTuple, TypeVar
 
 from attrs import define, field
 
-from embedlog.auditor.availability import AvailabilityOfEntries
 from embedlog.auditor.rules import (
     HOLDS_NOTHING,
     analysis_stands,
@@ -62,6 +61,7 @@ from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport, next_txn
+from embedlog.wire.availability import AvailabilityOfEntries
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import OpCode, Request
 

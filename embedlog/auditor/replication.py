@@ -36,7 +36,6 @@ from typing import Any
 
 from attrs import define, field
 
-from embedlog.auditor.availability import AvailabilityOfEntries
 from embedlog.auditor.checker import LedgerCheck, MetadataChecker, Report
 from embedlog.auditor.rules import (
     FragmentRange,
@@ -62,6 +61,7 @@ from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime
 from embedlog.transport.base import Transport, next_txn
+from embedlog.wire.availability import AvailabilityOfEntries
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, DigestType, parse_header
 from embedlog.wire.messages import AddFlags, OpCode, Request, Response

@@ -25,9 +25,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection, Container, Iterator, Mapping, Sequence
 
-from embedlog.auditor.availability import AvailabilityOfEntries, SequenceGroup
-from embedlog.ledger.quorum import write_set
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.metadata.striping import write_set
+from embedlog.wire.availability import AvailabilityOfEntries, SequenceGroup
 from embedlog.wire.codes import StatusCode
 
 # How a bookie's LIST_ENTRIES answer is read: EOK carries the list, ENOLEDGER is an explicit

@@ -4,21 +4,27 @@ truncating add (a takeover's no-op) and TRIM ABOVE make.
 
 The hot path of a bookie: a plain add or a batch from ``Bookie.handle_nowait`` runs
 without a task of its own and is answered from the journal's group commit. A part of
-the Bookie (embedlog/bookie/base.py).
+the Bookie (embedlog/bookie/base.py): it gets the ledger table, the refusals, the
+flusher's early flush, the metrics and the config, and reads the bookie's storage,
+journal, mode and state through ``Served``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
-from embedlog.bookie.base import BookieState
+from embedlog.bookie.base import BookieState, Served
+from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.journal import Durable
+from embedlog.bookie.ledgers import LedgerTable
 from embedlog.bookie.records import add_prefix, batch_prefix, state_record, truncate_record
 from embedlog.bookie.refusals import Refusals
 from embedlog.bookie.truncation import digest_len_of_noop, dropped_by_truncation
 from embedlog.bookie.verdicts import add_refused_as_sent, ledger_admits_add
 from embedlog.errors import BookieIOError
+from embedlog.metrics import BookieMetrics
 from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply
 from embedlog.wire.codes import StatusCode
@@ -49,8 +55,8 @@ class _AddPlan:
     """
 
     __slots__ = (
+        "adds",
         "batch",
-        "bookie",
         "changed",
         "entries",
         "info",
@@ -84,15 +90,15 @@ class _AddPlan:
         # order (EOK for those stored); None when all were accepted.
         self.statuses: list[int] | None = None
 
-    def answer_by(self, bookie: Adds, req: Request, reply: Reply) -> _AddPlan:
-        self.bookie, self.req, self.reply = bookie, req, reply
+    def answer_by(self, adds: Adds, req: Request, reply: Reply) -> _AddPlan:
+        self.adds, self.req, self.reply = adds, req, reply
         return self
 
     def __call__(self, exc: BaseException | None) -> None:
         if exc is None:
-            self.reply(self.bookie._added(self.req, self))
+            self.reply(self.adds.added(self.req, self))
         else:
-            self.bookie._answer_failure(self.req, exc, self.reply)
+            self.adds.refusals.answer_failure(self.req, exc, self.reply)
 
 
 def parse_batch(ledger_id: int, body: bytes) -> tuple[dict[int, bytes], list[int] | None, int]:
@@ -144,23 +150,46 @@ def parse_batch(ledger_id: int, body: bytes) -> tuple[dict[int, bytes], list[int
     return accepted, statuses, lac
 
 
-class Adds(Refusals):
-    async def _add(self, req: Request) -> Response:
+class EarlyFlush(Protocol):
+    """What an add asks of the flushes (flushing.py's Flusher)."""
+
+    def maybe_early(self, cache_bytes: int) -> None: ...
+
+
+class Adds:
+    def __init__(
+        self,
+        bookie: Served,
+        ledgers: LedgerTable,
+        refusals: Refusals,
+        flusher: EarlyFlush,
+        metrics: BookieMetrics,
+        config: BookieConfig,
+    ) -> None:
+        self.bookie = bookie
+        self.ledgers = ledgers
+        self.refusals = refusals
+        self.flusher = flusher
+        self.metrics = metrics
+        self.config = config
+
+    async def add(self, req: Request) -> Response:
         plan = self._admit_add(req)
         if isinstance(plan, Response):
             return plan
         if plan.truncate:
-            truncated = await self._truncate(
+            truncated = await self.truncate(
                 req.ledger_id, plan.info, req.entry_id, req.term, digest_len_of_noop(req.body)
             )
             if truncated is None:  # dropped while the truncation waited
-                return self._tombstone_answer(req) or self._refusal(req, StatusCode.EDELETED)
+                refusals = self.refusals
+                return refusals.tombstone_answer(req) or refusals.refusal(req, StatusCode.EDELETED)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._store_add(req, plan, settle(fut))
         await fut
-        return self._added(req, plan)
+        return self.added(req, plan)
 
-    # An add in three steps, so that the hot path (handle_nowait) and ``_add`` share them:
+    # An add in three steps, so that the hot path (handle_nowait) and ``add`` share them:
     # admit (every check, and the state changes the add implies), store (write cache and
     # journal; the callback fires once it is durable), answer.
 
@@ -168,7 +197,8 @@ class Adds(Refusals):
         """A refusal, or the plan for the add (or ADD_BATCH, ``parse_batch``'s ``batch``)
         that passed every check; a batch's entries whose header does not match are refused
         alone."""
-        storage = self.storage
+        bookie = self.bookie
+        storage = bookie.storage
         assert storage is not None
         lid = req.ledger_id
         statuses: list[int] | None = None
@@ -186,7 +216,7 @@ class Adds(Refusals):
             well_formed = bool(accepted) and not (
                 len(req.body) > MAX_PACKED_ENTRY and oversized(accepted)
             )
-        verdict = add_refused_as_sent(self.mode, well_formed)
+        verdict = add_refused_as_sent(bookie.mode, well_formed)
         if verdict is None:  # the ledger's state decides (verdicts.add_verdict)
             info = storage.info(lid)
             tombstone = None if info is not None else storage.tombstones.key(lid)
@@ -195,8 +225,8 @@ class Adds(Refusals):
             info = None
         if not verdict.admitted:
             if verdict.dropped:
-                return self._dropped_answer(req, verdict.status, statuses)
-            return self._refusal(req, verdict.status, statuses, verdict.term)
+                return self.refusals.dropped_answer(req, verdict.status, statuses)
+            return self.refusals.refusal(req, verdict.status, statuses, verdict.term)
         changed = verdict.creates
         if info is None:
             info = LedgerInfo(master_key=req.master_key.hex())
@@ -217,14 +247,16 @@ class Adds(Refusals):
         return plan
 
     def _store_add(self, req: Request, plan: _AddPlan, on_durable: Durable) -> None:
-        storage, journal = self.storage, self.journal
+        bookie = self.bookie
+        storage, journal = bookie.storage, bookie.journal
         assert storage is not None and journal is not None
         lid, info, entries = req.ledger_id, plan.info, plan.entries
         state_waits = plan.term_changed
         if plan.changed or plan.term_changed:
             storage.set_info(lid, info)
             # With the adds journaled behind it, their fsync covers the state record.
-            self._append_state(
+            self.ledgers.append_state(
+                journal,
                 lid,
                 state_record(lid, info),
                 on_durable if state_waits and not self.config.journal_write_data else None,
@@ -253,10 +285,10 @@ class Adds(Refusals):
             body = req.body if plan.statuses is None else pack_entries(list(entries.items()))
             journal.append_then(body, on_durable, prefix=batch_prefix(lid))
 
-    def _added(self, req: Request, plan: _AddPlan) -> Response:
+    def added(self, req: Request, plan: _AddPlan) -> Response:
         if plan.info.known_lac > plan.old_lac:
             self.ledgers.lac_moved(req.ledger_id)
-        storage = self.storage
+        storage = self.bookie.storage
         assert storage is not None
         self.flusher.maybe_early(storage.cache_bytes)
         # The request's term (the model's response term): the client discards answers of
@@ -272,11 +304,12 @@ class Adds(Refusals):
         failed = next(s for s in statuses if s != StatusCode.EOK)
         return Response.to(req, failed, entry_id=req.entry_id, body=pack_results(results))
 
-    def _add_nowait(self, req: Request, reply: Reply, batch: Batch | None = None) -> None:
+    def add_nowait(self, req: Request, reply: Reply, batch: Batch | None = None) -> None:
         """A plain add (or an ADD_BATCH, ``parse_batch``'s ``batch``) without a task:
         refused at once, or answered once durable."""
-        if self._state is not BookieState.SERVING:
-            reply(BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}"))
+        state = self.bookie.state
+        if state is not BookieState.SERVING:
+            reply(BookieGoneError(f"bookie {self.bookie.bookie_id} is {state.value}"))
             return
         try:
             plan = self._admit_add(req, batch)
@@ -285,9 +318,9 @@ class Adds(Refusals):
                 return
             self._store_add(req, plan, plan.answer_by(self, req, reply))
         except (BookieIOError, OSError) as exc:
-            self._answer_failure(req, exc, reply)
+            self.refusals.answer_failure(req, exc, reply)
 
-    def _add_batch(self, req: Request, reply: Reply) -> None:
+    def add_batch(self, req: Request, reply: Reply) -> None:
         """ADD_BATCH: one writer's entries of one ledger, each a plain add of its own
         (header checked and cached one by one, journaled together in one record), with
         one answer carrying a verdict per entry once that record is durable.
@@ -306,9 +339,9 @@ class Adds(Refusals):
         if batch is None or (not batch[0] and batch[1] is None):  # undecodable or empty
             reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
             return
-        self._add_nowait(req, reply, batch)
+        self.add_nowait(req, reply, batch)
 
-    async def _truncate(
+    async def truncate(
         self, lid: int, info: LedgerInfo, at: int, term: int, digest_len: int | None
     ) -> bool | None:
         """Drop the older terms' entries above ``at``, once per ``term``
@@ -327,7 +360,7 @@ class Adds(Refusals):
         Decided under the lock: a duplicate that comes while the first one is cutting
         waits for that cut to be durable rather than being answered before it.
         """
-        storage, journal = self.storage, self.journal
+        storage, journal = self.bookie.storage, self.bookie.journal
         assert storage is not None and journal is not None
         async with storage.exclusive():
             if storage.dropped(lid):
@@ -347,7 +380,7 @@ class Adds(Refusals):
             storage.set_info(lid, info)
             storage.drop_cached(lid, "above", at, only)
             try:
-                await self._append_state(lid, truncate_record(lid, at, info, only))
+                await self.ledgers.append_state(journal, lid, truncate_record(lid, at, info, only))
                 await storage.cut_locked(lid, "above", at, journal.lsn, only)
             except BaseException:
                 # Nothing of the cut reached the index: a retry must cut. (If the record
@@ -359,6 +392,7 @@ class Adds(Refusals):
         return True
 
     def _dropped(self, lid: int, eid: int, term: int, digest_len: int) -> bool:
-        assert self.storage is not None
-        entry = self.storage.get(lid, eid)  # BookieIOError if unreadable: the cut fails
+        storage = self.bookie.storage
+        assert storage is not None
+        entry = storage.get(lid, eid)  # BookieIOError if unreadable: the cut fails
         return entry is not None and dropped_by_truncation(entry, term, digest_len)

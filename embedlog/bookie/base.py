@@ -1,17 +1,12 @@
-"""What every part of a bookie shares: its lifecycle states, the state all parts read,
-and the few helpers several parts call.
+"""What the bookie's request parts share: its lifecycle states, and what they read of it.
 
-The Bookie (embedlog/bookie/bookie.py) is put together from one class per concept,
-each in a module of its own and a subclass of the parts it calls:
+The Bookie (embedlog/bookie/bookie.py) is put together from parts, each an object of its
+own that gets what it needs and sees the bookie only through a narrow protocol:
 
-    BookieBase                      base.py: the state every part shares
-    Refusals(BookieBase)            refusals.py: how a request is refused or fails
-    Adds(Refusals)                  adds.py: the add path (ADD, ADD_BATCH, truncation)
-    Requests(Adds)                  requests.py: the handler; reads, LAC, lists, cuts
-    Bookie(Requests)                bookie.py: construction, start, stop, crash, status
-
-and from objects and functions it holds or calls, each seeing only what it needs:
-
+    refusals.py       Refusals: how a request is refused or fails, the negatives it must
+                      not give (over ``Served``)
+    adds.py           Adds: the add path (ADD, ADD_BATCH, truncation)
+    requests.py       Requests: the handler; reads, LAC, lists, cuts
     verdicts.py       whether a request is admitted: pure functions, table-tested
     flushing.py       Flusher: background flushes; read-only and back, over ``Flushed``
     ledgers.py        LedgerTable: per ledger, state records awaiting their fsync and
@@ -23,33 +18,21 @@ and from objects and functions it holds or calls, each seeing only what it needs
                       the repair task, over ``RepairHost``
     repair.py         Repairer (BP-46 phase two), over ``BookieForRepair``
 
-The journal's record formats are in records.py. A part declares the attributes it
-owns (annotations only; Bookie.__init__ sets them all). Mixins rather than objects
-that call each other on the request paths: a call between them stays a plain method
-call on the add path, the bookie's hot path.
+The request parts read the bookie's storage and journal through ``Served`` rather than
+hold them: the boot opens them after the parts exist, and a bookie object boots once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
-from attrs import evolve
-
-from embedlog.bookie.config import BookieConfig
-from embedlog.bookie.disk import Disk
-from embedlog.bookie.flushing import Flusher
 from embedlog.bookie.index import LedgerInfo
-from embedlog.bookie.journal import Durable, Journal
+from embedlog.bookie.journal import Journal
 from embedlog.bookie.ledgers import LedgerTable
 from embedlog.bookie.storage import LedgerStorage
 from embedlog.bookie.verdicts import Mode
-from embedlog.clock import Clock
-from embedlog.metadata.client import MetadataClient
-from embedlog.metadata.store import MetadataStore
-from embedlog.metrics import BookieMetrics
 
 
 class BookieState(enum.Enum):
@@ -60,60 +43,34 @@ class BookieState(enum.Enum):
     CRASHED = "crashed"
 
 
-class BookieBase:
-    config: BookieConfig
-    metadata: MetadataClient
-    session: MetadataStore  # the bookie's registration lives as long as this session
-    clock: Clock  # where the bookie reads the time (embedlog/clock.py)
-    disk: Disk  # every file the bookie touches, through this (embedlog/bookie/disk.py)
-    _state: BookieState
-    mode: Mode  # what the admission verdicts ask of the bookie as a whole (verdicts.py)
-    storage: LedgerStorage | None  # both set by the boot
-    journal: Journal | None
-    # Per ledger in memory: state records awaiting their fsync, LAC long polls (ledgers.py)
-    ledgers: LedgerTable
-    flusher: Flusher  # background flushes; read-only and back (flushing.py)
-    metrics: BookieMetrics  # counters and histograms operators watch (embedlog/metrics.py)
+class Served(Protocol):
+    """What the request parts (refusals.py, adds.py, requests.py) read of their bookie:
+    what changes as it boots, serves, goes read-only, stops or crashes."""
 
     @property
-    def state(self) -> BookieState:
-        return self._state
+    def bookie_id(self) -> str: ...
 
     @property
-    def bookie_id(self) -> str:
-        return self.config.bookie_id
+    def state(self) -> BookieState: ...
 
     @property
-    def serving(self) -> bool:
-        return self._state is BookieState.SERVING
+    def mode(self) -> Mode:
+        """What the admission verdicts ask of the bookie as a whole (verdicts.py)."""
+        ...
 
     @property
-    def readonly(self) -> bool:
-        """Refuses adds with EREADONLY (configured, or a disk that failed)."""
-        return self.mode.readonly
+    def storage(self) -> LedgerStorage | None:
+        """Set by the boot (as ``journal``)."""
+        ...
 
-    @readonly.setter
-    def readonly(self, value: bool) -> None:
-        if value != self.mode.readonly:
-            self.mode = evolve(self.mode, readonly=value)
+    @property
+    def journal(self) -> Journal | None: ...
 
-    def _journal_state(
-        self, lid: int, info: LedgerInfo, *, wait: bool
-    ) -> asyncio.Future[None] | None:
-        """Set a ledger's state and journal it; with ``wait``, a future for its fsync."""
-        assert self.storage is not None and self.journal is not None
-        fut = self.ledgers.journal_state(self.journal, self.storage, lid, info)
-        return fut if wait else None
 
-    def _append_state(
-        self, lid: int, record: bytes, then: Durable | None = None
-    ) -> asyncio.Future[None]:
-        """``LedgerTable.append_state`` on this bookie's journal."""
-        assert self.journal is not None
-        return self.ledgers.append_state(self.journal, lid, record, then)
-
-    async def call_metadata(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, on a thread if the metadata store blocks (ZooKeeper's does)."""
-        if self.metadata.store.blocking_io:
-            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-        return fn(*args)
+def journal_state(
+    bookie: Served, ledgers: LedgerTable, lid: int, info: LedgerInfo
+) -> asyncio.Future[None]:
+    """Set a ledger's state and journal it; the future resolves once it is durable."""
+    storage, journal = bookie.storage, bookie.journal
+    assert storage is not None and journal is not None
+    return ledgers.journal_state(journal, storage, lid, info)

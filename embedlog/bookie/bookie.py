@@ -1,6 +1,7 @@
 """The bookie: one object per bookie, put together from its parts (embedlog/bookie/base.py
 lists them); here its construction, its lifecycle (start, clean stop, crash), its status,
-and the ledger state others may inspect or set.
+and the ledger state others may inspect or set. Requests go to its request parts
+(``Bookie.requests``: requests.py, adds.py, refusals.py).
 
 Lifecycle: NEW -> BOOTING (embedlog/bookie/boot.py) -> SERVING -> STOPPED or CRASHED.
 A bookie object boots once; a bookie that stops or crashes is booted again as a new
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from embedlog.bookie.adds import parse_batch
-from embedlog.bookie.base import BookieState
+from attrs import evolve
+
+from embedlog.bookie.adds import Adds, parse_batch
+from embedlog.bookie.base import BookieState, journal_state
 from embedlog.bookie.boot import BootEnv, BootFailed, BootReport, boot, end_failed_boot, final_flush
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK, Disk
@@ -24,11 +27,14 @@ from embedlog.bookie.diskthread import DiskThread
 from embedlog.bookie.flushing import Flusher
 from embedlog.bookie.gc import GarbageCollector
 from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.journal import Journal
 from embedlog.bookie.ledgers import LedgerTable
+from embedlog.bookie.refusals import Refusals
 from embedlog.bookie.registration import Registration
-from embedlog.bookie.repair import Repairer
+from embedlog.bookie.repair import ClientFactory, Repairer
 from embedlog.bookie.repair_services import RepairServices
 from embedlog.bookie.requests import Requests
+from embedlog.bookie.storage import LedgerStorage
 from embedlog.bookie.verdicts import Mode
 from embedlog.clock import SYSTEM_CLOCK, Clock
 from embedlog.errors import BookieIOError, LedgerDeletedError
@@ -36,9 +42,8 @@ from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.store import MetadataStore
 from embedlog.metrics import BookieMetrics
 from embedlog.transport.pause import PauseGate
-
-if TYPE_CHECKING:
-    from embedlog.client import Client
+from embedlog.transport.server import Reply
+from embedlog.wire.messages import Request, Response
 
 __all__ = ["Bookie", "BookieState", "parse_batch"]
 
@@ -49,7 +54,10 @@ def _disk_thread(name: str) -> Executor:
     return DiskThread(name)
 
 
-class Bookie(Requests):
+class Bookie:
+    storage: LedgerStorage | None  # both set by the boot
+    journal: Journal | None
+    mode: Mode  # what the admission verdicts ask of the bookie as a whole (verdicts.py)
     booted: BootReport | None  # what the boot found, once it succeeded (boot.py)
     # What the unclean-shutdown bit said when this boot read it (None: not read yet).
     found_unclean: bool | None
@@ -66,12 +74,13 @@ class Bookie(Requests):
         metadata: MetadataClient,
         session: MetadataStore,
         *,
-        client_factory: Callable[[], Client] | None = None,
+        client_factory: ClientFactory | None = None,
         disk_executor: Callable[[str], Executor] | None = None,
         disk: Disk = REAL_DISK,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """``client_factory`` gives BP-46 repair a client to recover ledgers and reach peers.
+        """``client_factory`` gives BP-46 repair a client to recover ledgers and reach peers
+        (embedlog/repair_client.py makes one of a Client).
 
         ``disk_executor(name)`` makes the executor for the journal's and for the flush's
         disk work (default: a thread each); the simulator's runs them on its one thread.
@@ -101,6 +110,53 @@ class Bookie(Requests):
         self.boot_seconds = 0.0
         self.metrics = BookieMetrics()  # embedlog/metrics.py: what operators watch
         self.pause_gate = PauseGate()  # LocalCluster.pause_bookie: requests held, not served
+        # The request parts: each sees this bookie only as ``base.Served``.
+        refusals = Refusals(self, self.metrics, self.flusher.met)
+        adds = Adds(self, self.ledgers, refusals, self.flusher, self.metrics, config)
+        self.requests = Requests(self, adds, refusals, self.ledgers, self.metrics, config, clock)
+
+    # -- what every part reads -----------------------------------------------------------------
+
+    @property
+    def state(self) -> BookieState:
+        return self._state
+
+    @property
+    def bookie_id(self) -> str:
+        return self.config.bookie_id
+
+    @property
+    def serving(self) -> bool:
+        return self._state is BookieState.SERVING
+
+    @property
+    def readonly(self) -> bool:
+        """Refuses adds with EREADONLY (configured, or a disk that failed)."""
+        return self.mode.readonly
+
+    @readonly.setter
+    def readonly(self, value: bool) -> None:
+        if value != self.mode.readonly:
+            self.mode = evolve(self.mode, readonly=value)
+
+    async def call_metadata(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, on a thread if the metadata store blocks (ZooKeeper's does)."""
+        if self.metadata.store.blocking_io:
+            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        return fn(*args)
+
+    # -- requests (requests.py) ------------------------------------------------------------------
+
+    async def handle(self, req: Request) -> Response:
+        return await self.requests.handle(req)
+
+    def handle_nowait(self, req: Request, reply: Reply) -> asyncio.Task[Response] | None:
+        """``Requests.handle_nowait``: plain adds and batches answered without a task."""
+        return self.requests.handle_nowait(req, reply)
+
+    async def drop_ledgers(self, lids: Collection[int]) -> None:
+        """``Requests.drop_ledgers``: what garbage collection drops (gc.py)."""
+        await self.requests.drop_ledgers(lids)
 
     async def start(self) -> None:
         if self._state is not BookieState.NEW:
@@ -326,9 +382,7 @@ class Bookie(Requests):
             info.limbo = limbo
         if master_key is not None and not info.master_key:
             info.master_key = master_key.hex()
-        fut = self._journal_state(ledger_id, info, wait=True)
-        assert fut is not None
-        await fut
+        await journal_state(self, self.ledgers, ledger_id, info)
 
     @property
     def first_live(self) -> dict[int, int]:
@@ -364,7 +418,7 @@ class Bookie(Requests):
 
     def journal_states(self, states: dict[int, LedgerInfo]) -> None:
         for lid, info in states.items():
-            self._journal_state(lid, info, wait=False)
+            journal_state(self, self.ledgers, lid, info)
 
     async def sync(self) -> None:
         assert self.journal is not None

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 from attrs import frozen
 
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.metadata.striping import write_set_bookies
 
 
 def suspicion_reasons(

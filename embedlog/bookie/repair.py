@@ -27,19 +27,51 @@ from embedlog.errors import (
     status_name,
 )
 from embedlog.metadata.ledger_metadata import LedgerMetadata
-from embedlog.unbounded.takeover import take_over
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, DigestType
-from embedlog.wire.messages import OpCode
+from embedlog.wire.messages import Response
 
 if TYPE_CHECKING:
     from embedlog.bookie.config import BookieConfig
-    from embedlog.client import Client
 
 log = logging.getLogger(__name__)
 
+
+class TakenOver(Protocol):
+    """What a takeover of an open unbounded ledger settled."""
+
+    @property
+    def md(self) -> LedgerMetadata:
+        """OPEN, at the new term."""
+        ...
+
+    @property
+    def term(self) -> int: ...
+
+    @property
+    def last_entry_id(self) -> int:
+        """The recovered end (the no-op's id)."""
+        ...
+
+
+class RepairClient(Protocol):
+    """What BP-46 repair asks of a client of the cluster: recover a ledger, take an open
+    stream over, read an entry from a peer (embedlog/repair_client.py makes one of a
+    Client; the bookie knows no client)."""
+
+    async def recover(self, ledger_id: int, password: bytes) -> None:
+        """Open the ledger with recovery, which closes it at its recovered end."""
+        ...
+
+    async def take_over(self, ledger_id: int, password: bytes) -> TakenOver: ...
+
+    async def read(self, bookie: str, ledger_id: int, entry_id: int) -> Response:
+        """A plain READ of one entry from ``bookie``."""
+        ...
+
+
 # What gives the repair its client: it recovers ledgers and reads from peers with it.
-ClientFactory = Callable[[], "Client"]
+ClientFactory = Callable[[], RepairClient]
 
 COPY_CONCURRENCY = 64  # entry reads in flight to peers
 LEDGER_BATCH = 64  # ledgers repaired between two flushes
@@ -114,7 +146,7 @@ class Repairer:
         self.bookie = bookie
         self.clock = clock  # progress times and takeover backoffs (embedlog/clock.py)
         self._client_factory = client_factory
-        self._client: Client | None = None
+        self._client: RepairClient | None = None
         self.retry_interval = retry_interval
         self.progress = RepairProgress()
         # Open unbounded ledgers this repair took over: the end that takeover settled.
@@ -265,7 +297,7 @@ class Repairer:
 
     async def _recover(self, md: LedgerMetadata) -> LedgerMetadata:
         assert self._client is not None
-        await self._client.open_ledger_aio(md.ledger_id, password=md.password or b"", recover=True)
+        await self._client.recover(md.ledger_id, md.password or b"")
         self.progress.recovered += 1
         return await self.bookie.read_metadata(md.ledger_id)
 
@@ -279,7 +311,7 @@ class Repairer:
         if self.clock.monotonic() < due:
             raise LedgerRecoveryError(f"ledger {lid}: the last takeover failed; retrying later")
         try:
-            start = await take_over(self._client.ctx, lid, md.password or b"")
+            start = await self._client.take_over(lid, md.password or b"")
         except BKError:
             # Each attempt raises the term and displaces the writer: back off.
             self._takeover_backoff[lid] = (self.clock.monotonic() + pause, min(pause * 2, 30.0))
@@ -332,7 +364,7 @@ class Repairer:
         answers = []
         for peer in peers:
             try:
-                resp = await self._client.ctx.bookies.call(peer, OpCode.READ, lid, eid)
+                resp = await self._client.read(peer, lid, eid)
             except BKError as exc:
                 answers.append(f"{peer}: {type(exc).__name__}")
                 continue

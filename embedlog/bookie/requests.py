@@ -9,7 +9,8 @@ ledger the bookie dropped (deleted, or garbage collected): EDELETED (tombstones.
 How a request is refused or fails, and the negatives a bookie must not give, are in
 refusals.py. A limbo ledger (BP-46) answers EUNKNOWN to the auditor's LIST_ENTRIES: a
 list is a negative for every id it leaves out. A part of the Bookie
-(embedlog/bookie/base.py).
+(embedlog/bookie/base.py): it gets the add path, the refusals, the ledger table, the
+metrics, the config and the clock, and reads the rest through ``Served``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import asyncio
 from collections.abc import Collection
 
 from embedlog.bookie.adds import Adds
-from embedlog.bookie.base import BookieState
+from embedlog.bookie.base import BookieState, Served, journal_state
+from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.ledgers import LedgerTable
+from embedlog.bookie.refusals import Refusals
 from embedlog.bookie.truncation import digest_len_of_trim
 from embedlog.bookie.verdicts import (
     Verdict,
@@ -29,8 +33,11 @@ from embedlog.bookie.verdicts import (
     read_verdict,
     trim_above_verdict,
 )
+from embedlog.clock import Clock
+from embedlog.metrics import BookieMetrics
 from embedlog.runtime import settle
 from embedlog.transport.server import BookieGoneError, Reply, handle_as_task
+from embedlog.wire.availability import AvailabilityOfEntries
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.limits import read_batch_bounds
 from embedlog.wire.messages import (
@@ -48,16 +55,35 @@ from embedlog.wire.messages import (
 LAST_ID = 2**63 - 1  # the highest entry id a frame (and the index) can hold
 
 
-class Requests(Adds):
+class Requests:
+    def __init__(
+        self,
+        bookie: Served,
+        adds: Adds,
+        refusals: Refusals,
+        ledgers: LedgerTable,
+        metrics: BookieMetrics,
+        config: BookieConfig,
+        clock: Clock,
+    ) -> None:
+        self.bookie = bookie
+        self.adds = adds
+        self.refusals = refusals
+        self.ledgers = ledgers
+        self.metrics = metrics
+        self.config = config
+        self.clock = clock
+
     async def handle(self, req: Request) -> Response:
-        if self._state is not BookieState.SERVING:
-            raise BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}")
+        state = self.bookie.state
+        if state is not BookieState.SERVING:
+            raise BookieGoneError(f"bookie {self.bookie.bookie_id} is {state.value}")
         try:
             if req.op == OpCode.ADD:
-                return await self._add(req)
+                return await self.adds.add(req)
             if req.op == OpCode.ADD_BATCH:
                 answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-                self._add_batch(req, settle(answer))
+                self.adds.add_batch(req, settle(answer))
                 return await answer
             if req.op == OpCode.READ:
                 self.metrics.read_requests += 1
@@ -75,7 +101,7 @@ class Requests(Adds):
                 return await self._cut(req)
             return Response.to(req, StatusCode.EBADREQ)
         except Exception as exc:
-            return self._failed(req, exc)
+            return self.refusals.failed(req, exc)
 
     def handle_nowait(self, req: Request, reply: Reply) -> asyncio.Task[Response] | None:
         """``handle`` for transports that take a callback: ``reply`` gets the answer or the
@@ -86,22 +112,22 @@ class Requests(Adds):
         returned so the transport can cancel it on shutdown.
         """
         if req.op == OpCode.ADD_BATCH:
-            self._add_batch(req, reply)
+            self.adds.add_batch(req, reply)
             return None
         if req.op != OpCode.ADD or req.flags & AddFlags.TRUNCATE:
             return handle_as_task(self.handle(req), reply)
-        self._add_nowait(req, reply)
+        self.adds.add_nowait(req, reply)
         return None
 
     async def _read(self, req: Request) -> Response:
-        storage = self.storage
+        storage = self.bookie.storage
         assert storage is not None
         lid, eid = req.ledger_id, req.entry_id
         info = storage.info(lid)
-        verdict = read_verdict(req, info, self._tombstone(req, info))
+        verdict = read_verdict(req, info, self.refusals.tombstone(req, info))
         if not verdict.admitted:
             if verdict.dropped:
-                return self._dropped_answer(req, verdict.status)
+                return self.refusals.dropped_answer(req, verdict.status)
             return Response.to(req, verdict.status, entry_id=eid, term=verdict.term)
         if verdict.relies_on_state:  # a fence or a term: state to change, or to rely on
             changed = verdict.creates or verdict.raises_term or verdict.fences
@@ -114,13 +140,11 @@ class Requests(Adds):
             if changed:
                 # Durable before we answer: a fence that a crash forgets lets the old writer
                 # reach its ack quorum after recovery closed the ledger (BP-46 scenario 1).
-                fut = self._journal_state(lid, info, wait=True)
-                assert fut is not None
-                await fut
+                await journal_state(self.bookie, self.ledgers, lid, info)
             else:
                 await self.ledgers.durable(lid)
         if info is None:
-            return self._missing(req, None, StatusCode.ENOLEDGER)
+            return self.refusals.missing(req, None, StatusCode.ENOLEDGER)
         term = req.term if req.term != NO_TERM else info.term
         if eid < 0:
             return Response.to(
@@ -134,7 +158,7 @@ class Requests(Adds):
             )
         data = storage.get(lid, eid)
         if data is None:
-            return self._missing(req, info, StatusCode.ENOENTRY)
+            return self.refusals.missing(req, info, StatusCode.ENOENTRY)
         return Response.to(
             req, StatusCode.EOK, entry_id=eid, lac=info.known_lac, term=term, body=data
         )
@@ -144,7 +168,7 @@ class Requests(Adds):
         (embedlog/wire/limits.py). What it leaves out, the client reads with READ, so an
         absent entry or ledger is never a negative here (EOK, fewer entries or none), and
         it changes nothing: no fence, no term, no key."""
-        storage = self.storage
+        storage = self.bookie.storage
         assert storage is not None
         lid, first = req.ledger_id, req.entry_id
         try:
@@ -156,7 +180,7 @@ class Requests(Adds):
             well_formed = True
         verdict = read_batch_verdict(req, well_formed)
         if not verdict.admitted:
-            return self._refusal(req, verdict.status)
+            return self.refusals.refusal(req, verdict.status)
         info = storage.info(lid)
         if info is None:
             return Response.to(req, StatusCode.EOK, entry_id=first)
@@ -168,15 +192,16 @@ class Requests(Adds):
         )
 
     async def _read_lac(self, req: Request) -> Response:
-        assert self.storage is not None
+        storage = self.bookie.storage
+        assert storage is not None
         lid = req.ledger_id
-        info = self.storage.info(lid)
+        info = storage.info(lid)
         if info is None:
-            return self._missing(req, None, StatusCode.ENOLEDGER)
+            return self.refusals.missing(req, None, StatusCode.ENOLEDGER)
         if req.timeout_ms > 0 and info.known_lac <= req.entry_id:
             wait = min(req.timeout_ms / 1000.0, self.config.long_poll_max)
             deadline = self.clock.monotonic() + wait
-            while info.known_lac <= req.entry_id and self._state is BookieState.SERVING:
+            while info.known_lac <= req.entry_id and self.bookie.state is BookieState.SERVING:
                 ev = self.ledgers.lac_changed(lid)
                 remaining = deadline - self.clock.monotonic()
                 if remaining <= 0:
@@ -185,43 +210,44 @@ class Requests(Adds):
                     await asyncio.wait_for(ev.wait(), remaining)
                 except TimeoutError:
                     break
-                info = self.storage.info(lid) or info
-        if self._state is not BookieState.SERVING:
-            raise BookieGoneError(f"bookie {self.bookie_id} is {self._state.value}")
+                info = storage.info(lid) or info
+        state = self.bookie.state
+        if state is not BookieState.SERVING:
+            raise BookieGoneError(f"bookie {self.bookie.bookie_id} is {state.value}")
         return Response.to(
             req,
             StatusCode.EOK,
             lac=info.known_lac,
-            last_entry_id=self.storage.last_entry(lid),
+            last_entry_id=storage.last_entry(lid),
             term=info.term,
             lafr=info.lafr,
         )
 
     def _write_lac(self, req: Request) -> Response:
-        assert self.storage is not None
-        info = self.storage.info(req.ledger_id)
-        verdict = change_verdict(req, info, self._tombstone(req, info))
+        storage = self.bookie.storage
+        assert storage is not None
+        info = storage.info(req.ledger_id)
+        verdict = change_verdict(req, info, self.refusals.tombstone(req, info))
         if not verdict.admitted:
             return self._change_refused(req, verdict, info)
         assert info is not None
         if req.entry_id > info.explicit_lac:
             # Not journaled: a LAC forgotten in a crash only makes readers wait for the next.
             info.explicit_lac = req.entry_id
-            self.storage.set_info(req.ledger_id, info)
+            storage.set_info(req.ledger_id, info)
             self.ledgers.lac_moved(req.ledger_id)
         return Response.to(req, StatusCode.EOK, lac=info.known_lac)
 
     def _list_entries(self, req: Request) -> Response:
-        from embedlog.auditor.availability import AvailabilityOfEntries
-
-        assert self.storage is not None
-        info = self.storage.info(req.ledger_id)
-        verdict = listing_verdict(info, self.mode)
+        storage = self.bookie.storage
+        assert storage is not None
+        info = storage.info(req.ledger_id)
+        verdict = listing_verdict(info, self.bookie.mode)
         if not verdict.admitted:
             if info is None:
-                return self._missing(req, None, verdict.status)
+                return self.refusals.missing(req, None, verdict.status)
             return Response.to(req, verdict.status)
-        body = AvailabilityOfEntries.encode(self.storage.entry_ids(req.ledger_id))
+        body = AvailabilityOfEntries.encode(storage.entry_ids(req.ledger_id))
         return Response.to(req, StatusCode.EOK, body=body)
 
     async def drop_ledgers(self, lids: Collection[int]) -> None:
@@ -231,22 +257,24 @@ class Requests(Adds):
         Returns once every add admitted before the drop has been answered too (they are
         journaled ahead of the sync below): the bookie answers nothing for a ledger after
         it said the ledger is dropped, since its tombstone admits no add from the start."""
-        assert self.storage is not None and self.journal is not None
-        await self.storage.drop_ledgers(lids, self.journal.lsn)
-        await self.journal.sync()
+        storage, journal = self.bookie.storage, self.bookie.journal
+        assert storage is not None and journal is not None
+        await storage.drop_ledgers(lids, journal.lsn)
+        await journal.sync()
 
     async def _cut(self, req: Request) -> Response:
-        assert self.storage is not None and self.journal is not None
+        storage, journal = self.bookie.storage, self.bookie.journal
+        assert storage is not None and journal is not None
         lid = req.ledger_id
         if req.op == OpCode.TRIM and req.flags & TrimFlags.ABOVE:
             return await self._clean_above(req)
-        info = self.storage.info(lid)
-        verdict = change_verdict(req, info, self._tombstone(req, info))
+        info = storage.info(lid)
+        verdict = change_verdict(req, info, self.refusals.tombstone(req, info))
         if not verdict.admitted:
             if (
                 verdict.dropped
                 and verdict.status == StatusCode.EOK
-                and lid in self.storage.tombstones.pending
+                and lid in storage.tombstones.pending
             ):
                 # Asked again while the first drop runs (or after it failed): answered
                 # once the tombstone is durable, by this drop or the first one.
@@ -255,29 +283,30 @@ class Requests(Adds):
         if req.op == OpCode.DELETE_LEDGER:
             await self.drop_ledgers([lid])
         else:
-            await self.storage.cut(lid, "below", req.entry_id, self.journal.lsn)
+            await storage.cut(lid, "below", req.entry_id, journal.lsn)
         return Response.to(req, StatusCode.EOK)
 
     def _change_refused(self, req: Request, verdict: Verdict, info: LedgerInfo | None) -> Response:
         """The answer to a WRITE_LAC, DELETE_LEDGER or TRIM that ``change_verdict`` refused."""
         if verdict.dropped:
-            return self._dropped_answer(req, verdict.status)
+            return self.refusals.dropped_answer(req, verdict.status)
         if verdict.status == StatusCode.ENOLEDGER:
-            return self._missing(req, info, verdict.status)
+            return self.refusals.missing(req, info, verdict.status)
         return Response.to(req, verdict.status)
 
     async def _clean_above(self, req: Request) -> Response:
         """Unbounded ledgers: drop entries above req.entry_id, once per term (TrimFlags)."""
-        assert self.storage is not None and self.journal is not None
+        storage, journal = self.bookie.storage, self.bookie.journal
+        assert storage is not None and journal is not None
         lid = req.ledger_id
         # A TRIM ABOVE without a term reads no state (trim_above_verdict refuses it first).
-        info = None if req.term == NO_TERM else self.storage.info(lid)
+        info = None if req.term == NO_TERM else storage.info(lid)
         digest_len = digest_len_of_trim(req.body)
-        tombstone = None if req.term == NO_TERM else self._tombstone(req, info)
+        tombstone = None if req.term == NO_TERM else self.refusals.tombstone(req, info)
         verdict = trim_above_verdict(req, info, tombstone, digest_len is not None)
         if not verdict.admitted:
             if verdict.dropped:
-                return self._dropped_answer(req, verdict.status)
+                return self.refusals.dropped_answer(req, verdict.status)
             return Response.to(req, verdict.status, term=verdict.term)
         assert digest_len is not None
         changed = verdict.raises_term
@@ -285,14 +314,13 @@ class Requests(Adds):
             info = LedgerInfo(master_key=req.master_key.hex())
         if verdict.raises_term:
             info.term = req.term
-        truncated = await self._truncate(lid, info, req.entry_id, req.term, digest_len)
+        truncated = await self.adds.truncate(lid, info, req.entry_id, req.term, digest_len)
         if truncated is None:  # dropped while the truncation waited
-            return self._tombstone_answer(req) or self._refusal(req, StatusCode.EDELETED)
+            refusals = self.refusals
+            return refusals.tombstone_answer(req) or refusals.refusal(req, StatusCode.EDELETED)
         if not truncated:
             if changed:
-                fut = self._journal_state(lid, info, wait=True)
-                assert fut is not None
-                await fut
+                await journal_state(self.bookie, self.ledgers, lid, info)
             else:
                 await self.ledgers.durable(lid)
         return Response.to(req, StatusCode.EOK, term=req.term)

@@ -33,9 +33,9 @@ from attrs import frozen
 from embedlog.errors import DigestMismatchError
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.reader import read_entry, read_window
 from embedlog.metadata.ledger_metadata import Fragment, LedgerMetadata
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import Digester, EntryHeader
 from embedlog.wire.limits import MAX_READ_BATCH_BYTES

@@ -38,9 +38,9 @@ from embedlog.ledger.giving_up import gives_up
 from embedlog.ledger.pending import PendingAdd
 from embedlog.ledger.phase import TRANSITIONS, Phase, PhaseError, Replacement, Retry
 from embedlog.ledger.policy import AddPolicy, Hold
-from embedlog.ledger.quorum import write_set
 from embedlog.ledger.resending import missing, take_back
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.striping import write_set
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import NO_TERM
 
@@ -84,7 +84,7 @@ class AddPipeline:
         # (``held_back``). Empty for bounded ledgers.
         self.unprepared: dict[str, int] = {}
         self.tls_refused: dict[str, TlsHandshakeError] = {}  # last failure was TLS
-        # The write set of entry e is write_sets[e % E] (round robin: quorum.write_set),
+        # The write set of entry e is write_sets[e % E] (round robin: striping.write_set),
         # and slot i stores the entries e with e % E in slot_residues[i].
         size = md.ensemble_size
         self.write_sets = [write_set(start, size, md.write_quorum) for start in range(size)]
@@ -185,7 +185,7 @@ class AddPipeline:
                 self.send(p, idx, ensemble[idx])
 
     def write_set(self, entry_id: int) -> list[int]:
-        """Ensemble slots that store ``entry_id`` (``quorum.write_set``, precomputed)."""
+        """Ensemble slots that store ``entry_id`` (``striping.write_set``, precomputed)."""
         return self.write_sets[entry_id % self.md.ensemble_size]
 
     def send(self, p: PendingAdd, idx: int, bookie: str) -> None:

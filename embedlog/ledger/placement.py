@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from embedlog.errors import NotEnoughBookiesError
-from embedlog.ledger.quorum import write_set_bookies
+from embedlog.metadata.striping import write_set_bookies
 
 BookieInfo = Mapping[str, object]
 

@@ -21,8 +21,8 @@ from embedlog.errors import (
 )
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.wire.codes import Outcome, StatusCode, classify
 from embedlog.wire.entry import Digester, EntryHeader
 from embedlog.wire.messages import OpCode

@@ -46,9 +46,9 @@ from embedlog.ledger.quorum import (
     quorum_coverage,
     recovery_read_decision,
 )
-from embedlog.ledger.quorum import write_set_bookies as ws_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.metadata.striping import write_set_bookies as ws_bookies
 from embedlog.wire.codes import Outcome, StatusCode, classify
 from embedlog.wire.entry import Digester, master_key, split_term
 from embedlog.wire.messages import NO_TERM, OpCode, ReadFlags

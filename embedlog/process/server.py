@@ -252,6 +252,7 @@ class BookieService:
         from embedlog.client import Client
         from embedlog.cluster_bookies import repair_client_name
         from embedlog.connect import _metadata_resolver
+        from embedlog.repair_client import repair_clients
         from embedlog.runtime import Runtime
         from embedlog.transport.limits import ConnectionLimits
         from embedlog.transport.tcp import TcpTransport
@@ -271,7 +272,7 @@ class BookieService:
                 request_timeout=REPAIR_REQUEST_TIMEOUT,
             )
 
-        bookie = Bookie(config, meta, self._session, client_factory=repair_client)
+        bookie = Bookie(config, meta, self._session, client_factory=repair_clients(repair_client))
         try:
             runtime.run(bookie.start())
         except BKError as exc:

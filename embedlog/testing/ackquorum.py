@@ -24,8 +24,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from attrs import frozen
 
 from embedlog.errors import BookieIOError, NoSuchLedgerInMetadataError
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.unbounded import layout
 from embedlog.wire.entry import FLAG_NOOP, HEADER
 from embedlog.wire.record import split_record

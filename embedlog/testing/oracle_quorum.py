@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import (
     AddFlags,

@@ -36,6 +36,7 @@ from embedlog.ledger.placement import RandomPlacement
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.memory import MemoryMetadataStore
 from embedlog.metadata.store import MetadataStore
+from embedlog.repair_client import repair_clients
 from embedlog.runtime import Runtime
 from embedlog.testing.ackquorum import describe, entry_payload, missing_copies, storage_reader
 from embedlog.testing.decisions import Decisions, format_suppress
@@ -378,7 +379,7 @@ class Simulation:
             cfg,
             self.meta,
             session,
-            client_factory=lambda: self.client(f"{bid}-repair"),
+            client_factory=repair_clients(lambda: self.client(f"{bid}-repair")),
             disk_executor=disk,
             disk=mdisk,
             clock=self.clock,

@@ -36,8 +36,8 @@ import asyncio
 from typing import TYPE_CHECKING, Protocol
 
 from embedlog.errors import BKError
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerState
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.simraces import BLIND_FOR
 from embedlog.testing.workload import PASSWORD

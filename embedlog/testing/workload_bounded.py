@@ -15,9 +15,9 @@ from typing import Any
 
 from embedlog.client import Client
 from embedlog.errors import BKError, NoSuchLedgerInMetadataError
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerState
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.testing.oracle import Oracle
 from embedlog.testing.oracle_fence import FenceRule
 from embedlog.testing.oracle_quorum import AckQuorumRule

@@ -10,8 +10,8 @@ from typing import Any
 
 from embedlog.client import Client
 from embedlog.errors import BKError, NoSuchEntryError
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.testing.oracle_unbounded import StreamOracle
 from embedlog.testing.simcontext import SimContext
 from embedlog.testing.workload import PASSWORD

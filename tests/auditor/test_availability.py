@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from embedlog.auditor.availability import (
+from embedlog.wire.availability import (
     GROUP_SIZE,
     HEADER_SIZE,
     AvailabilityOfEntries,

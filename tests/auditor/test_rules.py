@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from embedlog.auditor.availability import AvailabilityOfEntries
 from embedlog.auditor.checker import Violation, placement_problems
 from embedlog.auditor.rules import (
     analysis_stands,
@@ -22,8 +21,9 @@ from embedlog.auditor.rules import (
     underreplicated_too_long,
 )
 from embedlog.ledger.placement import RackAwarePlacement, RandomPlacement
-from embedlog.ledger.quorum import write_set
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.metadata.striping import write_set
+from embedlog.wire.availability import AvailabilityOfEntries
 
 
 def closed(fragments, last, e=3, wq=2, aq=2) -> LedgerMetadata:

@@ -6,7 +6,7 @@ import asyncio
 
 from harness import KEY
 
-from embedlog.auditor.availability import AvailabilityOfEntries
+from embedlog.wire.availability import AvailabilityOfEntries
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import master_key
 from embedlog.wire.messages import AddFlags, OpCode, ReadFlags, Request

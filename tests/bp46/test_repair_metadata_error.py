@@ -19,6 +19,7 @@ from embedlog.client import Client
 from embedlog.errors import MetadataError
 from embedlog.metadata.client import LEDGERS, MetadataClient
 from embedlog.metadata.memory import MemoryMetadataStore
+from embedlog.repair_client import repair_clients
 from embedlog.testing.sim import SimRuntime
 from embedlog.transport.inprocess import InProcessTransport
 
@@ -54,7 +55,7 @@ def test_repair_lists_its_ledgers_again_after_a_metadata_error(tmp_path):
     )
 
     def boot() -> Bookie:
-        bookie = Bookie(cfg, meta, store.session(), client_factory=repair_client)
+        bookie = Bookie(cfg, meta, store.session(), client_factory=repair_clients(repair_client))
         bookies["b1"] = bookie
         loop.run_until_complete(bookie.start())
         return bookie

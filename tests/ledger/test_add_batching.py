@@ -12,7 +12,7 @@ import pytest
 
 from embedlog.errors import LedgerFencedError, NoSuchEntryError
 from embedlog.ledger.pending import PendingAdd
-from embedlog.ledger.quorum import write_set_bookies
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.wire.messages import OpCode
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from embedlog.errors import BKError
-from embedlog.ledger.quorum import write_set_bookies
+from embedlog.metadata.striping import write_set_bookies
 
 
 def copies(cluster, md, entry_id: int, payload: bytes) -> int:

@@ -20,7 +20,7 @@ from embedlog import (
     LedgerState,
     NoSuchEntryError,
 )
-from embedlog.ledger.quorum import write_set_bookies
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.wire.entry import HEADER
 
 

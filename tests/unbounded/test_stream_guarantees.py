@@ -414,7 +414,7 @@ def test_a_bounded_ledger_is_fenced_before_it_is_deleted(make_cluster):
     the delete cannot fence that write set, so it deletes nothing and says so; once it
     can, the old handle's next add fails."""
     from embedlog.errors import LedgerFencedError, LedgerRecoveryError
-    from embedlog.ledger.quorum import write_set_bookies
+    from embedlog.metadata.striping import write_set_bookies
 
     cluster = make_cluster(3)
     w = cluster.client("w")

@@ -380,7 +380,7 @@ def test_a_bookie_readied_late_at_the_end_of_a_takeover_keeps_what_it_holds_belo
     every entry it held of the older term, the ones this term had just written back to it
     too, acknowledged ones among them (found by the simulator: seeds 332 and 951 of
     ``unbounded-nojournal-races``)."""
-    from embedlog.ledger.quorum import write_set_bookies
+    from embedlog.metadata.striping import write_set_bookies
 
     writer = cluster.client("w")
     ul = writer.create_unbounded(3, 2, 2)
@@ -412,7 +412,7 @@ def test_a_takeover_never_readies_a_bookie_the_stored_metadata_lists_in_its_last
     simulator: seed 3105 of ``unbounded-nojournal``)."""
     import asyncio
 
-    from embedlog.ledger.quorum import write_set_bookies
+    from embedlog.metadata.striping import write_set_bookies
     from embedlog.unbounded import writer as term_writer
     from embedlog.unbounded.writer import TermWriter
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from embedlog.errors import BKError
-from embedlog.ledger.quorum import write_set_bookies
+from embedlog.metadata.striping import write_set_bookies
 
 
 def wait_until(predicate, pause: float = 0.01):

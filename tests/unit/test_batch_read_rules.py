@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from embedlog.ledger.batch_reads import Run, plan_runs, verified_run
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.wire.entry import Digester, DigestType
 from embedlog.wire.limits import (
     MAX_READ_BATCH_BYTES,

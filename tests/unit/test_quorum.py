@@ -7,9 +7,8 @@ from embedlog.ledger.quorum import (
     fencing_decision,
     quorum_coverage,
     recovery_read_decision,
-    write_set,
-    write_set_bookies,
 )
+from embedlog.metadata.striping import write_set, write_set_bookies
 
 
 def test_write_sets_e4_wq3_match_the_protocol_table():

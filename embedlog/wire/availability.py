@@ -1,4 +1,5 @@
-"""BP-34 "availability of entries of a ledger": the condensed list of entries a bookie holds.
+"""BP-34 "availability of entries of a ledger": the condensed list of entries a bookie holds
+(the body of its LIST_ENTRIES answer; the auditor reads it).
 
 A bookie answers the auditor's LIST_ENTRIES request with this encoding rather
 than a plain list or a bit vector: with round-robin striping a bookie holds
