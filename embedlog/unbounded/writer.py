@@ -359,7 +359,22 @@ class TermWriter(LedgerWriter):
             if idle and self._segment.due() and self.next_entry_id > self.md.last_fragment[0]:
                 self._start_rollover(self.next_entry_id)
             elif idle and self.retention is not None:
-                await self.apply_retention()
+                await self._retain()
+
+    async def _retain(self) -> None:
+        """``apply_retention`` as the writer runs it in the background: a round that fails
+        (the metadata store unreachable, a lost compare-and-swap) is skipped with a
+        warning and the next rollover or age tick tries again; retention is never worth
+        failing the writer or ending its age ticks for."""
+        try:
+            await self.apply_retention()
+        except (BKError, *UNKNOWN_OUTCOMES) as exc:
+            log.warning(
+                "ledger %s: retention not applied this round (%s); the next rollover or "
+                "age tick tries again",
+                self.md.ledger_id,
+                exc,
+            )
 
     async def apply_retention(self) -> None:
         """Trim the whole fragments beyond the stream's retention limits (retention.py)."""
@@ -494,7 +509,7 @@ class TermWriter(LedgerWriter):
             self.rollovers += 1
             self._segment.seal(at)
             if self.retention is not None:
-                self._spawn(self.apply_retention())
+                self._spawn(self._retain())
             log.debug("ledger %s: new fragment at %s on %s", md.ledger_id, at, ensemble)
             ready = await self.prepare_bookies(set(ensemble), at)
             # Not ready: replaced by an ensemble change before the fragment's first entry.
