@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import asyncio
 
-from embedlog.errors import LedgerDeletedError, NoSuchEntryError, NoSuchLedgerInMetadataError
-from embedlog.ledger.batch_reads import read_range
+from embedlog.errors import (
+    BKError,
+    LedgerDeletedError,
+    NoSuchEntryError,
+    NoSuchLedgerInMetadataError,
+)
+from embedlog.ledger.batch_reads import Row, read_range
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
@@ -38,7 +43,11 @@ async def read_visible(
 ) -> list[Entry]:
     """Entries first..last that are not no-ops, in id order."""
     check_stored(md, first)
-    rows = await read_range(ctx, md, digester, first, last)
+    return visible(md, await read_range(ctx, md, digester, first, last))
+
+
+def visible(md: LedgerMetadata, rows: list[Row]) -> list[Entry]:
+    """What a reader gets of the stored ``rows``: no no-ops, terms stripped."""
     return [
         stream_entry(md.ledger_id, eid, header.flags, payload)
         for eid, header, payload in rows
@@ -76,17 +85,64 @@ async def wait_for_lac(
     placed by metadata newer than their LAC, and after a quiet poll so that a new fragment
     (rollover, ensemble change, takeover) is followed.
     """
+    lac, fresh, _rows = await wait_and_read(ctx, md, None, previous, wait, 0)
+    return lac, fresh
+
+
+async def wait_and_read(
+    ctx: ClientContext,
+    md: LedgerMetadata,
+    digester: Digester | None,
+    previous: int,
+    wait: float,
+    batch: int,
+) -> tuple[int, LedgerMetadata, list[Row] | None]:
+    """``wait_for_lac``, and once the LAC passed ``previous``, the stored entries from
+    ``previous + 1`` (at most ``batch``), read while the metadata is re-read: (LAC, fresh
+    metadata, the entries or None).
+
+    The entries are read by ``md``, the metadata known before the LAC was seen, and kept
+    only if the re-read finds that same version: they were then placed by metadata read
+    after their LAC, as every read of a follower must be. Otherwise (the stream moved to
+    a new fragment, or the read failed) None: the caller reads them by the fresh
+    metadata. A follower thus learns of new entries and has them in one wait, the
+    metadata's round trip and the entries' one side by side instead of one after the
+    other.
+    """
     started = ctx.clock.monotonic()
     try:
         lac = await read_lac(ctx, md, timeout_ms=max(1, int(wait * 1000)), previous=previous)
     except UNKNOWN_OUTCOMES:
         lac = previous
-    fresh = await current_metadata(ctx, md.ledger_id)
-    if lac <= previous:
-        spent = ctx.clock.monotonic() - started
-        if spent < wait / 2:  # every bookie failed at once: do not spin
-            await asyncio.sleep(min(wait / 2, 0.1))
-    return max(lac, previous), fresh
+    if lac <= previous or digester is None or batch <= 0:
+        fresh = await current_metadata(ctx, md.ledger_id)
+        if lac <= previous:
+            spent = ctx.clock.monotonic() - started
+            if spent < wait / 2:  # every bookie failed at once: do not spin
+                await asyncio.sleep(min(wait / 2, 0.1))
+        return max(lac, previous), fresh, None
+    reading = asyncio.ensure_future(
+        _read_or_none(ctx, md, digester, previous + 1, min(lac, previous + batch))
+    )
+    try:
+        fresh = await current_metadata(ctx, md.ledger_id)
+    except BaseException:
+        reading.cancel()
+        raise
+    if fresh.version != md.version:
+        reading.cancel()
+        return lac, fresh, None
+    return lac, fresh, await reading
+
+
+async def _read_or_none(
+    ctx: ClientContext, md: LedgerMetadata, digester: Digester, first: int, last: int
+) -> list[Row] | None:
+    try:
+        check_stored(md, first)
+        return await read_range(ctx, md, digester, first, last)
+    except BKError:  # trimmed, deleted, unreachable: the caller's own read says which
+        return None
 
 
 async def read_terms(

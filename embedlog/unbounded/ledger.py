@@ -20,6 +20,7 @@ from embedlog.errors import (
     NoSuchLedgerError,
     ReadPastLastConfirmedError,
 )
+from embedlog.ledger.batch_reads import Row
 from embedlog.ledger.batches import batched
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
@@ -469,8 +470,10 @@ class UnboundedLedger:
                 self._closing.set()
         return asyncio.ensure_future(self._closing.wait())
 
-    async def wait_past(self, previous: int, wait: float) -> None:
-        """Wait up to ``wait`` seconds for the LAC to pass ``previous``."""
+    async def wait_past(self, previous: int, wait: float, batch: int = 0) -> list[Row] | None:
+        """Wait up to ``wait`` seconds for the LAC to pass ``previous``; with ``batch``, a
+        follower also gets the stored entries after ``previous`` if it could read them
+        meanwhile (``follow.wait_and_read``; None: read them)."""
         writer = self._writer
         if writer is not None:
             # The writer knows its own LAC: wait for it to move (no request needed).
@@ -478,15 +481,19 @@ class UnboundedLedger:
             while writer.lac <= previous and writer.error is None:
                 left = deadline - self._ctx.clock.monotonic()
                 if left <= 0:
-                    return
+                    return None
                 writer._progress.clear()
                 try:
                     await asyncio.wait_for(writer._progress.wait(), left)
                 except TimeoutError:
-                    return
-            return
-        lac, md = await follow.wait_for_lac(self._ctx, self._md, previous, wait)
+                    return None
+            return None
+        digester = self._digester if batch > 0 else None
+        lac, md, rows = await follow.wait_and_read(
+            self._ctx, self._md, digester, previous, wait, batch
+        )
         self._md, self._lac = md, max(self._lac, lac)
+        return rows
 
     # -- trimming ----------------------------------------------------------------------------
 

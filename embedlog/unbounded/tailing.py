@@ -30,6 +30,7 @@ from embedlog.errors import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
+from embedlog.ledger.batch_reads import Row
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.entries import Entry
 from embedlog.metadata.ledger_metadata import LedgerMetadata
@@ -67,7 +68,7 @@ class Followed(Protocol):
 
     async def reread_metadata(self) -> LedgerMetadata: ...
 
-    async def wait_past(self, previous: int, wait: float) -> None: ...
+    async def wait_past(self, previous: int, wait: float, batch: int = 0) -> list[Row] | None: ...
 
     async def cursor_start(self, cursor: str) -> int: ...
 
@@ -154,6 +155,9 @@ class TailCursor:
     async def _next_batch(self, deadline: float | None) -> list[Entry] | None:
         ul = self.ledger
         await self.resolve_start()
+        # Entries the last wait brought along (first id, rows): read by the metadata the
+        # view now holds, so they stand for a read of their own (follow.wait_and_read).
+        brought: tuple[int, list[Row]] | None = None
         while True:
             ul.check_open()
             md, lac = await ul.view()
@@ -162,8 +166,15 @@ class TailCursor:
             if self.position <= lac:
                 first = self.position
                 last = min(lac, first + TAIL_BATCH - 1)
+                here, brought = brought, None
                 try:
-                    entries = await follow.read_visible(ul.ctx, md, ul.digester, first, last)
+                    if here is not None and here[0] == first and here[1]:
+                        rows = here[1]
+                        follow.check_stored(md, first)
+                        last = rows[-1][0]
+                        entries = follow.visible(md, rows)
+                    else:
+                        entries = await follow.read_visible(ul.ctx, md, ul.digester, first, last)
                 except (NoSuchEntryError, NoSuchLedgerError):
                     # Trimmed, or deleted (LedgerDeletedError from the re-read), or lost.
                     fresh = await ul.reread_metadata()
@@ -188,7 +199,8 @@ class TailCursor:
                     return []
                 wait = min(wait, left)
             try:
-                await ul.wait_past(self.position - 1, wait)
+                rows_read = await ul.wait_past(self.position - 1, wait, TAIL_BATCH)
+                brought = None if rows_read is None else (self.position, rows_read)
             except MetadataUnavailableError as exc:
                 # As a Kafka consumer does: wait through a metadata outage, saying so once.
                 if not self._metadata_down:

@@ -1,0 +1,89 @@
+"""A follower's wait brings the new entries along (follow.wait_and_read): they are read by
+the metadata it had while that metadata is re-read, and kept only when the re-read finds
+the same version, so they are still placed by metadata read after their LAC."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import attrs
+
+from embedlog.unbounded import follow
+
+IDLE = 30.0
+
+
+def _wait_and_read(follower: Any, md: Any, previous: int) -> tuple[int, Any, Any]:
+    return follower.runtime.run(
+        follow.wait_and_read(follower.ctx, md, follower.digester, previous, 5.0, 256)
+    )
+
+
+def test_the_wait_brings_the_entries_read_while_the_metadata_is_re_read(cluster, monkeypatch):
+    writer = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(3):
+        writer.append(b"entry %d" % i)
+    follower = cluster.client("f").open_unbounded(writer.ledger_id, takeover=False)
+    md = follower.metadata
+    events: list[str] = []
+    real_read, real_meta = follow.read_range, follow.current_metadata
+
+    async def read_range(*args: Any) -> Any:
+        events.append("read")
+        return await real_read(*args)
+
+    async def current_metadata(*args: Any) -> Any:
+        events.append("metadata asked")
+        for _ in range(5):  # a store's round trip, in loop turns
+            await asyncio.sleep(0)
+        events.append("metadata answered")
+        return await real_meta(*args)
+
+    monkeypatch.setattr(follow, "read_range", read_range)
+    monkeypatch.setattr(follow, "current_metadata", current_metadata)
+    lac, fresh, rows = _wait_and_read(follower, md, -1)
+    assert lac >= 1  # entry 2's LAC may still be on its way (the prompt LAC)
+    assert fresh.version == md.version
+    assert rows is not None
+    assert [eid for eid, _hdr, _payload in rows] == list(range(lac + 1))
+    assert [e.data for e in follow.visible(fresh, rows)] == [
+        b"entry %d" % i for i in range(lac + 1)
+    ]
+    # Side by side: the entries were asked for before the metadata's answer came.
+    assert events.index("read") < events.index("metadata answered")
+
+
+def test_entries_read_by_metadata_that_changed_meanwhile_are_dropped(cluster):
+    writer = cluster.client("w").create_unbounded(3, 3, 2)
+    writer.append(b"entry 0")
+    follower = cluster.client("f").open_unbounded(writer.ledger_id, takeover=False)
+    older = attrs.evolve(follower.metadata, version=follower.metadata.version - 1)
+    lac, fresh, rows = _wait_and_read(follower, older, -1)
+    assert lac == 0 and fresh.version == follower.metadata.version
+    assert rows is None  # the caller reads them again, placed by the fresh metadata
+
+
+def test_a_tail_yields_the_entries_its_wait_brought_without_reading_them_again(
+    cluster, monkeypatch
+):
+    writer = cluster.client("w").create_unbounded(3, 3, 2)
+    follower = cluster.client("f").open_unbounded(writer.ledger_id, takeover=False)
+    tail = follower.tail(0, timeout=IDLE)
+    reads: list[tuple[int, int]] = []
+    real = follow.read_visible
+
+    async def read_visible(ctx: Any, md: Any, digester: Any, first: int, last: int) -> Any:
+        reads.append((first, last))
+        return await real(ctx, md, digester, first, last)
+
+    monkeypatch.setattr(follow, "read_visible", read_visible)
+    got = []
+    for i in range(5):
+        writer.append(b"entry %d" % i)
+        got.append(next(tail))
+    assert [(e.entry_id, e.data) for e in got] == [(i, b"entry %d" % i) for i in range(5)]
+    # The tail waits before each entry (the writer appends only after the tail yielded
+    # the one before), and every wait brought its entry: none was read on its own.
+    assert reads == []
+    tail.close()
