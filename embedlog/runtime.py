@@ -2,8 +2,10 @@
 
 Bookies, transports and clients of a LocalCluster all run on its loop; the
 blocking API (the public contract) submits coroutines to it and waits. Disk
-waits (fsync) go to small thread pools so the loop never blocks on a disk, and
-the journal batches a whole group of adds into one write and one fsync. See
+waits (fsync) go to a thread per bookie's journal and per flusher
+(embedlog/bookie/diskthread.py) so the loop never blocks on a disk, and the
+journal batches a whole group of adds into one write and one fsync. What each
+hand-off between these threads costs and buys: docs/performance.md. See
 docs/design/overview.md for why this and not threads per request.
 """
 

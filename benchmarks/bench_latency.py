@@ -1,0 +1,324 @@
+"""Issue #29's figures in one run: what one blocking add and one follower wait cost.
+
+Three in-process bookies, journal on, E3 WQ3 AQ2, 1 KiB entries. Each round, in a fresh
+process and a fresh cluster:
+
+* one blocking ``add`` at a time, each paired with a write+fsync of 1 KiB on the same
+  disk just before it (the least an acknowledged add can cost): p50 and p99 of both;
+* the same blocking adds unpaired, for the CPU of the whole process per add
+  (``time.process_time``) and of each thread (``/proc/self/task``): the caller, the
+  runtime's loop, the three journals;
+* append -> follower: a writer appends every 5 ms, a follower's ``tail()`` yields each
+  entry; from the append call to the follower having it;
+* a freshly started tail: from ``tail()`` on a new handle to its first entry (already
+  confirmed), beside one LAC read's round trip and one entry read's;
+* pipelined ``add_async`` (window 1,000): entries/s, CPU per entry of the process, of
+  the loop thread and of the caller.
+
+``--compare REV`` runs every round also on the tree of another commit (``git archive``
+into a temporary directory), alternating round by round, so both see the same drift of
+the machine. Reported: medians over rounds, the range, and the load average.
+
+Run: python benchmarks/bench_latency.py --rounds 5 --compare HEAD~1 [--no-worktree]
+     python -m pytest benchmarks/bench_latency.py -s (one round, this tree)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SIZE = 1024
+BLOCKING = 400
+FOLLOW = 300
+GAP = 0.005
+PIPELINED = 20_000
+WINDOW = 1_000
+
+
+def payload(seq: int) -> bytes:
+    head = b"%012d:" % seq
+    return head + b"x" * (SIZE - len(head))
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile in milliseconds."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000
+
+
+def thread_cpu() -> dict[int, float]:
+    """CPU seconds of each thread of this process, by native id (the scheduler's
+    nanosecond count, not the 10 ms ticks of ``stat``: a few hundred adds are measurable)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def by_role(before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+    """CPU seconds between two ``thread_cpu`` readings, summed by the thread's role."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    roles: dict[str, float] = {}
+    for tid, cpu in after.items():
+        name = names.get(tid, "")
+        role = (
+            "caller"
+            if tid == threading.main_thread().native_id
+            else "loop"
+            if name.endswith("-loop")
+            else "journals"
+            if "journal" in name
+            else "other"
+        )
+        roles[role] = roles.get(role, 0.0) + cpu - before.get(tid, 0.0)
+    return roles
+
+
+def one_round(directory: Path) -> dict[str, float]:
+    from embedlog import LocalCluster
+
+    r: dict[str, float] = {}
+    data = payload(0)
+    with LocalCluster(3, data_dir=directory / "cluster") as cluster:
+        wh = cluster.client("bench").create_ledger(3, 3, 2)
+        for _ in range(200):  # warm-up: caches, the journal threads
+            wh.add(data)
+        fsyncs, adds = [], []
+        probe = os.open(directory / "fsync-probe.bin", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for _ in range(BLOCKING):
+                t0 = time.perf_counter()
+                os.write(probe, data)
+                os.fsync(probe)
+                t1 = time.perf_counter()
+                wh.add(data)
+                adds.append(time.perf_counter() - t1)
+                fsyncs.append(t1 - t0)
+        finally:
+            os.close(probe)
+        r["fsync_p50"], r["fsync_p99"] = pct(fsyncs, 0.5), pct(fsyncs, 0.99)
+        r["add_p50"], r["add_p99"] = pct(adds, 0.5), pct(adds, 0.99)
+        threads0, cpu0 = thread_cpu(), time.process_time()
+        for _ in range(BLOCKING):
+            wh.add(data)
+        r["add_cpu_us"] = (time.process_time() - cpu0) / BLOCKING * 1e6
+        for role, cpu in by_role(threads0, thread_cpu()).items():
+            r[f"add_cpu_us_{role}"] = cpu / BLOCKING * 1e6
+
+        threads0, cpu0 = thread_cpu(), time.process_time()
+        start = time.perf_counter()
+        futures = []
+        for _ in range(PIPELINED):
+            futures.append(wh.add_async(data))
+            if len(futures) >= WINDOW:
+                futures.pop(0).result()
+        for f in futures:
+            f.result()
+        r["pipelined_per_s"] = PIPELINED / (time.perf_counter() - start)
+        r["pipelined_cpu_us"] = (time.process_time() - cpu0) / PIPELINED * 1e6
+        for role, cpu in by_role(threads0, thread_cpu()).items():
+            r[f"pipelined_cpu_us_{role}"] = cpu / PIPELINED * 1e6
+        wh.close()
+
+        follow = _follower(cluster)
+        r["follow_p50"], r["follow_p99"] = pct(follow, 0.5), pct(follow, 0.99)
+        r.update(_fresh_tail(cluster))
+    return r
+
+
+def _follower(cluster: Any) -> list[float]:
+    writer = cluster.client("tw").create_unbounded(3, 3, 2)
+    follower = cluster.client("tf").open_unbounded(writer.ledger_id, takeover=False)
+    tail = follower.tail(0, timeout=30)
+    started: dict[int, float] = {}
+    seen: dict[int, float] = {}
+
+    def follow() -> None:
+        for e in tail:
+            seen[int(e.data[:12])] = time.perf_counter()
+            if len(seen) == FOLLOW:
+                return
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    time.sleep(0.2)  # the follower waits before the first append
+    for i in range(FOLLOW):
+        started[i] = time.perf_counter()
+        writer.append(payload(i))
+        time.sleep(GAP)
+    t.join(30)
+    writer.close()
+    follower.close()
+    return [seen[i] - started[i] for i in started if i in seen]
+
+
+def _fresh_tail(cluster: Any, samples: int = 30) -> dict[str, float]:
+    """A new handle's tail from the last confirmed entry, beside one round trip to the
+    bookies (a READ_LAC to each, answered at once)."""
+    from embedlog.ledger.reader import read_lac
+
+    writer = cluster.client("fw").create_unbounded(3, 3, 2)
+    for i in range(10):
+        writer.append(payload(i))
+    time.sleep(0.05)  # the prompt LAC has reached the bookies: entry 9 is confirmed
+    client = cluster.client("ff")
+    md = client.ledger_metadata(writer.ledger_id)
+    first, trips = [], []
+    for _ in range(samples):
+        ul = client.open_unbounded(writer.ledger_id, takeover=False)
+        t0 = time.perf_counter()
+        tail = ul.tail(9, timeout=30)
+        e = next(tail)
+        first.append(time.perf_counter() - t0)
+        assert e.entry_id == 9
+        tail.close()
+        ul.close()
+        t0 = time.perf_counter()
+        client.runtime.run(read_lac(client.ctx, md))
+        trips.append(time.perf_counter() - t0)
+    writer.close()
+    return {"fresh_tail_p50": pct(first, 0.5), "lac_read_p50": pct(trips, 0.5)}
+
+
+# -- rounds in processes of their own, alternating between trees -----------------------
+
+
+def export(rev: str, into: Path) -> Path:
+    """``rev``'s tree (embedlog only) in ``into``, via git archive."""
+    repo = HERE.parent
+    tar = into / "tree.tar"
+    with tar.open("wb") as f:
+        subprocess.run(["git", "archive", rev, "embedlog"], cwd=repo, stdout=f, check=True)
+    with tarfile.open(tar) as t:
+        t.extractall(into / "tree", filter="data")
+    return into / "tree"
+
+
+def run_round(tree: Path | None, directory: Path) -> dict[str, float]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(tree if tree is not None else HERE.parent)
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--one-round", str(directory)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+LINES: list[tuple[str, str, Callable[[dict[str, float]], float]]] = [
+    ("write+fsync 1 KiB, p50 / p99 ms", "{:.3f} / {:.2f}", lambda r: r["fsync_p50"]),
+    ("blocking add, p50 / p99 ms", "{:.3f} / {:.2f}", lambda r: r["add_p50"]),
+    ("blocking add / fsync, p50", "{:.1f}x", lambda r: r["add_p50"] / r["fsync_p50"]),
+    ("blocking add / fsync, p99", "{:.1f}x", lambda r: r["add_p99"] / r["fsync_p99"]),
+    ("CPU per blocking add, µs (process)", "{:.0f}", lambda r: r["add_cpu_us"]),
+    ("  of it the loop thread", "{:.0f}", lambda r: r.get("add_cpu_us_loop", 0.0)),
+    ("  the three journal threads", "{:.0f}", lambda r: r.get("add_cpu_us_journals", 0.0)),
+    ("  the caller (add)", "{:.0f}", lambda r: r.get("add_cpu_us_caller", 0.0)),
+    ("append -> follower, p50 ms", "{:.2f}", lambda r: r["follow_p50"]),
+    ("append -> follower, p99 ms", "{:.2f}", lambda r: r["follow_p99"]),
+    ("fresh tail's first entry, p50 ms", "{:.2f}", lambda r: r["fresh_tail_p50"]),
+    ("  one LAC read's round trip, p50 ms", "{:.2f}", lambda r: r["lac_read_p50"]),
+    ("pipelined add_async, entries/s", "{:,.0f}", lambda r: r["pipelined_per_s"]),
+    ("CPU per pipelined entry, µs (process)", "{:.1f}", lambda r: r["pipelined_cpu_us"]),
+    ("  of it the loop", "{:.1f}", lambda r: r.get("pipelined_cpu_us_loop", 0.0)),
+    ("  the caller (add_async)", "{:.1f}", lambda r: r.get("pipelined_cpu_us_caller", 0.0)),
+]
+PAIRS = {  # lines that show a second figure after the first
+    "write+fsync 1 KiB, p50 / p99 ms": lambda r: r["fsync_p99"],
+    "blocking add, p50 / p99 ms": lambda r: r["add_p99"],
+}
+
+
+def summary(rounds: list[dict[str, float]]) -> dict[str, str]:
+    out = {}
+    for label, fmt, fig in LINES:
+        values = [fig(r) for r in rounds]
+        med = statistics.median(values)
+        second = PAIRS.get(label)
+        if second is not None:
+            text = fmt.format(med, statistics.median(second(r) for r in rounds))
+        else:
+            text = fmt.format(med)
+        if len(values) > 1 and second is None:
+            text += f" ({fmt.format(min(values))}-{fmt.format(max(values))})"
+        out[label] = text
+    return out
+
+
+def table(columns: dict[str, list[dict[str, float]]]) -> str:
+    sums = {name: summary(rounds) for name, rounds in columns.items()}
+    rows = ["| | " + " | ".join(sums) + " |", "|---|" + "---|" * len(sums)]
+    for label, _fmt, _fig in LINES:
+        rows.append(f"| {label} | " + " | ".join(s[label] for s in sums.values()) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--compare", metavar="REV", nargs="+", default=[], help="also run these commits' trees"
+    )
+    parser.add_argument(
+        "--no-worktree", action="store_true", help="only the --compare commits, not the work tree"
+    )
+    parser.add_argument("--one-round", metavar="DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one_round:
+        print(json.dumps(one_round(Path(args.one_round))))
+        return
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as d:
+        base = Path(d)
+        trees: dict[str, Path | None] = {}
+        for n, rev in enumerate(args.compare):
+            (base / f"rev{n}").mkdir()
+            trees[rev] = export(rev, base / f"rev{n}")
+        if not args.no_worktree:
+            trees["this tree"] = None
+        columns: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+        for i in range(args.rounds):
+            order = list(trees.items())
+            if i % 2:
+                order.reverse()
+            for name, tree in order:
+                work = base / f"round-{i}-{len(columns[name])}-{name.replace(' ', '-')}"
+                work.mkdir()
+                columns[name].append(run_round(tree, work))
+                load.append(os.getloadavg()[0])
+                print(f"round {i + 1}/{args.rounds} {name}: done", file=sys.stderr)
+    print(table(columns))
+    print(f"\n{args.rounds} rounds; load average (1 min) {min(load):.1f}-{max(load):.1f}")
+
+
+def test_latency(benchmark: Any, tmp_path: Path) -> None:
+    sys.path.insert(0, str(HERE))
+    from baseline import measure_once
+
+    result = measure_once(
+        benchmark, one_round, tmp_path, lambda r: "\n" + table({"this tree": [r]})
+    )
+    assert result["add_p50"] > 0 and result["follow_p50"] > 0
+
+
+if __name__ == "__main__":
+    main()
