@@ -18,7 +18,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -27,6 +26,7 @@ from baseline import main, measure_once, raw_fsync_appends
 
 from embedlog.bookie.bookie import Bookie
 from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.diskthread import DiskThread
 from embedlog.bookie.journal import Journal
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.memory import MemoryMetadataStore
@@ -102,7 +102,7 @@ async def journal_appends(directory: Path, entries: int, size: int) -> tuple[flo
     """The journal alone: the records a bookie writes for 1 KiB adds, 1,000 in flight."""
     config = BookieConfig.from_settings("journal", directory / "journal")
     config.journal_dir.mkdir(parents=True, exist_ok=True)
-    executor = ThreadPoolExecutor(1, thread_name_prefix="bench-journal")
+    executor = DiskThread("bench-journal")  # the bookie's own kind
     journal = Journal(config, executor, 0)
     journal.start()
     record = os.urandom(size + 25 + 4 + 17)  # entry header, digest, record type
