@@ -55,6 +55,9 @@ def _disk_thread(name: str) -> Executor:
 
 
 class Bookie:
+    # NEW, BOOTING, SERVING, STOPPED or CRASHED: a plain attribute, which the add path
+    # reads for every request (base.Served).
+    state: BookieState
     storage: LedgerStorage | None  # both set by the boot
     journal: Journal | None
     mode: Mode  # what the admission verdicts ask of the bookie as a whole (verdicts.py)
@@ -91,7 +94,7 @@ class Bookie:
         self.disk = disk
         self.metadata = metadata
         self.session = session
-        self._state = BookieState.NEW
+        self.state = BookieState.NEW
         self.booted = None
         self.found_unclean = None
         self.left_unclean = False  # a failed boot left the unclean-shutdown bit set
@@ -118,16 +121,12 @@ class Bookie:
     # -- what every part reads -----------------------------------------------------------------
 
     @property
-    def state(self) -> BookieState:
-        return self._state
-
-    @property
     def bookie_id(self) -> str:
         return self.config.bookie_id
 
     @property
     def serving(self) -> bool:
-        return self._state is BookieState.SERVING
+        return self.state is BookieState.SERVING
 
     @property
     def readonly(self) -> bool:
@@ -159,9 +158,9 @@ class Bookie:
         await self.requests.drop_ledgers(lids)
 
     async def start(self) -> None:
-        if self._state is not BookieState.NEW:
+        if self.state is not BookieState.NEW:
             raise RuntimeError(f"bookie {self.bookie_id} objects boot once; make a new one")
-        self._state = BookieState.BOOTING
+        self.state = BookieState.BOOTING
         started = self.clock.monotonic()
         try:
             found = await boot(self._boot_env())
@@ -183,7 +182,7 @@ class Bookie:
             self._abandon()
             raise
         self.boot_seconds = self.clock.monotonic() - started
-        self._state = BookieState.SERVING
+        self.state = BookieState.SERVING
         log.info("bookie %s serving (boot %.3fs)", self.bookie_id, self.boot_seconds)
         await self.publish_status()
 
@@ -276,9 +275,9 @@ class Bookie:
         stays set, so the next boot replays the journal as after a crash; this then raises
         BookieIOError saying so, once everything is released.
         """
-        if self._state is not BookieState.SERVING:
+        if self.state is not BookieState.SERVING:
             return
-        self._state = BookieState.STOPPED
+        self.state = BookieState.STOPPED
         # Before anything awaited: no garbage collection round may start on a stopped bookie.
         if self._gc_task is not None:
             self._gc_task.cancel()
@@ -319,9 +318,9 @@ class Bookie:
 
     def crash(self) -> None:
         """Abrupt stop: everything not yet durable is lost."""
-        if self._state not in (BookieState.SERVING, BookieState.BOOTING):
+        if self.state not in (BookieState.SERVING, BookieState.BOOTING):
             return
-        self._state = BookieState.CRASHED
+        self.state = BookieState.CRASHED
         self.flusher.cancel(early=True)
         for task in (self.repair.task, self._gc_task):
             if task is not None:
@@ -335,7 +334,7 @@ class Bookie:
         self._shutdown_executors()
 
     def _abandon(self) -> None:
-        self._state = BookieState.STOPPED
+        self.state = BookieState.STOPPED
         self.flusher.cancel()
         if self._gc_task is not None:
             self._gc_task.cancel()
@@ -451,7 +450,7 @@ class Bookie:
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "bookie_id": self.bookie_id,
-            "state": self._state.value,
+            "state": self.state.value,
             "readonly": self.readonly,
             "unclean_shutdown_detected": self.unclean_shutdown_detected,
             "cookie_problem": self.cookie_problem,
@@ -462,7 +461,7 @@ class Bookie:
             "garbage_collection": {"rounds": self.gc.rounds, "dropped": self.gc.collected},
             "registered_again": self.registration.renewals,
         }
-        if self.storage is not None and self._state is BookieState.SERVING:
+        if self.storage is not None and self.state is BookieState.SERVING:
             ids = self.storage.ledger_ids()
             out.update(
                 ledgers=len(ids),
@@ -472,7 +471,7 @@ class Bookie:
                 entry_log_damage=self.storage.damage,
                 flushes=self.storage.flushes,
             )
-        if self.journal is not None and self._state is BookieState.SERVING:
+        if self.journal is not None and self.state is BookieState.SERVING:
             out.update(
                 journal_bytes=self.journal.size_on_disk(),
                 journal_batches=self.journal.batches,

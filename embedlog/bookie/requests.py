@@ -68,6 +68,9 @@ class Requests:
     ) -> None:
         self.bookie = bookie
         self.adds = adds
+        # Bound once: handle_nowait hands every add and batch to one of these.
+        self._add_nowait = adds.add_nowait
+        self._add_batch = adds.add_batch
         self.refusals = refusals
         self.ledgers = ledgers
         self.metrics = metrics
@@ -112,11 +115,11 @@ class Requests:
         returned so the transport can cancel it on shutdown.
         """
         if req.op == OpCode.ADD_BATCH:
-            self.adds.add_batch(req, reply)
+            self._add_batch(req, reply)
             return None
         if req.op != OpCode.ADD or req.flags & AddFlags.TRUNCATE:
             return handle_as_task(self.handle(req), reply)
-        self.adds.add_nowait(req, reply)
+        self._add_nowait(req, reply)
         return None
 
     async def _read(self, req: Request) -> Response:

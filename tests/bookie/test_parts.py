@@ -9,9 +9,12 @@ import errno
 import pytest
 from attrs import define, field
 
+from embedlog.bookie.adds import Adds
 from embedlog.bookie.base import BookieState
 from embedlog.bookie.index import LedgerInfo
+from embedlog.bookie.ledgers import LedgerTable
 from embedlog.bookie.refusals import Refusals
+from embedlog.bookie.requests import Requests
 from embedlog.bookie.verdicts import Mode
 from embedlog.errors import BookieIOError
 from embedlog.metrics import BookieMetrics
@@ -95,10 +98,10 @@ def test_a_batch_refusal_carries_a_verdict_per_entry() -> None:
 
 
 def test_the_handler_refuses_before_the_bookie_serves() -> None:
-    from embedlog.bookie.requests import Requests
-
     bookie = StandIn(state=BookieState.BOOTING)
     part, _, metrics = refusals(bookie)
-    requests = Requests(bookie, None, part, None, metrics, None, None)  # type: ignore[arg-type]
+    ledgers = LedgerTable()
+    adds = Adds(bookie, ledgers, part, None, metrics, None)  # type: ignore[arg-type]
+    requests = Requests(bookie, adds, part, ledgers, metrics, None, None)  # type: ignore[arg-type]
     with pytest.raises(BookieGoneError, match="bookie b9 is booting"):
         asyncio.run(requests.handle(READ))
