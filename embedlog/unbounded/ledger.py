@@ -31,7 +31,7 @@ from embedlog.ledger.inbox import AddInbox
 from embedlog.metadata import streams
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.runtime import Runtime
-from embedlog.unbounded import follow, layout, seek
+from embedlog.unbounded import follow, layout, positions
 from embedlog.unbounded import trim as trimming
 from embedlog.unbounded.appending import Prepared, StreamAppends, prepare
 from embedlog.unbounded.tailing import AsyncTail, Tail, TailCursor
@@ -236,7 +236,7 @@ class UnboundedLedger:
         first, last = check_range(first, last)
         md, lac = await self._view()
         if last > lac:
-            md, lac = await self._refresh()
+            md, lac = await self.refresh_aio()
         if last > lac:
             raise ReadPastLastConfirmedError(
                 f"ledger {self.ledger_id}: entry {last} is past the last add confirmed {lac}"
@@ -261,14 +261,15 @@ class UnboundedLedger:
 
     def read_last_add_confirmed(self) -> int:
         validate.check_open(self._runtime, self._ctx)
-        return self._runtime.run(self._refresh())[1]
+        return self._runtime.run(self.refresh_aio())[1]
 
     async def _view(self) -> tuple[LedgerMetadata, int]:
         if self._writer is not None:
             return self._writer.md, self._writer.lac
         return self._md, self._lac
 
-    async def _refresh(self) -> tuple[LedgerMetadata, int]:
+    async def refresh_aio(self) -> tuple[LedgerMetadata, int]:
+        """The metadata and LAC, a follower's LAC read from the bookies first."""
         if self._writer is not None:
             return self._writer.md, self._writer.lac
         try:
@@ -321,11 +322,8 @@ class UnboundedLedger:
         return TailCursor(self, first, timeout, cursor, word)
 
     async def start_position(self, word: str) -> int:
-        """Where ``tail(start=word)`` starts: the first entry still kept, or LAC + 1."""
-        if word == "earliest":
-            return await self.first_entry_id_aio()
-        _, lac = await self._refresh()
-        return lac + 1
+        """Where ``tail(start=word)`` starts (positions.py)."""
+        return await positions.start_position(self, word)
 
     def first_entry_id(self) -> int:
         """The first entry id still kept (below it everything was trimmed); LAC + 1 when
@@ -334,9 +332,7 @@ class UnboundedLedger:
         return self._runtime.run(self.first_entry_id_aio())
 
     async def first_entry_id_aio(self) -> int:
-        md = await self.reread_metadata()
-        _, lac = await self._refresh()
-        return min(layout.first_entry(md), lac + 1)
+        return await positions.first_entry_id(self)
 
     def entry_id_at(self, timestamp: float) -> int:
         """The first entry whose timestamp is at or after ``timestamp`` (seconds since the
@@ -348,27 +344,11 @@ class UnboundedLedger:
         return self._runtime.run(self.entry_id_at_aio(t))
 
     async def entry_id_at_aio(self, timestamp: float) -> int:
-        async def times(first: int, last: int) -> list[tuple[int, float | None]]:
-            return [(e.entry_id, e.timestamp) for e in await self.read_aio(first, last)]
-
-        for _attempt in range(3):
-            first = await self.first_entry_id_aio()
-            _, lac = await self._refresh()
-            try:
-                return await seek.entry_id_at(times, first, lac, timestamp)
-            except NoSuchEntryError:
-                continue  # a trim moved the first entry kept under the search: search again
-        return await seek.entry_id_at(times, await self.first_entry_id_aio(), lac, timestamp)
+        return await positions.entry_id_at(self, timestamp)
 
     async def cursor_start(self, cursor: str) -> int:
-        """Where a tail of ``cursor`` starts: after its committed position, or at the trim
-        point if it has none (what lies below is then no skip)."""
-        store = self._ctx.metadata.store
-        committed = (await self._ctx.meta(streams.cursors, store, self.ledger_id)).get(cursor)
-        if committed is not None:
-            return committed + 1
-        md, _ = await self._view()
-        return layout.first_entry(md)
+        """Where a tail of ``cursor`` starts (positions.py)."""
+        return await positions.cursor_start(self, cursor)
 
     # -- cursors: consumer positions kept in the metadata store ------------------------------
 
@@ -386,41 +366,7 @@ class UnboundedLedger:
         self._runtime.run(self.commit_aio(cursor, entry_id, force=force))
 
     async def commit_aio(self, cursor: str, entry_id: int, *, force: bool = False) -> None:
-        _, lac = await self._view()
-        if entry_id > lac:
-            _, lac = await self._refresh()
-        if entry_id > lac:
-            await self._check_not_displaced(cursor, entry_id)
-            raise ValueError(
-                f"ledger {self.ledger_id}: cannot commit cursor {cursor!r} at {entry_id}, "
-                f"past the last add confirmed {lac}"
-            )
-        store = self._ctx.metadata.store
-        decided = await self._ctx.meta(
-            streams.commit, store, self.ledger_id, cursor, entry_id, force
-        )
-        md, _ = await self._view()
-        if entry_id + 1 < decided and layout.first_entry(md) < decided:
-            # A trim decided before this commit took effect and not applied yet: apply it
-            # now, so that what this commit returns to already shows it (the consumer then
-            # resumes at the trim point, as after any trim that passed its position).
-            await trimming.apply(self._ctx, self.ledger_id, decided, self._key)
-
-    async def _check_not_displaced(self, cursor: str, entry_id: int) -> None:
-        """A writer whose term was taken over knows only its own LAC: an entry above it
-        may be one the new term acknowledged. Say so, rather than "past the LAC"."""
-        writer = self._writer
-        if writer is None:
-            return
-        md = await self.reread_metadata()
-        if md.term != writer.term:
-            raise InvalidTermError(
-                f"ledger {self.ledger_id}: cannot commit cursor {cursor!r} at {entry_id}: "
-                f"this handle wrote in term {writer.term}, and another client took the "
-                f"stream over (term {md.term}); this handle knows entries up to "
-                f"{writer.lac} only. Commit through a follower "
-                "(open_unbounded(..., takeover=False)) or the new writer's handle"
-            )
+        await positions.commit(self, self._key, cursor, entry_id, force)
 
     def cursors(self) -> dict[str, int]:
         """Every cursor of this stream: name -> committed entry id."""
