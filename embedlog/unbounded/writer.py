@@ -36,9 +36,9 @@ from embedlog.errors import (
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.ledger.pending import Completion
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.unbounded import follow, layout, rules
 from embedlog.unbounded import retention as retention_rules
 from embedlog.unbounded import trim as trimming
