@@ -1,15 +1,20 @@
 """``FenceCoversEveryWriteSet`` (issue #31 item 2): a recovery reads forward only once
 its fence covers every write set of the ensemble it fenced, E > WQ included.
 
-The rule is checked where it is decided: when a recovery (a client that sent LAC reads
-with the fence flag, entry -1, for a bounded ledger) sends its first recovery read of an
-entry, every write set of that ensemble (each run of WQ consecutive bookies, wrapping)
-holds at least WQ - AQ + 1 bookies that answered one of its fence reads EOK (the
-oracle's record of every answer a bookie gave, delivered or not, so it counts at least
-what the recovery counted). The ensemble is the one the fence reads went to, ordered as
-a fragment of the ledger's metadata lists it. Without that coverage an ack quorum of
-some write set may still accept the old writer's adds while the recovery decides where
-the ledger ends.
+The rule is checked where it is decided: when a recovery sends its first recovery read
+of an entry, every write set of the ensemble it fenced (each run of WQ consecutive
+bookies, wrapping) holds at least WQ - AQ + 1 bookies that answered one of its fence
+reads EOK (the oracle's record of every answer a bookie gave, delivered or not, so it
+counts at least what the recovery counted). The ensemble is the one the fence reads went
+to, ordered as a fragment of the ledger's metadata lists it. Without that coverage an
+ack quorum of some write set may still accept the old writer's adds while the recovery
+decides where the ledger ends.
+
+A fence read is a LAC read (entry -1) with the fence flag for a bounded ledger; a stream
+takeover fences with its new term instead (a LAC read carrying the term,
+``read_lafr_with_term``), and a bookie's EOK counts only when it carries that term (the
+bookie took it; an answer of another term is discarded, as the takeover discards it).
+Each term is a round of its own: a client that takes a stream over again starts anew.
 """
 
 from __future__ import annotations
@@ -21,13 +26,23 @@ from embedlog.errors import BKError
 from embedlog.ledger.quorum import quorum_coverage, write_set
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.wire.codes import StatusCode
-from embedlog.wire.messages import OpCode, ReadFlags, Request, Response
+from embedlog.wire.messages import NO_TERM, OpCode, ReadFlags, Request, Response
 
 RULE = "FenceCoversEveryWriteSet"
 
 
 def _is_fence(req: Request) -> bool:
-    return req.op == OpCode.READ and req.entry_id == -1 and bool(req.flags & ReadFlags.FENCE)
+    """A bounded recovery's fence read, or a stream takeover's term-raising read."""
+    return (
+        req.op == OpCode.READ
+        and req.entry_id == -1
+        and (bool(req.flags & ReadFlags.FENCE) or req.term != NO_TERM)
+    )
+
+
+def _fenced_by(req: Request, resp: Response) -> bool:
+    """Whether ``resp`` says its bookie took the fence (or the term) ``req`` sent."""
+    return resp.status == StatusCode.EOK and (req.term == NO_TERM or resp.term == req.term)
 
 
 class FenceRule:
@@ -43,10 +58,16 @@ class FenceRule:
         self._asked: dict[tuple[str, int], set[str]] = {}  # (client, ledger) -> fenced to
         self._fenced: dict[tuple[str, int], set[str]] = {}  # -> answered EOK
         self._judged: set[tuple[str, int]] = set()  # its fence round was judged
+        self._term: dict[tuple[str, int], int] = {}  # the term a takeover fences with
 
     def sent(self, src: str, bookie: str, req: Request) -> None:
         key = (src, req.ledger_id)
         if _is_fence(req):
+            if self._term.get(key, req.term) != req.term:
+                # A takeover in a new term: what the last one fenced counts for nothing.
+                self._asked.pop(key, None)
+                self._fenced.pop(key, None)
+            self._term[key] = req.term
             self._asked.setdefault(key, set()).add(bookie)
             self._judged.discard(key)  # a new round (a retry): judged at its next read
         elif (
@@ -60,16 +81,16 @@ class FenceRule:
             self._judge(src, req.ledger_id)
 
     def answered(self, src: str, bookie: str, req: Request, resp: Response) -> None:
-        if _is_fence(req) and resp.status == StatusCode.EOK:
-            self._fenced.setdefault((src, req.ledger_id), set()).add(bookie)
+        if _is_fence(req) and _fenced_by(req, resp):
+            key = (src, req.ledger_id)
+            if self._term.get(key) == req.term:  # not a straggler of an earlier term's
+                self._fenced.setdefault(key, set()).add(bookie)
 
     def _judge(self, src: str, lid: int) -> None:
         try:
             md = self._read_ledger(lid)
         except BKError:
             return
-        if md.unbounded:
-            return  # a takeover fences with its term (read_lafr_with_term)
         asked = self._asked[(src, lid)]
         ensembles = [ens for _first, ens in md.fragments if set(ens) == asked]
         if not ensembles:

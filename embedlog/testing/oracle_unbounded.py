@@ -124,6 +124,8 @@ class StreamOracle(Oracle):
             return []
 
     def sent(self, src: str, bookie_id: str, req: Request) -> None:
+        if self.fence is not None:
+            self.fence.sent(src, bookie_id, req)
         if self.rules is not None:
             self.rules.request_sent(bookie_id, req)
         if self.lafr is not None:
@@ -157,6 +159,8 @@ class StreamOracle(Oracle):
             self.rules.answered(bookie_id, req, resp)
         if self.quorum is not None:
             self.quorum.answered(bookie_id, req, resp)
+        if self.fence is not None:
+            self.fence.answered(src, bookie_id, req, resp)
         held = self._held.setdefault((bookie_id, lid), {})
         if req.op in (OpCode.ADD, OpCode.ADD_BATCH):
             self._stored(held, req, resp)

@@ -29,6 +29,7 @@ from embedlog.errors import (
 )
 from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.testing.oracle_fence import FenceRule
 from embedlog.testing.oracle_quorum import AckQuorumRule, LafrRule
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
 from embedlog.testing.simcombos import dirty_leftover, dirty_leftover_at, dirty_leftover_ready
@@ -81,6 +82,7 @@ class UnboundedWorkload:
         if self.ops is not None:
             self.oracle.rules = self.ops.rules
             self.oracle.dropped = self.ops.gone
+        self.oracle.fence = FenceRule(ctx.truth.read_ledger, self.oracle.violate, ctx.counts)
 
     # -- the Workload protocol -----------------------------------------------------------------
 

@@ -61,8 +61,8 @@ def test_every_write_set_needs_its_quorum_coverage(fenced, short):
     assert history(fenced, md()) == ([RULE] if short else [])
 
 
-def test_unbounded_ledgers_and_unknown_ensembles_are_not_judged():
-    assert history(["b1"], md(unbounded=True)) == []
+def test_unknown_ensembles_are_not_judged():
+    # (Streams are judged too, by their takeovers' terms: test_takeover_fence_rule.py.)
     assert history(["b1"], md(fragments=((0, ("b1", "b2", "b5", "b4")),))) == []
 
 
