@@ -99,7 +99,11 @@ class TailCursor:
         self.skipped = 0
         self.last_skip: tuple[int, int] | None = None
         self.ended = False
-        self._stop: asyncio.Event | None = None  # made on the loop by the first step
+        # Made on the loop by the first step and kept for every step after it: what ends a
+        # step early (stop(), or the ledger handle closing) is waited for with the step's
+        # own work, without two waiter tasks per step.
+        self._stopped: asyncio.Future[None] | None = None
+        self._closing: asyncio.Future[bool] | None = None
         self._trim_point = 0  # the highest trim point seen (a writer's metadata may lag)
         self._idle_since = ledger.ctx.clock.monotonic()
         self._metadata_down = False  # said once per outage
@@ -120,36 +124,44 @@ class TailCursor:
         """End the tail: a step waiting now returns None at once (any thread)."""
         self.ended = True
         loop = self.ledger.runtime.loop
-        if self._stop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._stop.set)
+        if self._stopped is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._release)
+            except RuntimeError:  # the loop closed meanwhile: no step is waiting
+                pass
+
+    def _release(self) -> None:
+        # On the loop: wake a waiting step, and stop watching the handle for this tail.
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)
+        if self._closing is not None and not self._closing.done():
+            self._closing.cancel()
 
     async def step(self, deadline: float | None = None) -> list[Entry] | None:
         """The next entries (at least one), or None once the tail ended; with a
         ``deadline`` (``ctx.clock.monotonic()``), [] if none came by then (``poll``)."""
-        if self._stop is None:
-            self._stop = asyncio.Event()
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
+            self._closing = self.ledger.closing()
+        assert self._closing is not None
         if self.ended:
+            self._release()
             return None
         work = asyncio.ensure_future(self._next_batch(deadline))
-        stops: list[asyncio.Future[bool]] = [
-            asyncio.ensure_future(self._stop.wait()),
-            self.ledger.closing(),
-        ]
         try:
-            waiters: list[asyncio.Future[Any]] = [work, *stops]
+            waiters: list[asyncio.Future[Any]] = [work, self._stopped, self._closing]
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for f in stops:
-                if not f.done():
-                    f.cancel()
             if not work.done():
                 work.cancel()
         if not work.done() or work.cancelled():
             self.ended = True
+            self._release()
             return None
         batch = work.result()
         if batch is None:
             self.ended = True
+            self._release()
         return batch
 
     async def _next_batch(self, deadline: float | None) -> list[Entry] | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from embedlog.unbounded import follow
+from embedlog.unbounded import follow, tailing
 
 IDLE = 30.0
 
@@ -86,4 +86,36 @@ def test_a_tail_yields_the_entries_its_wait_brought_without_reading_them_again(
     # The tail waits before each entry (the writer appends only after the tail yielded
     # the one before), and every wait brought its entry: none was read on its own.
     assert reads == []
+    tail.close()
+
+
+def test_a_tail_step_costs_its_read_and_one_task(cluster, monkeypatch):
+    """What ends a step early (the tail's stop, the handle's close) is watched by futures
+    the tail keeps from step to step, not by two new waiter tasks per step."""
+    writer = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(4):
+        writer.append(b"entry %d" % i)
+    follower = cluster.client("f").open_unbounded(writer.ledger_id, takeover=False)
+    assert follower.last_add_confirmed >= 2  # known at the open: no step below waits
+    monkeypatch.setattr(tailing, "TAIL_BATCH", 1)  # a step reads one entry
+    loop = follower.runtime.loop
+    made: list[str] = []
+    real_create_task = type(loop).create_task
+
+    def create_task(self: Any, coro: Any, **kwargs: Any) -> Any:
+        made.append(getattr(coro, "__qualname__", "?"))
+        return real_create_task(self, coro, **kwargs)
+
+    tail = follower.tail(0, timeout=IDLE)
+    cursor = tail._cursor
+    first = follower.runtime.run(cursor.step())  # the first step makes the watchers
+    assert first is not None and [e.entry_id for e in first] == [0]
+    monkeypatch.setattr(type(loop), "create_task", create_task)
+    md = follower.metadata
+    follower.runtime.run(follow.read_visible(follower.ctx, md, follower.digester, 1, 1))
+    one_read = len(made)  # the read's own tasks and the runtime's task for the call
+    made.clear()
+    second = follower.runtime.run(cursor.step())
+    assert second is not None and [e.entry_id for e in second] == [1]
+    assert len(made) == one_read + 1, made  # the read, the call, the step's work
     tail.close()
