@@ -23,8 +23,9 @@ from collections import Counter
 from collections.abc import Callable
 
 from embedlog.errors import BKError
-from embedlog.ledger.quorum import quorum_coverage, write_set
+from embedlog.ledger.quorum import quorum_coverage
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.striping import write_set
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import NO_TERM, OpCode, ReadFlags, Request, Response
 
