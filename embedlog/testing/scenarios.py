@@ -51,6 +51,10 @@ class Scenario:
     # How likely the files of a bookie that crashed without the journal rot while it is
     # down (one drawn per seed; empty: never): simrot.py.
     rot: tuple[float, ...] = ()
+    # How likely an add that times out (an ensemble change starts) is followed by late
+    # answers to its client, and by a reset of another of its connections (one drawn per
+    # seed; empty: never): simchanges.py.
+    change_aims: tuple[float, ...] = ()
 
 
 RACES = "; faults aimed at protocol moments (simraces.py)"
@@ -128,7 +132,8 @@ SCENARIOS["unbounded-streams"] = attrs.evolve(
 # entry logs and journal of crashed bookies rotting while they are down.
 CORRUPT = (
     "; a bit flipped now and then in answers carrying entries (simnet.py) and in the "
-    "files of crashed bookies (simrot.py)"
+    "files of crashed bookies (simrot.py); late answers and connection resets aimed at "
+    "ensemble changes (simchanges.py)"
 )
 SCENARIOS.update(
     (
@@ -139,6 +144,7 @@ SCENARIOS.update(
             summary=f"{base}-nojournal's histories" + CORRUPT,
             corrupt=(0.01, 0.1),
             rot=(0.2, 0.5, 0.9),
+            change_aims=(0.3, 0.6, 0.9),
         ),
     )
     for base in ("bounded", "unbounded")

@@ -229,6 +229,10 @@ class Simulation:
             corrupt = seeded(seed, "corrupt-config").uniform(*sc.corrupt)
             profile = attrs.evolve(profile, corrupt=corrupt)
             self.trace("corrupt-rate", f"{corrupt:.4f}")
+        if sc.change_aims:  # drawn apart too (simchanges.py)
+            aims = seeded(seed, "change-aims-config").choice(sc.change_aims)
+            profile = attrs.evolve(profile, change_aims=aims)
+            self.trace("change-aims", aims)
         if self.races is not None:
             self.ensemble, self.write_quorum = self.races.shape
             profile = attrs.evolve(
@@ -286,6 +290,7 @@ class Simulation:
             decide=self.decide,
             spare=seeded(seed, "network-spared"),
             corrupting=seeded(seed, "network-corrupt"),
+            aiming=seeded(seed, "change-aims"),
         )
         self.runtime = SimRuntime(loop)
         self.bookies: dict[str, Bookie] = {}

@@ -71,9 +71,11 @@ class DiskNemesis:
         # Corruption at rest (simrot.py): how likely a crashed bookie's files rot while it
         # is down, drawn per seed from a stream of its own (the other draws stay as they
         # were in scenarios without it).
-        self._rot_rng = seeded(ctx.seed, "disk-rot")
         rot = ctx.scenario.rot
-        self.rot_probability = self._rot_rng.choice(rot) if rot else 0.0
+        self.rot_probability = seeded(ctx.seed, "disk-rot").choice(rot) if rot else 0.0
+        # Bookies taken down so far, suppressed steps included: each rot draws from a
+        # stream of its own, so leaving a crash out changes no later rot.
+        self._downs = 0
 
     def needs_cookie_fix(self, bid: str) -> bool:
         return bid in self._wiped
@@ -83,6 +85,7 @@ class DiskNemesis:
 
     def after_down(self, bid: str) -> None:
         """``bid`` just crashed or stopped: maybe its disks are replaced."""
+        self._downs += 1
         if self.rng.random() < self.wipe_probability and self.wipe(bid):
             return
         if self.rot_probability:
@@ -91,7 +94,8 @@ class DiskNemesis:
     def rot(self, bid: str) -> None:
         """Maybe flip bits in the files of ``bid`` (down): only after a crash without the
         journal, which its next boot takes for possible loss (simrot.py says why)."""
-        ctx, rng, disk = self.ctx, self._rot_rng, self.disks[bid]
+        ctx, disk = self.ctx, self.disks[bid]
+        rng = seeded(ctx.seed, "disk-rot", self._downs)
         if ctx.budget.journal or not disk.powered_off or not ctx.budget.may_wipe(bid):
             return
         if rng.random() >= self.rot_probability:
@@ -123,7 +127,8 @@ class DiskNemesis:
 
     def pass_over(self) -> None:
         """A crash or stop was suppressed (decisions.py): the draw ``after_down`` makes is
-        made all the same, so the later wipes keep theirs."""
+        made all the same, so the later wipes (and rots) keep theirs."""
+        self._downs += 1
         self.rng.random()
 
     def boot_begins(self, bid: str) -> None:

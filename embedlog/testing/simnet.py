@@ -12,10 +12,14 @@ An ``Observer`` sees every request as it leaves its client and every answer as i
 bookie gives it (delivered or not): the simulation's oracle checks its invariants
 there.
 
-Each loss, delay spike and held-up add is a numbered decision (decisions.py): drawn as
-always, then carried out unless suppressed. A message whose loss is suppressed is
-delivered with its delay drawn from a stream of its own, so the network's stream
-draws for every other message what it drew without the suppression.
+Stalled adds, slow readying and connection resets (``NetProfile.change_aims``, the
+``*-corrupt`` scenarios) are aimed at ensemble changes, and are what TCP and our
+transport can do, no more (simchanges.py says what they can and cannot deliver).
+
+Each loss, delay spike, held-up add, stall, slowed readying and reset is a numbered
+decision (decisions.py): drawn as always, then carried out unless suppressed. A message
+whose loss is suppressed is delivered with its delay drawn from a stream of its own, so
+the network's stream draws for every other message what it drew without the suppression.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from attrs import field, frozen
 
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
 from embedlog.testing.decisions import always
+from embedlog.testing.simchanges import ChangeAims, Link
 from embedlog.testing.simraces import Gates, aimed_loss, fences
 from embedlog.transport.base import Transport
 from embedlog.transport.server import RequestHandler, serve_frame
@@ -62,6 +67,9 @@ class NetProfile:
     # back: the corruption a TCP checksum lets through, which only the entries' digests
     # catch (on every read path: reads, recovery reads, BP-46 repair's reads).
     corrupt: float = field(default=0.0, repr=False)
+    # The faults aimed at ensemble changes (simchanges.py): stalled adds, slowed readying
+    # and connection resets, each at its share of this probability.
+    change_aims: float = field(default=0.0, repr=False)
 
 
 CALM = NetProfile()
@@ -89,6 +97,7 @@ class SimNetwork(Transport):
         decide: Callable[..., bool] = always,
         spare: random.Random | None = None,
         corrupting: random.Random | None = None,
+        aiming: random.Random | None = None,
     ) -> None:
         self._lookup = lookup
         self._rng = rng
@@ -114,14 +123,34 @@ class SimNetwork(Transport):
         # (client, bookie, ledger) -> extra delay of the client's next add there (hold_next)
         self._holds: dict[tuple[str, str, int], float] = {}
         self.gates = Gates()
+        # Faults aimed at ensemble changes (simchanges.py), with draws of their own.
+        self._aims = (
+            ChangeAims(
+                aiming if aiming is not None else random.Random(0),
+                profile.change_aims,
+                decide,
+                self._count,
+                trace,
+                self._forget_order,
+            )
+            if profile.change_aims
+            else None
+        )
         self._serving: set[asyncio.Task[Response]] = set()
         self.counts: dict[str, int] = {}
 
     def _count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
 
+    def _forget_order(self, link: Link) -> None:
+        """A connection was reset: the next one is not ordered behind it, either way."""
+        self._last.pop(link, None)
+        self._last.pop((link[1], link[0]), None)
+
     def heal(self) -> None:
         self.profile = CALM
+        if self._aims is not None:
+            self._aims.heal()
         self._blind.clear()
         self._holds.clear()
         for deliver in self.gates.open_all():
@@ -192,12 +221,17 @@ class SimNetwork(Transport):
         return True
 
     def _arrival(
-        self, src: str, dst: str, req: Request | None = None, rng: random.Random | None = None
+        self,
+        src: str,
+        dst: str,
+        req: Request | None = None,
+        rng: random.Random | None = None,
+        late: float = 0.0,
     ) -> float:
         loop = asyncio.get_running_loop()
         prof = self.profile
         rng = rng or self._rng
-        delay = rng.uniform(*prof.delay)
+        delay = rng.uniform(*prof.delay) + late
         if prof.spike_probability and rng.random() < prof.spike_probability:
             extra = rng.uniform(*prof.spike)
             if self._decide("delay-spike", src, dst, f"{extra:.6f}"):
@@ -264,30 +298,39 @@ class SimNetwork(Transport):
             spared = not lost
             if lost:
                 self._count(f"net.aimed_loss.{req.kind}")
+        incarnation = 0 if self._aims is None else self._aims.sent(src, bookie_id, req, answer)
         if lost:
             self._trace("lost", src, *what)
         else:
             if self.profile.hold_fenced and fences(req):
                 self._fenced.add((bookie_id, req.ledger_id))
-            at = self._arrival(src, bookie_id, req, self._spare if spared else None)
-            loop.call_at(at, self._deliver, src, bookie_id, req, answer)
+            stall = 0.0 if self._aims is None else self._aims.stall(src, bookie_id, req, timeout)
+            at = self._arrival(src, bookie_id, req, self._spare if spared else None, stall)
+            loop.call_at(at, self._deliver, src, bookie_id, req, answer, incarnation)
         if self._watch is not None:
             self._watch(bookie_id, req, "lost" if lost else "late" if self._late else "sent")
-        timer = loop.call_later(timeout, self._time_out, answer, bookie_id, timeout)
+        timer = loop.call_later(timeout, self._time_out, answer, src, bookie_id, req, timeout)
         answer.add_done_callback(lambda _f: timer.cancel())
         return answer
 
     def _deliver(
-        self, src: str, bookie_id: str, req: Request, answer: asyncio.Future[Response]
+        self,
+        src: str,
+        bookie_id: str,
+        req: Request,
+        answer: asyncio.Future[Response],
+        incarnation: int = 0,
     ) -> None:
         if self.gates and self.gates.holds(asyncio.get_running_loop().time(), bookie_id, req):
             self._count("net.gate_held")
             self.gates.hold(
                 bookie_id,
                 req.ledger_id,
-                functools.partial(self._deliver, src, bookie_id, req, answer),
+                functools.partial(self._deliver, src, bookie_id, req, answer, incarnation),
             )
             return
+        if self._aims is not None and not self._aims.arrives(src, bookie_id, incarnation):
+            return  # lost with its connection
         bookie = self._lookup(bookie_id)
         if bookie is None:
             self._count("net.refused")
@@ -329,7 +372,10 @@ class SimNetwork(Transport):
                     self._trace("lost-answer", src, *what)
                     return
                 spared = True
-            self._reply_later(src, bookie_id, answer, resp, self._spare if spared else None)
+            late = 0.0
+            if self._aims is not None:
+                late = self._aims.answer_delay(src, req, asyncio.get_running_loop().time())
+            self._reply_later(src, bookie_id, answer, resp, self._spare if spared else None, late)
 
         task = serve_frame(bookie, req.encode(), reply)
         if task is not None:
@@ -366,9 +412,11 @@ class SimNetwork(Transport):
         answer: asyncio.Future[Response],
         outcome: Response | BaseException,
         rng: random.Random | None = None,
+        late: float = 0.0,
     ) -> None:
         loop = asyncio.get_running_loop()
-        loop.call_at(self._arrival(bookie_id, src, None, rng), self._complete, answer, outcome)
+        at = self._arrival(bookie_id, src, None, rng, late)
+        loop.call_at(at, self._complete, answer, outcome)
 
     def _complete(
         self, answer: asyncio.Future[Response], outcome: Response | BaseException
@@ -381,9 +429,18 @@ class SimNetwork(Transport):
         else:
             answer.set_result(outcome)
 
-    def _time_out(self, answer: asyncio.Future[Response], bookie_id: str, timeout: float) -> None:
+    def _time_out(
+        self,
+        answer: asyncio.Future[Response],
+        src: str,
+        bookie_id: str,
+        req: Request,
+        timeout: float,
+    ) -> None:
         if not answer.done():
             self._count("net.timeout")
+            if self._aims is not None:
+                self._aims.timed_out(src, bookie_id, req, asyncio.get_running_loop().time())
             answer.set_exception(BKTimeoutError(f"bookie {bookie_id}: no answer in {timeout}s"))
 
     async def close(self) -> None:

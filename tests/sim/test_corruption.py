@@ -17,7 +17,7 @@ CAUGHT = {
     # a reader returns the corrupted payload at an acknowledged id
     "reads-skip-digest": ("bounded-corrupt", 10, "AllAckedEntriesAreReadable"),
     # a recovery writes the corrupted payload back
-    "recovery-skips-digest": ("bounded-corrupt", 22, "NoOutOfOrderEntries"),
+    "recovery-skips-digest": ("bounded-corrupt", 5, "NoOutOfOrderEntries"),
 }
 SEARCH = 200
 

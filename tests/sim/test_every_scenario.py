@@ -85,6 +85,8 @@ def test_every_seed_of_every_scenario_holds_every_invariant(scenario):
         wanted += ("fault.wire_corrupt",)
     if sc.rot:
         wanted += ("fault.disk_rot.entrylog", "fault.disk_rot.journal")
+    if sc.change_aims:
+        wanted += ("net.stall", "net.reset", "net.reset_failed")
     if sc.journal == "off":
         wanted += EXERCISED_NO_JOURNAL
     missing = [what for what in wanted if not totals.get(what)]
