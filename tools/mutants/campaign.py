@@ -8,7 +8,7 @@ behaviour (a seed's trace hash differs from the unmutated tree's), then runs ``e
 chaos`` on the mutant's scenario in that copy and stops at the first violating seed.
 
 Everything runs in subprocesses with PYTHONPATH set to the copy: a mutant never touches
-the working tree, and a crash or hang of one does not end the others.
+the working tree, and one that crashes the interpreter stops the campaign with its name.
 """
 
 from __future__ import annotations
@@ -70,7 +70,15 @@ class Outcome:
 def load(path: Path = MUTANTS) -> list[Mutant]:
     """The mutants of a campaign file; names must be unique."""
     doc = tomllib.loads(path.read_text())
-    mutants = [Mutant(**entry) for entry in doc.get("mutant", [])]
+    mutants = []
+    for n, entry in enumerate(doc.get("mutant", []), 1):
+        try:
+            mutants.append(Mutant(**entry))
+        except TypeError as exc:
+            fields = "name, file, scenario, description, old, new and optionally test"
+            raise CampaignError(
+                f"{path}: mutant {entry.get('name', n)}: {exc}; a mutant has {fields}"
+            ) from None
     names = [m.name for m in mutants]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

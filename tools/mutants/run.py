@@ -12,6 +12,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -54,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--seeds, --jobs and --confirm-seeds take whole numbers >= 1")
     try:
         mutants = load(args.mutants)
-    except (CampaignError, TypeError) as exc:
-        print(f"error: {args.mutants}: {exc}", file=sys.stderr)
+    except CampaignError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except tomllib.TOMLDecodeError as exc:
+        print(f"error: {args.mutants} is not valid TOML: {exc}; fix it", file=sys.stderr)
         return 2
     if args.only:
         unknown = sorted(set(args.only) - {m.name for m in mutants})
