@@ -20,12 +20,9 @@ import functools
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import attrs
 
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.bookie.config import BookieConfig
@@ -43,6 +40,7 @@ from embedlog.testing.decisions import Decisions, format_suppress
 from embedlog.testing.limits import Limits
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
 from embedlog.testing.simbudget import FaultBudget
+from embedlog.testing.simconfig import REQUEST_TIMEOUT, draw_config
 from embedlog.testing.simcontext import SimContext
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.testing.simfaults import DiskNemesis
@@ -54,15 +52,13 @@ from embedlog.testing.simmeta import (
     SimMetadataExecutor,
 )
 from embedlog.testing.simnemesis import Nemesis
-from embedlog.testing.simnet import NetProfile, SimNetwork
-from embedlog.testing.simraces import RaceProfile
+from embedlog.testing.simnet import SimNetwork
 from embedlog.testing.simtrace import SeedResult, Trace
 from embedlog.testing.workload import DIGEST, Aims, Workload, judge_outcome
 from embedlog.testing.workload_bounded import BoundedWorkload
 from embedlog.testing.workload_unbounded import UnboundedWorkload
 from embedlog.wire.entry import HEADER, Digester
 
-REQUEST_TIMEOUT = 1.0  # virtual seconds
 WORKLOAD_LIMIT = 120.0  # virtual seconds the writers get before the cluster is healed
 SETTLE_LIMIT = 10.0  # virtual seconds for BP-46 repair to finish once healed
 REPAIR_BACKOFF_LIMIT = 31.0  # the longest pause between a repair's takeovers, and a bit
@@ -195,54 +191,22 @@ class Simulation:
             FaultyMetadataStore(self.store, self.metafaults), clock=self.clock
         )
         loop.set_default_executor(SimMetadataExecutor(loop, self.metafaults))
-        switch = UNSAFE[unsafe] if unsafe is not None else None
         self._disk_rng = seeded(seed, "disk")
-        cfg_rng = seeded(seed, "config")
         # The clients' own choices (which bookies a stream's next fragment leaves out):
         # one generator for all, drawn in the order the history makes the choices.
         self._choices_rng = seeded(seed, "global")
         sc = scenario
-        self.bookie_settings: dict[str, Any] = {
-            "journal_write_data": sc.journal == "on",
-            "flush_interval": cfg_rng.choice((0.02, 0.1, 0.5)),
-            "journal_max_group_wait": cfg_rng.choice((0.0, 0.001, 0.005)),
-            "repair_retry_interval": 0.5,
-            **(switch.bookie if switch else {}),
-        }
-        self.client_options: Mapping[str, Any] = dict(switch.client) if switch else {}
-        self._context_options: Mapping[str, Any] = dict(switch.context) if switch else {}
-        if len(sc.metadata_delay) > 1:
-            delay = cfg_rng.choice(sc.metadata_delay)
+        config = draw_config(seed, sc, unsafe, self.trace)
+        self.bookie_settings = config.bookie_settings
+        self.client_options = config.client_options
+        self._context_options = config.context_options
+        if config.metadata_delay is not None:
+            delay = config.metadata_delay
             self.meta.delay = (lambda: delay) if delay else None
-        self.ensemble = cfg_rng.choice((3, 3, 4))
-        self.write_quorum = cfg_rng.choice([q for q in (2, 3) if q <= self.ensemble])
-        self.ack_quorum = 2
-        profile = NetProfile(
-            spike_probability=cfg_rng.uniform(*sc.spikes),
-            spike=(0.05, 3 * REQUEST_TIMEOUT),
-            loss_probability=cfg_rng.uniform(*sc.loss),
-        )
-        # The race scenarios' aimed faults, drawn from a stream of their own so that the
-        # other scenarios' histories stay as they were.
-        self.races = RaceProfile.draw(seeded(seed, "races")) if sc.races else None
-        if sc.corrupt != (0.0, 0.0):  # drawn apart: the other scenarios draw as before
-            corrupt = seeded(seed, "corrupt-config").uniform(*sc.corrupt)
-            profile = attrs.evolve(profile, corrupt=corrupt)
-            self.trace("corrupt-rate", f"{corrupt:.4f}")
-        if sc.change_aims:  # drawn apart too (simchanges.py)
-            aims = seeded(seed, "change-aims-config").choice(sc.change_aims)
-            profile = attrs.evolve(profile, change_aims=aims)
-            self.trace("change-aims", aims)
-        if self.races is not None:
-            self.ensemble, self.write_quorum = self.races.shape
-            profile = attrs.evolve(
-                profile,
-                aimed_loss=self.races.aimed_loss,
-                late_add=self.races.late_add,
-                hold_fenced=self.races.hold_fenced,
-            )
-            if sc.journal == "off":
-                self.bookie_settings["flush_interval"] = self.races.flush_interval
+        self.ensemble, self.write_quorum = config.ensemble, config.write_quorum
+        self.ack_quorum = config.ack_quorum
+        profile = config.profile
+        self.races = config.races
         self.budget = FaultBudget(
             max_down=max(1, sc.bookies - self.ensemble),
             lossy_bookies=sc.lossy_bookies,
