@@ -398,7 +398,11 @@ class UnboundedWorkload:
             if self._quiet.is_set():
                 quiet_polls += 1
             try:
-                seen, md = await follow.wait_for_lac(client.ctx, md, next_id - 1, follow.POLL_SLICE)
+                # As a tail waits: the new entries come along when the metadata's re-read
+                # finds the version they were read by (follow.wait_and_read).
+                seen, md, rows = await follow.wait_and_read(
+                    client.ctx, md, digester, next_id - 1, follow.POLL_SLICE, READ_BATCH
+                )
             except NoSuchLedgerError:
                 ctx.trace("follower-ends", name, lid, "deleted")
                 break
@@ -406,6 +410,13 @@ class UnboundedWorkload:
                 ctx.trace("follow-poll-failed", name, lid, type(exc).__name__)
                 continue
             lac = max(lac, seen)
+            if rows and layout.first_entry(md) <= next_id:
+                entries = [(e.entry_id, e.data) for e in follow.visible(md, rows)]
+                me.read.extend(entries)
+                ctx.counts["follower.read"] += len(entries)
+                ctx.counts["follower.brought"] += len(rows)
+                self.oracle.stream_read(lid, entries, name)
+                next_id = rows[-1][0] + 1
 
     async def _metadata(
         self, client: Client, lid: int, md: LedgerMetadata

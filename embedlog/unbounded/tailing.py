@@ -99,11 +99,11 @@ class TailCursor:
         self.skipped = 0
         self.last_skip: tuple[int, int] | None = None
         self.ended = False
-        # Made on the loop by the first step and kept for every step after it: what ends a
-        # step early (stop(), or the ledger handle closing) is waited for with the step's
-        # own work, without two waiter tasks per step.
+        # Made on the loop by the first step and kept for every step after it: stop() ends
+        # a waiting step through a plain future, not a waiter task per step. (The handle's
+        # close is a task per step: a task kept across steps would be left pending by a
+        # tail that is dropped without close().)
         self._stopped: asyncio.Future[None] | None = None
-        self._closing: asyncio.Future[bool] | None = None
         self._trim_point = 0  # the highest trim point seen (a writer's metadata may lag)
         self._idle_since = ledger.ctx.clock.monotonic()
         self._metadata_down = False  # said once per outage
@@ -131,37 +131,33 @@ class TailCursor:
                 pass
 
     def _release(self) -> None:
-        # On the loop: wake a waiting step, and stop watching the handle for this tail.
+        # On the loop: wake a waiting step.
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
-        if self._closing is not None and not self._closing.done():
-            self._closing.cancel()
 
     async def step(self, deadline: float | None = None) -> list[Entry] | None:
         """The next entries (at least one), or None once the tail ended; with a
         ``deadline`` (``ctx.clock.monotonic()``), [] if none came by then (``poll``)."""
         if self._stopped is None:
             self._stopped = asyncio.get_running_loop().create_future()
-            self._closing = self.ledger.closing()
-        assert self._closing is not None
         if self.ended:
-            self._release()
             return None
         work = asyncio.ensure_future(self._next_batch(deadline))
+        closing = self.ledger.closing()
         try:
-            waiters: list[asyncio.Future[Any]] = [work, self._stopped, self._closing]
+            waiters: list[asyncio.Future[Any]] = [work, self._stopped, closing]
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            if not closing.done():
+                closing.cancel()
             if not work.done():
                 work.cancel()
         if not work.done() or work.cancelled():
             self.ended = True
-            self._release()
             return None
         batch = work.result()
         if batch is None:
             self.ended = True
-            self._release()
         return batch
 
     async def _next_batch(self, deadline: float | None) -> list[Entry] | None:

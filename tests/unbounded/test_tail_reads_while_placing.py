@@ -89,9 +89,9 @@ def test_a_tail_yields_the_entries_its_wait_brought_without_reading_them_again(
     tail.close()
 
 
-def test_a_tail_step_costs_its_read_and_one_task(cluster, monkeypatch):
-    """What ends a step early (the tail's stop, the handle's close) is watched by futures
-    the tail keeps from step to step, not by two new waiter tasks per step."""
+def test_a_tail_step_costs_its_read_and_two_tasks(cluster, monkeypatch):
+    """The tail's stop ends a step through a future the tail keeps from step to step, not
+    a waiter task per step; the step's work and the handle's close are a task each."""
     writer = cluster.client("w").create_unbounded(3, 3, 2)
     for i in range(4):
         writer.append(b"entry %d" % i)
@@ -117,5 +117,6 @@ def test_a_tail_step_costs_its_read_and_one_task(cluster, monkeypatch):
     made.clear()
     second = follower.runtime.run(cursor.step())
     assert second is not None and [e.entry_id for e in second] == [1]
-    assert len(made) == one_read + 1, made  # the read, the call, the step's work
+    # The read, the call, the step's work and the watch on the handle's close.
+    assert len(made) == one_read + 2, made
     tail.close()
