@@ -16,7 +16,6 @@ What is not simulated yet is listed in docs/simulation.md.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 from collections import Counter
@@ -25,26 +24,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from embedlog.bookie.bookie import Bookie, BookieState
-from embedlog.bookie.config import BookieConfig
-from embedlog.bookie.fixcookie import fix_cookies
 from embedlog.client import Client
-from embedlog.errors import BookieIOError, CookieError, MetadataError
 from embedlog.ledger.placement import RandomPlacement
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.memory import MemoryMetadataStore
-from embedlog.metadata.store import MetadataStore
-from embedlog.repair_client import repair_clients
 from embedlog.runtime import Runtime
 from embedlog.testing.ackquorum import describe, entry_payload, missing_copies, storage_reader
 from embedlog.testing.decisions import Decisions, format_suppress
 from embedlog.testing.limits import Limits
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
+from embedlog.testing.simbookies import SimBookies
 from embedlog.testing.simbudget import FaultBudget
 from embedlog.testing.simconfig import REQUEST_TIMEOUT, draw_config
 from embedlog.testing.simcontext import SimContext
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.testing.simfaults import DiskNemesis
-from embedlog.testing.simloop import LoopClock, SimDisk, VirtualClockLoop, seeded
+from embedlog.testing.simloop import LoopClock, VirtualClockLoop, seeded
 from embedlog.testing.simmeta import (
     FaultyMetadataStore,
     MetadataFaults,
@@ -152,8 +147,9 @@ def make_workload(ctx: SimContext, cluster: Simulation, aims: Aims) -> Workload:
 
 
 class Simulation:
-    """One seeded history: builds the cluster and the parts that act on it (the nemesis,
-    the disk faults, the workload), and is their ``ClusterControl`` (simcontext.py)."""
+    """One seeded history: builds the cluster (its configuration drawn by simconfig.py,
+    its bookies kept by simbookies.py) and the parts that act on it (the nemesis, the
+    disk faults, the workload), and is their ``ClusterControl`` (simcontext.py)."""
 
     def __init__(
         self,
@@ -191,7 +187,6 @@ class Simulation:
             FaultyMetadataStore(self.store, self.metafaults), clock=self.clock
         )
         loop.set_default_executor(SimMetadataExecutor(loop, self.metafaults))
-        self._disk_rng = seeded(seed, "disk")
         # The clients' own choices (which bookies a stream's next fragment leaves out):
         # one generator for all, drawn in the order the history makes the choices.
         self._choices_rng = seeded(seed, "global")
@@ -257,10 +252,21 @@ class Simulation:
             aiming=seeded(seed, "change-aims"),
         )
         self.runtime = SimRuntime(loop)
-        self.bookies: dict[str, Bookie] = {}
-        self._sessions: dict[str, MetadataStore] = {}
-        self._settled: dict[str, Bookie] = {}  # the incarnation _settle last saw of each
-        self._disks: dict[str, list[SimDisk]] = {}
+        self.fleet = SimBookies(
+            seed,
+            loop,
+            root,
+            self.meta,
+            self.clock,
+            self.bookie_settings,
+            self.disks,
+            self.disk_faults,
+            self.budget,
+            self.trace,
+            self.counts,
+            self.oracle.violate,
+            self.client,
+        )
         self._clients = 0
         self._healed = False
         self.trace(
@@ -274,22 +280,7 @@ class Simulation:
             *([self.races] if self.races is not None else []),
         )
 
-    # -- cluster -------------------------------------------------------------------------------
-
-    def _serving(self, bookie_id: str) -> Bookie | None:
-        b = self.bookies.get(bookie_id)
-        if b is None or b.state is not BookieState.SERVING:
-            return None
-        self._settle(bookie_id, b)
-        return b
-
-    def _settle(self, bookie_id: str, bookie: Bookie) -> None:
-        """Once per incarnation, as soon as it serves (before ``boot`` returns: a boot
-        still publishes its status): the oracle learns what a boot after lost data put
-        in limbo, before it judges any answer of it (``DiskNemesis.booted``)."""
-        if self._settled.get(bookie_id) is not bookie:
-            self._settled[bookie_id] = bookie
-            self.disk_faults.booted(bookie_id, bookie)
+    # -- clients -------------------------------------------------------------------------------
 
     def client(self, name: str) -> Client:
         self._clients += 1
@@ -309,121 +300,25 @@ class Simulation:
             setattr(client.ctx, setting, value)
         return client
 
-    def _disk_latency(self) -> float:
-        rng = self._disk_rng
-        return rng.uniform(0.0001, 0.002) if rng.random() < 0.9 else rng.uniform(0.005, 0.05)
+    # -- the bookies (simbookies.py) -------------------------------------------------------------
 
-    def _disk_fault(self, bid: str, what: str, detail: str) -> None:
-        self.counts[f"fault.{what}"] += 1
-        self.trace("disk-fault", bid, what, detail)
+    def _serving(self, bookie_id: str) -> Bookie | None:
+        return self.fleet.serving(bookie_id)
 
     async def boot(self, bid: str) -> bool:
-        cfg = BookieConfig.from_settings(bid, self.root / bid, **self.bookie_settings)
-        mdisk = self.disks.get(bid)
-        if mdisk is None:
-            mdisk = self.disks[bid] = MemoryDisk(
-                seeded(self.seed, "disk", bid),
-                self.loop.time,
-                functools.partial(self._disk_fault, bid),
-            )
-        if self.disk_faults.needs_cookie_fix(bid):
-            # The operator's BP-46 cookie fix for a wiped bookie (embedlog bookie fixcookie).
-            try:
-                fixed = fix_cookies(cfg, self.meta, mdisk)
-            except (MetadataError, CookieError) as exc:  # the operator runs it again later
-                self.counts[f"fixcookie_failed.{type(exc).__name__}"] += 1
-                self.trace("fixcookie-failed", bid, exc)
-                return False
-            self.disk_faults.cookie_fixed(bid)
-            self.trace("fixcookie", bid, len(fixed))
-        session = self.meta.store.session()
-        disks: list[SimDisk] = []
-
-        def disk(name: str) -> SimDisk:
-            d = SimDisk(self.loop, name, self._disk_latency, self._disk_ran)
-            disks.append(d)
-            return d
-
-        bookie = Bookie(
-            cfg,
-            self.meta,
-            session,
-            client_factory=repair_clients(lambda: self.client(f"{bid}-repair")),
-            disk_executor=disk,
-            disk=mdisk,
-            clock=self.clock,
-        )
-        self.bookies[bid], self._sessions[bid], self._disks[bid] = bookie, session, disks
-        bitten = mdisk.bitten
-        self.disk_faults.boot_begins(bid)
-        try:
-            await bookie.start()
-        except Exception as exc:
-            session.close()
-            if bookie.phase_one_done:  # protected, though the boot failed after (registering)
-                self.counts["bp46.phase_one"] += 1
-            self.trace("boot-failed", bid, type(exc).__name__, exc)
-            if mdisk.bitten != bitten:  # a full or failing disk: it stays down for now
-                self.counts["boot.failed_on_disk_fault"] += 1
-                return False
-            if isinstance(exc, MetadataError):
-                # As against ZooKeeper: the boot gives up, the bookie is started again.
-                self.counts["bookie.boot_failed.metadata"] += 1
-                if bookie.left_unclean and not self.bookie_settings["journal_write_data"]:
-                    # It could not clear the unclean bit it set: its next boot protects its
-                    # ledgers (limbo) as after a crash, though it lost nothing. For liveness
-                    # it counts as lossy.
-                    self.budget.boot_aborted(bid)
-                return False
-            self.oracle.violate("BookieBoots", f"{bid} could not boot: {exc!r}")
-            return False
-        self.counts["bookie.boot"] += 1
-        self._settle(bid, bookie)
-        if bookie.phase_one_done:
-            self.counts["bp46.phase_one"] += 1
-        self.trace("booted", bid, bookie.suspicion or "clean", bookie.protected_ledgers)
-        return True
-
-    def _disk_ran(self, what: str) -> None:
-        self.trace("disk", what)
-
-    def _retire(self, bid: str) -> None:
-        """Count what this incarnation of the bookie did before it goes."""
-        bookie = self.bookies[bid]
-        progress = bookie.repairer.progress
-        if progress.state == "done":
-            self.counts["bp46.repair_done"] += 1
-        self.counts["bp46.entries_copied"] += progress.entries_copied
-        self.counts["bookie.registered_again"] += bookie.registration.renewals
+        return await self.fleet.boot(bid)
 
     def crash(self, bid: str) -> None:
-        self._retire(bid)
-        lost = sum(d.lose_pending() for d in self._disks[bid])
-        self.bookies[bid].crash()
-        self.disks[bid].power_cut()
-        if not self.bookie_settings["journal_write_data"]:
-            self.budget.lost_data(bid)
-        self._sessions.pop(bid).expire()  # type: ignore[attr-defined]
-        self.counts["fault.crash"] += 1
-        self.trace("crash", bid, "disk-ops-lost", lost)
+        self.fleet.crash(bid)
 
     async def stop(self, bid: str) -> None:
-        self._retire(bid)
-        self.counts["fault.clean_stop"] += 1
-        self.trace("stop", bid)
-        try:
-            await self.bookies[bid].stop()
-        except BookieIOError as exc:  # its final flush failed (a full or failing disk)
-            self.counts["stop.unclean"] += 1
-            self.trace("stop-unclean", bid, exc)
-        finally:
-            self._sessions.pop(bid).close()
+        await self.fleet.stop(bid)
 
     def down(self) -> list[str]:
-        return [b for b in sorted(self.bookies) if self._serving(b) is None]
+        return self.fleet.down()
 
     def up(self) -> list[str]:
-        return [b for b in sorted(self.bookies) if self._serving(b) is not None]
+        return self.fleet.up()
 
     # -- the history ---------------------------------------------------------------------------
 
@@ -435,9 +330,9 @@ class Simulation:
         disk_nemesis = asyncio.ensure_future(self.disk_faults.run())
         expiries = asyncio.ensure_future(
             self.metafaults.expire_sessions(
-                lambda: [b for b in self.up() if b in self._sessions],
+                lambda: [b for b in self.up() if b in self.fleet.sessions],
                 lambda: self.ctx.phase.workload_done,
-                lambda b: self._sessions[b].expire(),  # type: ignore[attr-defined]
+                lambda b: self.fleet.sessions[b].expire(),  # type: ignore[attr-defined]
             )
         )
         _done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
@@ -525,7 +420,7 @@ class Simulation:
     async def _settle_repairs(self, limit: float) -> None:
         deadline = self.loop.time() + limit
         while self.loop.time() < deadline and not all(
-            self.bookies[b].wait_repaired_nowait() for b in self.up()
+            self.fleet.bookies[b].wait_repaired_nowait() for b in self.up()
         ):
             await asyncio.sleep(0.2)
 
@@ -534,7 +429,7 @@ class Simulation:
         ledgers and streams (above their trim point)."""
         skip = HEADER.size + Digester(DIGEST).digest_len
         stored = storage_reader(
-            lambda b: self.bookies[b].storage if self._serving(b) else None,
+            lambda b: self.fleet.bookies[b].storage if self._serving(b) else None,
             lambda data: entry_payload(data, skip),
         )
         # A ledger left unrecoverable by lossy bookies cannot be repaired either: what the
@@ -552,10 +447,10 @@ class Simulation:
     async def shutdown(self) -> None:
         """Release every bookie's files and end every task, whatever state the run ended in."""
         self.workload.stop()
-        for bid, b in self.bookies.items():
+        for bid, b in self.fleet.bookies.items():
             if b.state in (BookieState.SERVING, BookieState.BOOTING):
-                self._retire(bid)
-                for d in self._disks[bid]:
+                self.fleet.retire(bid)
+                for d in self.fleet.disk_threads[bid]:
                     d.lose_pending()
                 b.crash()
         await self.net.close()
