@@ -18,11 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Set
 
-# Two simulator modules with work in progress by others (testing/oracle_fence.py,
-# testing/workload_unbounded.py) still import the write sets from here: the second
-# name goes once they import embedlog.metadata.striping.
 from embedlog.metadata.striping import write_set
-from embedlog.metadata.striping import write_set_bookies as write_set_bookies
 
 
 def coverage(cohort_size: int, ack_quorum: int) -> int:

@@ -27,8 +27,8 @@ from embedlog.errors import (
     NoSuchLedgerError,
     NoSuchLedgerInMetadataError,
 )
-from embedlog.ledger.quorum import write_set_bookies
 from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.testing.oracle_fence import FenceRule
 from embedlog.testing.oracle_quorum import AckQuorumRule, LafrRule
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
