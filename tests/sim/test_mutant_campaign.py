@@ -47,17 +47,19 @@ def test_every_mutant_is_a_patch_of_protocol_code() -> None:
 def test_apply_patches_the_scratch_copy_only(tmp_path: Path) -> None:
     export_head(REPO, tmp_path)
     mutant = _by_name(QUICK_KILL)
-    before = (REPO / mutant.file).read_text()
+    exported = (tmp_path / mutant.file).read_text()
+    working = (REPO / mutant.file).read_text()
     apply(mutant, tmp_path)
     patched = (tmp_path / mutant.file).read_text()
     assert mutant.new in patched and mutant.old not in patched
-    assert patched == before.replace(mutant.old, mutant.new)
-    assert (REPO / mutant.file).read_text() == before  # the working tree is untouched
+    assert patched == exported.replace(mutant.old, mutant.new)
+    assert (REPO / mutant.file).read_text() == working  # the working tree is untouched
 
 
 def test_a_stale_snippet_is_refused(tmp_path: Path) -> None:
     export_head(REPO, tmp_path)
     real = _by_name(QUICK_KILL)
+    exported = (tmp_path / real.file).read_text()
     gone = Mutant("gone", real.file, real.scenario, "-", real.old + "  # gone", real.new)
     with pytest.raises(CampaignError, match="mutant gone is stale: its snippet occurs 0 times"):
         apply(gone, tmp_path)
@@ -67,7 +69,7 @@ def test_a_stale_snippet_is_refused(tmp_path: Path) -> None:
     missing = Mutant("moved", "embedlog/ledger/nowhere.py", real.scenario, "-", "x", "y")
     with pytest.raises(CampaignError, match=r"nowhere\.py does not exist"):
         apply(missing, tmp_path)
-    assert (tmp_path / real.file).read_text() == (REPO / real.file).read_text()
+    assert (tmp_path / real.file).read_text() == exported  # a refused patch changes nothing
 
 
 def test_a_stale_mutant_stops_the_command_with_its_name(tmp_path: Path) -> None:
