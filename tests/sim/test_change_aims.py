@@ -32,7 +32,7 @@ MUTANT, SCENARIO, PINNED, INVARIANT = (
     35,
     "AckedByAckQuorum",
 )
-SEARCH = 150
+SEARCH = 300
 
 
 def _run(seed: int):
