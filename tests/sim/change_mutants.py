@@ -35,12 +35,6 @@ def _on_all_ok_without_slot_check(
     self.complete()
 
 
-def _ack_every_answer(self: PendingAdd, idx: int) -> None:
-    """``PendingAdd.ack`` counting every EOK, a second answer of one slot included."""
-    self.acks |= 1 << idx
-    self.acked += 1
-
-
 @contextmanager
 def _patched(cls: type, name: str, fn: Callable[..., Any]) -> Iterator[None]:
     before = cls.__dict__[name]
@@ -55,11 +49,6 @@ def batch_acks_skip_slot_check() -> Any:
     return _patched(AddPipeline, "on_all_ok", _on_all_ok_without_slot_check)
 
 
-def acks_counted_per_answer() -> Any:
-    return _patched(PendingAdd, "ack", _ack_every_answer)
-
-
 MUTANTS: dict[str, Callable[[], Any]] = {
     "batch-acks-skip-slot-check": batch_acks_skip_slot_check,
-    "acks-counted-per-answer": acks_counted_per_answer,
 }
