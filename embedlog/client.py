@@ -436,7 +436,7 @@ class Client:
                     ledger_id,
                 )
 
-        await asyncio.gather(*(drop(b) for b in md.bookies()))
+        await asyncio.gather(*(drop(b) for b in sorted(md.bookies())))
 
     async def _forget_stream(self, md: LedgerMetadata) -> None:
         """After its ledger was deleted: free the stream's name, drop its cursors and

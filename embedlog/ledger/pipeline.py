@@ -385,7 +385,7 @@ class AddPipeline:
             self.policy.fragment_start(self.pending, self.next_entry_id), md.last_fragment[0]
         )
         pinned = {b for b in failed if self.policy.pinned(ensemble.index(b), first)}
-        for b in pinned:
+        for b in sorted(pinned):
             self.retry_later(b)
         failed -= pinned
         if not failed:
@@ -429,7 +429,9 @@ class AddPipeline:
             ):
                 self.send(p, idx, bookie)
         old = plan.ensemble
-        for b in plan.failed - set(replaced.values()) - {old[i] for i in replaced}:
+        # In name order, not a set's (which follows the process's string hashing): the
+        # retries' timers, and so a simulated history, must not depend on it.
+        for b in sorted(plan.failed - set(replaced.values()) - {old[i] for i in replaced}):
             self.retry_later(b)
 
     def replacement_lost(self, plan: Replacement, fresh: LedgerMetadata) -> None:
@@ -450,11 +452,11 @@ class AddPipeline:
     def readied(self, ready: set[str], not_ready: set[str], first: int, now: float) -> None:
         """New members of a fragment from ``first`` were readied (or not, and kept: until
         readied, each holds back the entries of its write sets it has not confirmed)."""
-        for b in not_ready:
+        for b in sorted(not_ready):
             self.policy.suspect(b, now)
         for b in ready:
             self.unprepared.pop(b, None)
-        for b in not_ready:
+        for b in sorted(not_ready):
             self.unprepared[b] = first
         if ready:
             self.complete()
