@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from rot_mutants import MUTANTS
+from seed_search import first_caught
 
 from embedlog.testing.sim import run_seed
 from embedlog.testing.simdisk import MemoryDisk
@@ -27,22 +28,12 @@ CAUGHT = {
 SEARCH = 100
 
 
-def _violated(mutant: str, scenario: str, seed: int) -> list[str]:
-    with MUTANTS[mutant]():
-        result = run_seed(seed, scenario, keep_trace=False)
-    return [v.invariant for v in result.violations]
-
-
 @pytest.mark.parametrize("mutant", sorted(CAUGHT))
 def test_an_entry_log_read_without_its_crc_check_is_caught(mutant):
     scenario, pinned, invariant = CAUGHT[mutant]
-    found = ((s, v) for s in [pinned, *range(SEARCH)] if (v := _violated(mutant, scenario, s)))
-    caught, violated = next(found, (None, []))
-    assert caught is not None, f"{mutant} is not caught in {SEARCH} seeds of {scenario}"
+    caught, violated = first_caught(MUTANTS[mutant], scenario, pinned, SEARCH)
     if caught == pinned:
         assert invariant in violated
-    else:
-        print(f"{mutant} is caught at seed {caught} of {scenario} now (pinned: {pinned})")
     # The same history with every check in place holds every invariant, and its disks
     # did rot: the CRCs caught it.
     clean = run_seed(caught, scenario, keep_trace=False)

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 from fence_mutants import fence_counts_bookies_not_write_sets
+from seed_search import first_caught
 
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.testing.oracle_fence import RULE, FenceRule
@@ -72,16 +73,7 @@ FIRST = 2
 SEARCH = 200
 
 
-def _violations(seed: int) -> list[str]:
-    with fence_counts_bookies_not_write_sets():
-        return [v.invariant for v in run_seed(seed, "bounded", keep_trace=False).violations]
-
-
 def test_a_fence_short_of_a_write_set_is_caught():
-    found = ((s, v) for s in [FIRST, *range(SEARCH)] if RULE in (v := _violations(s)))
-    seed, _ = next(found, (None, []))
-    assert seed is not None, f"the fencing mutant is not caught in {SEARCH} seeds"
-    if seed != FIRST:
-        print(f"the fencing mutant is caught at seed {seed} now (pinned: {FIRST})")
+    seed, _ = first_caught(fence_counts_bookies_not_write_sets, "bounded", FIRST, SEARCH, RULE)
     clean = run_seed(seed, "bounded", keep_trace=False)
     assert clean.ok and clean.counts["check.fence_coverage"] > 0

@@ -8,20 +8,21 @@ import logging
 import threading
 import time
 
+from unbounded_helpers import DelegatingStore
+
 from embedlog import Retention
 from embedlog.errors import MetadataUnavailableError
 from embedlog.metadata import streams
-from embedlog.metadata.store import ANY_VERSION, MetadataStore
+from embedlog.metadata.store import MetadataStore
 
 
-class CursorReadsFail(MetadataStore):
+class CursorReadsFail(DelegatingStore):
     """A store whose listing of one stream's cursors (what every trim decides from)
     fails while ``failing`` is set, as a ZooKeeper outage makes it fail."""
 
     def __init__(self, inner: MetadataStore, path: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.path = path
-        self.blocking_io = inner.blocking_io
         self.failing = threading.Event()
         self.failures = 0
 
@@ -30,27 +31,6 @@ class CursorReadsFail(MetadataStore):
             self.failures += 1
             raise MetadataUnavailableError("the metadata store is unreachable (injected)")
         return self.inner.children(path)
-
-    def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
-        return self.inner.create(path, data, ephemeral=ephemeral)
-
-    def get(self, path: str) -> tuple[bytes, int]:
-        return self.inner.get(path)
-
-    def set(self, path: str, data: bytes, version: int) -> int:
-        return self.inner.set(path, data, version)
-
-    def delete(self, path: str, version: int = ANY_VERSION) -> None:
-        self.inner.delete(path, version)
-
-    def sync(self, path: str) -> None:
-        self.inner.sync(path)
-
-    def held_by_another_session(self, path: str) -> bool:
-        return self.inner.held_by_another_session(path)
-
-    def session(self) -> MetadataStore:
-        return self.inner.session()
 
 
 def wait_until(condition, what: str, timeout: float = 30.0) -> None:

@@ -9,25 +9,24 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from unbounded_helpers import wait_until
+from unbounded_helpers import DelegatingStore, wait_until
 
 from embedlog import Retention
 from embedlog.errors import InvalidTermError, LedgerDeletedError
 from embedlog.metadata import sinks, streams
-from embedlog.metadata.store import ANY_VERSION, MetadataStore
+from embedlog.metadata.store import MetadataStore
 
 IDLE = 30.0
 
 
-class AfterCursorRead(MetadataStore):
+class AfterCursorRead(DelegatingStore):
     """A store that runs ``hook`` once, right after someone listed ``path``'s children
     (the cursor read a trim decides from): the commit that lands between a trim's read of
     the cursors and its compare-and-swap."""
 
     def __init__(self, inner: MetadataStore, path: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.path = path
-        self.blocking_io = inner.blocking_io
         self.hook: Callable[[], None] | None = None
         self.fired = threading.Event()
 
@@ -39,27 +38,6 @@ class AfterCursorRead(MetadataStore):
             hook()
             self.fired.set()
         return out
-
-    def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
-        return self.inner.create(path, data, ephemeral=ephemeral)
-
-    def get(self, path: str) -> tuple[bytes, int]:
-        return self.inner.get(path)
-
-    def set(self, path: str, data: bytes, version: int) -> int:
-        return self.inner.set(path, data, version)
-
-    def delete(self, path: str, version: int = ANY_VERSION) -> None:
-        self.inner.delete(path, version)
-
-    def sync(self, path: str) -> None:
-        self.inner.sync(path)
-
-    def held_by_another_session(self, path: str) -> bool:
-        return self.inner.held_by_another_session(path)
-
-    def session(self) -> MetadataStore:
-        return self.inner.session()
 
 
 def _first(client, lid: int) -> int:

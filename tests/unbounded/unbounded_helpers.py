@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from embedlog.errors import BKError
+from embedlog.metadata.store import ANY_VERSION, MetadataStore
 from embedlog.metadata.striping import write_set_bookies
 
 
@@ -44,3 +45,36 @@ def raw_add(cluster, bookie: str, ledger_id: int, entry_id: int, term: int, payl
     body = Digester(DigestType.CRC32C).pack(ledger_id, entry_id, -1, payload)
     req = Request(OpCode.ADD, next_txn(), ledger_id, entry_id, 0, term, 0, master_key(b""), body)
     return cluster.runtime.run(cluster.transport.request("raw", bookie, req, 5.0))
+
+
+class DelegatingStore(MetadataStore):
+    """A metadata store that hands every call to ``inner``: a test overrides the calls
+    it intercepts (a hook after a read, an injected failure)."""
+
+    def __init__(self, inner: MetadataStore) -> None:
+        self.inner = inner
+        self.blocking_io = inner.blocking_io
+
+    def children(self, path: str) -> list[str]:
+        return self.inner.children(path)
+
+    def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
+        return self.inner.create(path, data, ephemeral=ephemeral)
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        return self.inner.get(path)
+
+    def set(self, path: str, data: bytes, version: int) -> int:
+        return self.inner.set(path, data, version)
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        self.inner.delete(path, version)
+
+    def sync(self, path: str) -> None:
+        self.inner.sync(path)
+
+    def held_by_another_session(self, path: str) -> bool:
+        return self.inner.held_by_another_session(path)
+
+    def session(self) -> MetadataStore:
+        return self.inner.session()

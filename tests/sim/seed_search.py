@@ -1,0 +1,42 @@
+"""Where a test-only mutant is caught: its pinned seed first, then seeds 0, 1, ... up to a
+bound. A change to the simulator or the protocol code may move the first violating seed;
+the test then still holds (the mutant is caught within the bound) and says where to pin."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+from embedlog.testing.sim import run_seed
+
+
+def violations(
+    mutant: Callable[[], AbstractContextManager[object]], scenario: str, seed: int
+) -> list[str]:
+    """The invariants seed ``seed`` of ``scenario`` violates with ``mutant`` in place."""
+    with mutant():
+        return [v.invariant for v in run_seed(seed, scenario, keep_trace=False).violations]
+
+
+def first_caught(
+    mutant: Callable[[], AbstractContextManager[object]],
+    scenario: str,
+    pinned: int,
+    search: int,
+    invariant: str | None = None,
+) -> tuple[int, list[str]]:
+    """The first seed (the pinned one tried first) at which ``mutant`` violates
+    ``invariant`` (any invariant when None), and what it violates there; fails the test
+    when no seed below ``search`` does."""
+
+    def seeds() -> Iterator[int]:
+        yield pinned
+        yield from range(search)
+
+    for seed in seeds():
+        seen = violations(mutant, scenario, seed)
+        if seen and (invariant is None or invariant in seen):
+            if seed != pinned:
+                print(f"the mutant is caught at seed {seed} of {scenario} now (pinned: {pinned})")
+            return seed, seen
+    raise AssertionError(f"the mutant is not caught in {search} seeds of {scenario}")
