@@ -386,7 +386,12 @@ class Journal:
 
     def _next_group(self) -> None:
         self._due = False
-        if self._writing or self._loop is None or (not self._buf and not self._waiters):
+        if (
+            self._writing
+            or self._wait_timer is not None  # already waiting for company: one hand-off
+            or self._loop is None
+            or (not self._buf and not self._waiters)
+        ):
             return
         decision = grouping(
             self._buf_bytes, group_bytes=self.group_bytes, max_group_wait=self.max_group_wait
@@ -406,6 +411,11 @@ class Journal:
     def _write_group(self) -> None:
         """Hand what is buffered to the journal's thread as one write and one fsync."""
         assert self._loop is not None
+        if self._writing:
+            # One group at a time: the one in flight starts the next when it is durable
+            # (``_written``); a second hand-off would answer its waiters with the first
+            # group's fsync.
+            return
         parts, size, waiters = self._buf, self._buf_bytes, self._waiters
         self._inflight = waiters  # so that crash() can fail them
         self._group_records, self._buf_records = self._buf_records, 0
@@ -424,12 +434,18 @@ class Journal:
         self._writing = True
         args = (parts, size, batch_lsn)
         executor = self._executor
-        if isinstance(executor, DiskThread):
-            self._pending = executor.run_then(self._loop, self._write, args, self._written)
-        else:  # any other executor (the simulator's disk): through the loop's future
-            fut = self._loop.run_in_executor(executor, self._write, *args)
-            fut.add_done_callback(self._written_future)
-            self._pending = fut
+        try:
+            if isinstance(executor, DiskThread):
+                self._pending = executor.run_then(self._loop, self._write, args, self._written)
+            else:  # any other executor (the simulator's disk): through the loop's future
+                fut = self._loop.run_in_executor(executor, self._write, *args)
+                fut.add_done_callback(self._written_future)
+                self._pending = fut
+        except RuntimeError as exc:  # the executor is shut down (a crash during boot)
+            self._writing = False
+            self._inflight = []
+            self.error = OSError(f"the journal's disk thread is gone: {exc}")
+            _notify(waiters, self.error)
 
     def _written_future(self, fut: asyncio.Future[None]) -> None:
         if fut is not self._pending:

@@ -276,8 +276,18 @@ class UnboundedLedger:
             lac, md = await follow.wait_for_lac(self._ctx, self._md, self._lac, 0.0)
         except UNKNOWN_OUTCOMES:
             return self._md, self._lac
-        self._md, self._lac = md, max(self._lac, lac)
+        self._keep_view(md, lac)
         return self._md, self._lac
+
+    def _keep_view(self, md: LedgerMetadata, lac: int) -> None:
+        """A follower's view after one of its LAC reads: ``md`` was read after ``lac`` was
+        seen. Another user of this handle (a second tail, a read) may have kept a newer
+        version meanwhile, read after a LAC of its own: the newest version stands, never
+        an older one under a higher LAC (entries would be placed by metadata read before
+        the LAC that made them visible)."""
+        if md.version >= self._md.version:
+            self._md = md
+        self._lac = max(self._lac, lac)
 
     def tail(
         self, start: int | str = 0, *, timeout: float | None = None, cursor: str | None = None
@@ -438,7 +448,7 @@ class UnboundedLedger:
         lac, md, rows = await follow.wait_and_read(
             self._ctx, self._md, digester, previous, wait, batch
         )
-        self._md, self._lac = md, max(self._lac, lac)
+        self._keep_view(md, lac)
         return rows
 
     # -- trimming ----------------------------------------------------------------------------

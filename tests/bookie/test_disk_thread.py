@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
+import attrs
 import pytest
 
 from embedlog.bookie import journal
 from embedlog.bookie.config import BookieConfig
+from embedlog.bookie.disk import REAL_DISK
 from embedlog.bookie.diskthread import DiskThread
 
 RECORD = b"S" + bytes(8) + b'{"a": 1}'  # a state record: a kind replay accepts
@@ -162,3 +165,78 @@ def test_a_group_the_crash_overtakes_is_never_written(tmp_path):
     disk.shutdown()
     assert isinstance(outcome, OSError) and "crashed" in str(outcome)
     assert [p for _lsn, p in journal.Replay(config.journal_dir, 0)] == [RECORD]
+
+
+class SyncLog:
+    """The real disk, whose journal files record what each fsync made durable (slowly,
+    so that appends arrive while a group is being written)."""
+
+    def __init__(self) -> None:
+        self.durable: set[bytes] = set()
+        self.unsynced: list[bytes] = []
+
+    def open_append(self, path: Any) -> Any:
+        inner = REAL_DISK.open_append(path)
+        log = self
+
+        class File:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(inner, name)
+
+            def append_parts(self, parts: list[bytes]) -> int:
+                log.unsynced.extend(parts)
+                return int(inner.append_parts(parts))
+
+            def sync(self) -> None:
+                time.sleep(0.03)
+                inner.sync()
+                log.durable.update(log.unsynced)
+                log.unsynced.clear()
+
+        return File()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(REAL_DISK, name)
+
+
+def test_an_append_from_a_durable_callback_is_acknowledged_after_its_own_fsync(tmp_path):
+    """With a group wait, an append made by a durable callback (of the group just written)
+    while another append also asks for a group: one hand-off at a time, and each record is
+    acknowledged once, after an fsync that covered it."""
+    (tmp_path / "journal").mkdir()
+    config = attrs.evolve(BookieConfig("b1", tmp_path), journal_max_group_wait=0.01)
+    disk, thread = SyncLog(), DiskThread("test-journal")
+    acked: list[tuple[bytes, bool]] = []
+
+    def record(tag: bytes) -> bytes:
+        return b"S" + bytes(8) + b'{"r": "%s"}' % tag
+
+    async def main() -> None:
+        j = journal.Journal(config, thread, 0, disk=disk)
+        j.start()
+
+        def acknowledge(tag: bytes) -> Any:
+            def done(exc: BaseException | None) -> None:
+                assert exc is None
+                acked.append((tag, any(tag in part for part in disk.durable)))
+
+            return done
+
+        def first(exc: BaseException | None) -> None:
+            acknowledge(b"A")(exc)
+            j.append_then(record(b"B"), acknowledge(b"B"))  # from the callback itself
+
+        j.append_then(record(b"A"), first)
+        await asyncio.sleep(0.075)  # B's group waits for company, then is written
+        j.append_then(record(b"C"), acknowledge(b"C"))
+        for _ in range(200):
+            if len(acked) == 3:
+                break
+            await asyncio.sleep(0.01)
+        await j.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        thread.shutdown()
+    assert sorted(acked) == [(b"A", True), (b"B", True), (b"C", True)]

@@ -5,6 +5,8 @@ the same version, so they are still placed by metadata read after their LAC."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import attrs
@@ -120,3 +122,58 @@ def test_a_tail_step_costs_its_read_and_two_tasks(cluster, monkeypatch):
     # The read, the call, the step's work and the watch on the handle's close.
     assert len(made) == one_read + 2, made
     tail.close()
+
+
+def test_a_slow_wait_never_puts_back_metadata_older_than_another_users_view(cluster, monkeypatch):
+    """Two users of one follower handle: a tail's wait (A) re-reads the metadata and then
+    waits on its entries' read; meanwhile the writer changes ensemble and a read (B)
+    keeps the newer metadata with a higher LAC. When A returns, the handle keeps B's
+    version: entries up to that LAC are placed by metadata read after it."""
+    cluster.add_bookie()
+    writer = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(3):
+        writer.append(b"entry %d" % i)
+    follower = cluster.client("f").open_unbounded(writer.ledger_id, takeover=False)
+    runtime = follower.runtime
+    gate = runtime.run(_event())
+    real = follow._read_or_none
+
+    reading = threading.Event()
+
+    async def held_read(*args: Any) -> Any:
+        reading.set()  # A saw the LAC move and re-read the metadata
+        await gate.wait()  # the entries' round trip, held open
+        return await real(*args)
+
+    monkeypatch.setattr(follow, "_read_or_none", held_read)
+    waiting = runtime.submit(follower.wait_past(follower.last_add_confirmed, 5.0, 256))
+    writer.append(b"entry 3")
+    _wait(reading.is_set)
+    cluster.crash_bookie(writer.metadata.last_fragment[1][0])
+    for i in range(4, 8):
+        writer.append(b"entry %d" % i)
+    changed = writer.metadata.version
+    monkeypatch.setattr(follow, "_read_or_none", real)
+    assert follower.read_last_add_confirmed() >= 7  # B: the newer view
+    assert follower.metadata.version == changed
+    runtime.run(_set(gate))
+    waiting.result(IDLE)  # A returns with the version it read before the change
+    assert follower.metadata.version == changed
+    tail = follower.tail(4, timeout=IDLE)
+    assert [next(tail).data for _ in range(4)] == [b"entry %d" % i for i in range(4, 8)]
+    tail.close()
+
+
+async def _event() -> asyncio.Event:
+    return asyncio.Event()
+
+
+async def _set(event: asyncio.Event) -> None:
+    event.set()
+
+
+def _wait(condition: Any) -> None:
+    deadline = time.monotonic() + IDLE
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
