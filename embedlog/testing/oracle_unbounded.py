@@ -12,9 +12,10 @@ bookkeeper-tlaplus) where it has a name:
 * ``NoDivergenceBetweenClientAndMetaData`` (2): a takeover's recovered end is above
   every entry an older term acknowledged, whenever that acknowledgement arrives.
 * ``NoLogDivergence`` (3): no two payloads are acknowledged at one id; a takeover writes
-  back at an acknowledged id only its payload; a bookie serves a normal read of an
-  acknowledged id only with its payload; a reader never gets a payload that no writer
-  appended (a no-op, or an older term's leftover), nor two payloads for one id.
+  back at an acknowledged id only its payload; a bookie the metadata gives an
+  acknowledged id serves a normal read of it only with its payload; a reader never gets
+  a payload that no writer appended (a no-op, or an older term's leftover), nor two
+  payloads for one id.
 * ``NoNegativeForAckedEntry`` (5): a bookie never answers NoSuchEntry/NoSuchLedger for
   an entry it acknowledged with the payload a writer had acknowledged, while the
   metadata makes it responsible for the entry (in its write set, not trimmed). What a
@@ -179,7 +180,14 @@ class StreamOracle(Oracle):
                     self._negative(src, bookie_id, req, resp, e, payload)
         elif not (req.op == OpCode.READ and req.flags & ReadFlags.RECOVERY):
             # (A takeover's recovery read may get an older term's leftover: it decides.)
+            # Only a bookie the metadata now gives the entry to must serve its payload: a
+            # read sent by older metadata (a follower's speculative read, kept only if the
+            # metadata did not change) may reach a bookie a takeover has since replaced,
+            # holding an older term's leftover. What a reader keeps is judged by
+            # ``stream_read``.
             for e, entry in self.served(src, bookie_id, req, resp):
+                if not self._responsible(lid, e, bookie_id):
+                    continue
                 _flags, payload = self._parse(entry)
                 acked = self.stream_acked.get(lid, {}).get(e)
                 if acked is not None and acked[0] != payload:

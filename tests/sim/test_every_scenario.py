@@ -126,7 +126,12 @@ FOUND = {
     # (LedgerWriter._replace readies replacements before the compare-and-swap).
     # 412: invariant 4 counted copies while a wiped bookie's repair still waited out its
     # backoff between takeovers (the simulation now gives it that long once healed).
-    "unbounded": (85, 133, 247, 261, 393, 412, 758),
+    # 1365 (and 1101 of unbounded-nojournal, 1589 of unbounded-corrupt): the oracle judged
+    # a follower's speculative read, sent by the metadata it had before the LAC moved and
+    # thrown away once the metadata read again differed: a bookie a takeover had replaced
+    # served it an older term's leftover (the oracle judges a bookie's answers only
+    # where the metadata gives it the entry; what a reader keeps, by stream_read).
+    "unbounded": (85, 133, 247, 261, 393, 412, 758, 1365),
     # A bookie without the journal acknowledged a recovery's write-back (an ensemble
     # change the recovery kept in memory), crashed and lost even the ledger's record; its
     # suspicious boot did not protect the ledger (the metadata did not list it yet) and it
@@ -154,7 +159,8 @@ FOUND = {
     # 9483: a boot that failed on a metadata error left the unclean bit set; the next
     # boot put a bookie that had lost nothing in limbo beside a wiped one, and no
     # takeover could settle the stream for their repairs (bookie/boot.py: end_failed_boot).
-    "unbounded-nojournal": (3105, 9483),
+    "unbounded-nojournal": (1101, 3105, 9483),
+    "unbounded-corrupt": (1589,),
     # 332, 951: a member whose TRIM ABOVE at the end of a takeover was lost was readied
     # again from its fragment's start, dropping the write-backs and the older term's
     # acknowledged entries it held (LedgerWriter._unprepared keeps the cut it missed).
