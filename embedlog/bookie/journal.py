@@ -319,6 +319,9 @@ class Journal:
         self._wait_timer: asyncio.TimerHandle | None = None
         self._group_records = 0
         self.error: OSError | None = None
+        # Set once closed or crashed: an append then fails at once, not left unanswered
+        # (no group is handed off after the stop).
+        self._stopped: str | None = None
         self.batches = 0
         self.records = 0
         # The writer's decisions, counted (tests and benchmarks read them).
@@ -346,6 +349,8 @@ class Journal:
         gathers them)."""
         if self.error is not None:
             raise self.error
+        if self._stopped is not None:
+            raise OSError(f"the journal is {self._stopped}: nothing more can be made durable")
         length = len(prefix) + len(payload)
         if not length:  # replay takes a zero length for preallocated or zeroed space
             raise ValueError("a journal record is never empty")
@@ -524,10 +529,14 @@ class Journal:
         try:
             await self.sync()
         finally:
-            self._stop()
+            self._stop("closed")
+            # What was appended while the final sync waited was not in its group.
+            waiters, self._waiters, self._inflight = self._waiters + self._inflight, [], []
+            _notify(waiters, OSError("the journal was closed before this record was durable"))
             self._file.close()
 
-    def _stop(self) -> None:
+    def _stop(self, why: str) -> None:
+        self._stopped = why
         if self._wait_timer is not None:
             self._wait_timer.cancel()
             self._wait_timer = None
@@ -538,7 +547,7 @@ class Journal:
         self._writing = False
 
     def crash(self) -> None:
-        self._stop()
+        self._stop("crashed")
         waiters, self._waiters, self._inflight = self._waiters + self._inflight, [], []
         _notify(waiters, OSError("bookie crashed"))
         self._buf.clear()

@@ -153,8 +153,8 @@ def test_a_group_the_crash_overtakes_is_never_written(tmp_path):
             await asyncio.sleep(0)
         stop = j._stop
 
-        def stop_then_release() -> None:
-            stop()  # the queued group is cancelled first, then the thread moves on
+        def stop_then_release(why: str) -> None:
+            stop(why)  # the queued group is cancelled first, then the thread moves on
             gate.set()
 
         j._stop = stop_then_release  # type: ignore[method-assign]

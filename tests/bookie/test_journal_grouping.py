@@ -167,3 +167,38 @@ def test_a_lone_add_is_written_at_once_and_a_burst_of_adds_still_groups(harness)
     assert grouped == 50
     assert grouped / groups > 1, f"{groups} groups for 50 concurrent adds"
     assert j.decisions[Grouping.WAIT_FOR_COMPANY] == 0
+
+
+def test_an_append_to_a_closed_or_crashed_journal_fails_at_once(tmp_path):
+    """A stopped journal hands off no group: an append then is refused on the spot, and
+    one made while the final sync waited is failed by close(), never left unanswered."""
+    config = BookieConfig("b1", tmp_path)
+    config.journal_dir.mkdir()
+
+    async def scenario() -> None:
+        executor = ThreadPoolExecutor(1)
+        j = journal.Journal(config, executor, 0)
+        j.start()
+        first = j.append(RECORD)
+        assert first is not None
+        late: list[asyncio.Future[None] | None] = []
+        # Appended once the first group is durable, while close()'s sync is in the next
+        # group: it makes a third group, which close() stops.
+        first.add_done_callback(lambda _f: late.append(j.append(RECORD)))
+        await j.close()
+        await first
+        assert late and late[0] is not None
+        assert late[0].done(), "an append made during close() was left unanswered"
+        with pytest.raises(OSError, match="closed before this record was durable"):
+            late[0].result()
+        with pytest.raises(OSError, match="journal is closed"):
+            j.append(RECORD)
+        executor.shutdown()
+
+        crashed = journal.Journal(config, ThreadPoolExecutor(1), j.lsn)
+        crashed.start()
+        crashed.crash()
+        with pytest.raises(OSError, match="journal is crashed"):
+            crashed.append(RECORD)
+
+    asyncio.run(scenario())
