@@ -18,7 +18,7 @@ import concurrent.futures
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -67,7 +67,7 @@ class DiskThread(concurrent.futures.Executor):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Work | _Call[Any] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._shut = False
@@ -87,22 +87,11 @@ class DiskThread(concurrent.futures.Executor):
     def submit(
         self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
     ) -> concurrent.futures.Future[T]:
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        call = _Call(fn, args, kwargs)
+        self._put(call)
+        return call.future
 
-        def run() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-
-        self._put(run)
-        return future
-
-    def _put(self, item: Callable[[], None]) -> None:
+    def _put(self, item: Work | _Call[Any]) -> None:
         if self._thread is None:
             with self._lock:
                 if self._shut:
@@ -123,7 +112,8 @@ class DiskThread(concurrent.futures.Executor):
             item()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Work already queued still runs (as ``ThreadPoolExecutor`` does); no new work."""
+        """No new work; work already queued still runs unless ``cancel_futures`` (as with
+        ``ThreadPoolExecutor``: then what the thread has not started is cancelled)."""
         with self._lock:
             if self._shut:
                 return
@@ -131,6 +121,39 @@ class DiskThread(concurrent.futures.Executor):
             thread = self._thread
         if thread is None:
             return
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item.cancel()
         self._queue.put(None)
         if wait and thread is not threading.current_thread():
             thread.join()
+
+
+class _Call(Generic[T]):
+    """One ``submit`` item: its future, cancelled if the thread never starts it."""
+
+    __slots__ = ("_args", "_fn", "_kwargs", "future")
+
+    def __init__(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]):
+        self._fn = fn
+        self._args = args
+        self._kwargs = kwargs
+        self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def cancel(self) -> None:
+        self.future.cancel()
+
+    def __call__(self) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return
+        try:
+            result = self._fn(*self._args, **self._kwargs)
+        except BaseException as exc:
+            self.future.set_exception(exc)
+        else:
+            self.future.set_result(result)

@@ -106,6 +106,29 @@ def test_work_cancelled_before_the_thread_reaches_it_never_runs():
     assert ran == ["after"]
 
 
+def test_shutdown_with_cancel_futures_cancels_what_the_thread_has_not_started():
+    disk = DiskThread("test-disk")
+    gate = threading.Event()
+    running = threading.Event()
+    ran: list[str] = []
+
+    def block() -> bool:
+        running.set()
+        return gate.wait()
+
+    started = disk.submit(block)
+    queued = disk.submit(ran.append, "queued")
+    running.wait()
+    disk.shutdown(wait=False, cancel_futures=True)
+    gate.set()
+    assert started.result() is True  # the one running finishes
+    assert queued.cancelled()
+    disk.shutdown()  # a second call is a no-op
+    assert ran == []
+    with pytest.raises(RuntimeError, match="shut down"):
+        disk.submit(print)
+
+
 def test_a_journal_group_costs_one_wake_up_of_the_loop_and_no_task(tmp_path):
     config = BookieConfig("b1", tmp_path)
     config.journal_dir.mkdir()
