@@ -22,7 +22,8 @@ from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import Disk
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
 from embedlog.bookie.integrity import Protection, owes_entries, protection_for, suspicion_reasons
-from embedlog.bookie.journal import Journal, Replay
+from embedlog.bookie.journal import Journal
+from embedlog.bookie.journal_replay import Replay
 from embedlog.bookie.ledgers import LedgerTable
 from embedlog.bookie.storage import LedgerStorage
 from embedlog.clock import Clock

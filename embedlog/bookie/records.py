@@ -1,6 +1,6 @@
 """The bookie's journal records: how each kind is laid out, and how replay applies it.
 
-A record's first byte says its kind (embedlog/bookie/journal.py frames and checks the
+A record's first byte says its kind (embedlog/bookie/journal_replay.py frames and checks the
 record as a whole):
 
 - ``A`` ledger entry | entry: one add;

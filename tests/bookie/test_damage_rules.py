@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 import crc32c
 import pytest
 
-from embedlog.bookie import journal
+from embedlog.bookie import journal, journal_replay
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.entrylog import RECORD, damaged_logs, entry_readable
-from embedlog.bookie.journal import FRAME, judge_bad_record, next_intact
+from embedlog.bookie.journal_replay import FRAME, judge_bad_record, next_intact
 
 
 def rec(payload: bytes) -> bytes:
@@ -138,18 +138,18 @@ def test_a_search_past_its_bounds_is_corruption_not_a_tail(monkeypatch):
     # search gets through it; past the search's bounds the safe verdict, never a cut.
     data = A + random.Random(7).randbytes(4096)
     assert judge_bad_record(data, MID, last_file=True).torn_tail
-    monkeypatch.setattr(journal, "SCAN_MAX_OFFSETS", 16)
+    monkeypatch.setattr(journal_replay, "SCAN_MAX_OFFSETS", 16)
     assert next_intact(data, MID) == (None, False)
     verdict = judge_bad_record(data, MID, last_file=True)
     assert not verdict.torn_tail and verdict.resume is None
     assert "cannot be told" in verdict.why
-    monkeypatch.setattr(journal, "SCAN_MAX_OFFSETS", 1 << 22)
-    monkeypatch.setattr(journal, "SCAN_MAX_CRC_BYTES", 8)
+    monkeypatch.setattr(journal_replay, "SCAN_MAX_OFFSETS", 1 << 22)
+    monkeypatch.setattr(journal_replay, "SCAN_MAX_CRC_BYTES", 8)
     assert next_intact(A + B[:-7] + bytes(10) + C, MID) == (None, False)
 
 
 def test_zero_runs_are_skipped_not_tried(monkeypatch):
-    monkeypatch.setattr(journal, "SCAN_MAX_OFFSETS", 64)
+    monkeypatch.setattr(journal_replay, "SCAN_MAX_OFFSETS", 64)
     data = A + bytes(8 << 20) + C
     assert next_intact(data, MID) == (len(A) + (8 << 20), True)
 

@@ -226,7 +226,7 @@ def test_nothing_is_journaled_after_a_group_that_filled_the_disk_part_way(tmp_pa
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from embedlog.bookie import journal
+    from embedlog.bookie import journal, journal_replay
     from embedlog.bookie.config import BookieConfig
 
     config = BookieConfig("b1", tmp_path)
@@ -270,6 +270,6 @@ def test_nothing_is_journaled_after_a_group_that_filled_the_disk_part_way(tmp_pa
     finally:
         AppendFile.append_parts = real_append  # type: ignore[method-assign]
     assert outcomes == ["failed: No space left on device"] * 2
-    replay = journal.Replay(config.journal_dir, 0)
+    replay = journal_replay.Replay(config.journal_dir, 0)
     assert [payload for _lsn, payload in replay] == [first]
     assert replay.damage == []  # a torn tail, not records lost behind a broken one

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import pytest
 
-from embedlog.bookie import journal
+from embedlog.bookie import journal, journal_replay
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.disk import REAL_DISK
 from embedlog.bookie.diskthread import DiskThread
@@ -155,7 +155,7 @@ def test_a_journal_group_costs_one_wake_up_of_the_loop_and_no_task(tmp_path):
     assert tasks == set(), "the journal runs a task of its own"
     assert submitted == 0, "the group went through an executor future"
     assert wakeups == 1
-    assert [p for _lsn, p in journal.Replay(config.journal_dir, 0)] == [RECORD]
+    assert [p for _lsn, p in journal_replay.Replay(config.journal_dir, 0)] == [RECORD]
 
 
 def test_a_group_the_crash_overtakes_is_never_written(tmp_path):
@@ -187,7 +187,7 @@ def test_a_group_the_crash_overtakes_is_never_written(tmp_path):
     outcome, _loop = run(scenario)
     disk.shutdown()
     assert isinstance(outcome, OSError) and "crashed" in str(outcome)
-    assert [p for _lsn, p in journal.Replay(config.journal_dir, 0)] == [RECORD]
+    assert [p for _lsn, p in journal_replay.Replay(config.journal_dir, 0)] == [RECORD]
 
 
 class SyncLog:

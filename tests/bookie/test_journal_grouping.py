@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from harness import KEY, entry
 
-from embedlog.bookie import journal
+from embedlog.bookie import journal, journal_replay
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.files import AppendFile
 from embedlog.bookie.journal import Grouping, grouping
@@ -89,7 +89,7 @@ def test_a_lone_record_is_written_without_waiting_for_time_to_pass(tmp_path):
         loop.close()
     assert submitted == 1, "the lone record was held back waiting for company"
     assert decisions[Grouping.AT_ONCE] == 1 and decisions[Grouping.WAIT_FOR_COMPANY] == 0
-    assert [p for _lsn, p in journal.Replay(config.journal_dir, 0)] == [RECORD]
+    assert [p for _lsn, p in journal_replay.Replay(config.journal_dir, 0)] == [RECORD]
 
 
 def test_records_arriving_during_an_fsync_are_the_next_group_and_wait_for_its_fsync(
@@ -137,7 +137,7 @@ def test_records_arriving_during_an_fsync_are_the_next_group_and_wait_for_its_fs
     assert j.batches == 2 and j.records == 10  # one group of 1, then one of 9
     assert j.metrics.journal_group_records.count == 2
     assert j.decisions[Grouping.AT_ONCE] >= 2 and j.decisions[Grouping.WAIT_FOR_COMPANY] == 0
-    assert [p for _lsn, p in journal.Replay(config.journal_dir, 0)] == [RECORD, *burst]
+    assert [p for _lsn, p in journal_replay.Replay(config.journal_dir, 0)] == [RECORD, *burst]
 
 
 def test_a_lone_add_is_written_at_once_and_a_burst_of_adds_still_groups(harness):

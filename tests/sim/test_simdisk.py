@@ -10,7 +10,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from embedlog.bookie.journal import FRAME, Replay, judge_bad_record
+from embedlog.bookie.journal_replay import FRAME, Replay, judge_bad_record
 from embedlog.errors import BookieIOError
 from embedlog.testing.simdisk import MemoryDisk, kept_tail
 from embedlog.testing.simkv import MemoryKV
