@@ -3,7 +3,8 @@ ZooKeeper stopped and restarted on its port:
 
 * after ZooKeeper is back a bookie is registered at once: kazoo reconnects within
   ``RECONNECT_BOUND`` seconds, inside the session timeout, so the session and the
-  registration survive the restart (kazoo's own backoff let them expire);
+  registration survive the restart (kazoo's own backoff let them expire): the
+  registration is the node the bookie's session made before the outage;
 * each process says one warning line per outage;
 * SIGTERM during an outage stops a bookie cleanly, the journal synced: the entries it
   acknowledged during the outage are there after a restart, and the restart finds no
@@ -23,18 +24,20 @@ import sys
 import time
 from pathlib import Path
 
+from kazoo.client import KazooClient
 from procs import Procs, env, finish, wait_line
 
 import embedlog
 from embedlog.metadata.client import AVAILABLE, MetadataClient
 from embedlog.metadata.uri import open_store
+from embedlog.metadata.zk_outage import RECONNECT_BOUND
 from embedlog.metadata.zkserver import ZooKeeperServer, free_port
 
 # Long enough that kazoo's default reconnect backoff (doubling towards a minute) would next
 # try more than a session timeout (10 s) after ZooKeeper is back.
 OUTAGE = 20.0
-SESSION_TIMEOUT = 10.0
 BACK = "answers again after"
+EXPIRED = "a session had expired"
 
 
 class Bookie:
@@ -90,6 +93,17 @@ def _logged_at(line: str) -> datetime.datetime:
     return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
 
 
+def _owners(zk: ZooKeeperServer, chroot: str, ids: list[str]) -> dict[str, int]:
+    """bookie id -> the session that owns its registration (the ephemeral node's owner)."""
+    client = KazooClient(hosts=zk.hosts)
+    client.start(timeout=30)
+    try:
+        return {b: client.get(f"{chroot}{AVAILABLE}/{b}")[1].ephemeralOwner for b in ids}
+    finally:
+        client.stop()
+        client.close()
+
+
 def _registered(meta: MetadataClient) -> list[str] | None:
     """The registered bookies, or None while the test's own client is reconnecting."""
     try:
@@ -120,26 +134,30 @@ def _restart_keeps_registrations(
     zk: ZooKeeperServer, bookies: list[Bookie], meta: MetadataClient, ids: list[str]
 ) -> None:
     assert _registered(meta) == ids
+    owners = _owners(zk, "/outage", ids)
     marks = [len(b.lines()) for b in bookies]
     zk.stop()
     time.sleep(OUTAGE)
     zk.start()
-    back, back_wall = time.monotonic(), datetime.datetime.now()
-    # Past the session timeout: a bookie that had not reconnected by then lost its session
-    # and its registration (for a while: it registers again after reconnecting).
-    seen = []
-    while time.monotonic() - back < SESSION_TIMEOUT + 3:
-        registered = _registered(meta)
-        if registered is not None:
-            seen.append(registered)
-        time.sleep(0.1)
-    assert seen and all(s == ids for s in seen), [s for s in seen if s != ids]
+    back_wall = datetime.datetime.now()
+    # Every bookie says when all of its sessions answer again, and whether one had expired
+    # (a session that did not reconnect within its timeout of ZooKeeper's restart): its
+    # registration went with it, and the bookie made another one.
+    deadline = time.monotonic() + 120  # against a hang only: they are back in about 1 s
+    for b, mark in zip(bookies, marks, strict=True):
+        while not any(BACK in line for line in b.lines()[mark:]):
+            assert b.proc.poll() is None, b.lines()[mark:]
+            assert time.monotonic() < deadline, f"{b.bookie_id} never back: {b.lines()[mark:]}"
+            time.sleep(0.1)
+    assert _registered(meta) == ids
+    assert _owners(zk, "/outage", ids) == owners  # the sessions from before the outage
     for b, mark in zip(bookies, marks, strict=True):
         warnings = b.warnings(mark)
         assert len(warnings) == 1, warnings  # its store and its session share the outage
         assert f"ZooKeeper at {zk.hosts} is unreachable (Connection refused)" in warnings[0]
         again = [line for line in b.lines()[mark:] if BACK in line]
         assert len(again) == 1, b.lines()[mark:]
+        assert EXPIRED not in again[0], again
         after = (_logged_at(again[0]) - back_wall).total_seconds()
         print(f"bookie {b.bookie_id} reconnected {after:+.2f}s after ZooKeeper answered again")
 
@@ -155,7 +173,9 @@ def _sigterm_during_an_outage(
         zk.stop()
         for p in payloads[10:]:  # adds need the bookies only: acknowledged during the outage
             wh.add(p)
-        time.sleep(OUTAGE / 2)  # kazoo's own backoff would be several seconds by now
+        # Several reconnect attempts have failed by then: the bookies' clients are in their
+        # pause between two (kazoo's own would be seconds long by now).
+        time.sleep(3 * RECONNECT_BOUND)
         for b in bookies:
             mark = len(b.lines())
             took, out = b.sigterm()

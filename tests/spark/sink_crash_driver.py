@@ -1,10 +1,12 @@
-"""A Spark driver the tests kill: a streaming query that copies one stream into another.
+"""A Spark driver the tests kill: streaming queries that copy one stream into another.
 
-    python tests/spark/sink_crash_driver.py URI SOURCE TARGET CHECKPOINT
+    python tests/spark/sink_crash_driver.py URI
 
-It reads what SOURCE holds (``trigger(availableNow=True)``, two partitions of at most
-100 entries each) and appends it to TARGET through the connector's sink. Started with
-``crash_hooks`` on PYTHONPATH, its first commit stops at a point and waits to be killed.
+Each line ``SOURCE TARGET CHECKPOINT`` it reads on stdin starts a query that reads what
+SOURCE holds (``trigger(availableNow=True)``, two partitions of at most 100 entries each)
+and appends it to TARGET through the connector's sink; it says ``started TARGET`` on
+stdout. Started with ``crash_hooks`` on PYTHONPATH, the first commit into each target
+stops at a point and waits to be killed: one driver so holds several stopped commits.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ def main() -> None:
 
     from spark_connector import register
 
-    uri, source, target, checkpoint = sys.argv[1:]
+    (uri,) = sys.argv[1:]
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("embedlog-sink-crash")
@@ -26,9 +28,13 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    query = start(spark, uri, source, target, checkpoint)
-    print("started", flush=True)
-    query.awaitTermination()
+    queries = []
+    while line := sys.stdin.readline():
+        source, target, checkpoint = line.split()
+        queries.append(start(spark, uri, source, target, checkpoint))
+        print("started", target, flush=True)
+    for query in queries:
+        query.awaitTermination()  # type: ignore[attr-defined]
 
 
 def start(spark: object, uri: str, source: str, target: str, checkpoint: str) -> object:

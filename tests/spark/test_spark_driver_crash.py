@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -238,86 +239,138 @@ def _pins(client: Any, stream: int) -> dict[str, int]:
         f.close()
 
 
-@pytest.mark.parametrize("point", ["record", "before", "mid", "after", "unpin"])
-def test_a_driver_killed_in_a_commit_into_a_stream_with_retention_loses_and_repeats_nothing(
-    spark: Any, client: Any, metadata_uri: str, tmp_path: Path, point: str
-) -> None:
-    tag = uuid.uuid4().hex[:8]
-    source, target = f"copy-from-{tag}", f"copy-to-{tag}"
-    src = client.create_unbounded(3, 3, 2, name=source)
-    for f in [src.append_async(b"r-%05d" % i) for i in range(BATCH)]:
-        f.result()
-    dst = client.create_unbounded(
-        3, 3, 2, name=target, fragment_max_entries=FRAGMENT, retention=Retention(max_entries=KEEP)
-    )
-    dst.close()
-    reader = Reader(client, dst.ledger_id)
+POINTS = ("record", "before", "mid", "after", "unpin")  # crash_hooks/sitecustomize.py
+
+
+class Copy:
+    """A query copying stream ``copy-from-*`` into ``copy-to-*`` (with retention, read by
+    a Reader) whose first commit the killed driver stops at ``point``."""
+
+    def __init__(self, client: Any, point: str, tmp_path: Path) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.point = point
+        self.source, self.target = f"copy-from-{tag}", f"copy-to-{tag}"
+        self.src = client.create_unbounded(3, 3, 2, name=self.source)
+        for f in [self.src.append_async(b"r-%05d" % i) for i in range(BATCH)]:
+            f.result()
+        dst = client.create_unbounded(
+            3,
+            3,
+            2,
+            name=self.target,
+            fragment_max_entries=FRAGMENT,
+            retention=Retention(max_entries=KEEP),
+        )
+        dst.close()
+        self.target_id = dst.ledger_id
+        self.ckpt = tmp_path / f"ckpt-{point}"
+        self.reader = Reader(client, self.target_id)
+
+
+@pytest.fixture
+def copies(client: Any, tmp_path: Path) -> Iterator[list[Copy]]:
+    made: list[Copy] = []
     try:
-        _kill_and_replay(spark, client, metadata_uri, tmp_path, point, reader, src, target)
+        for point in POINTS:
+            made.append(Copy(client, point, tmp_path))
+        yield made
     finally:
-        reader.stop()
+        for copy in made:
+            copy.reader.stop()
 
 
-def _kill_and_replay(
-    spark: Any,
-    client: Any,
-    metadata_uri: str,
-    tmp_path: Path,
-    point: str,
-    reader: Reader,
-    src: Any,
-    target: str,
+def test_a_driver_killed_in_commits_into_streams_with_retention_loses_and_repeats_nothing(
+    spark: Any, client: Any, metadata_uri: str, tmp_path: Path, copies: list[Copy]
 ) -> None:
-    source = target.replace("copy-to-", "copy-from-")
-    target_id = client.runtime.run(client.stream_id_aio(target))
-    ckpt, marker, log = tmp_path / "ckpt", tmp_path / "stopped", tmp_path / "driver.log"
+    """One driver holds a commit stopped at each point of POINTS (each into a stream of its
+    own) and is killed once, as a machine failure kills it: the checks after the kill see
+    each commit's state at its point, and each query the test's session restarts from its
+    checkpoint loses and repeats nothing."""
+    started = time.monotonic()
+    markers = tmp_path / "stopped"
+    markers.mkdir()
+    killed = _kill_in_commits(metadata_uri, tmp_path, copies, markers)
+    print(f"driver killed {time.monotonic() - started:.1f} s after its start")
+    assert len(killed) > 2  # the driver, its JVM, Spark's Python workers
+    for copy in copies:
+        _check_stopped(client, copy, (markers / str(copy.target_id)).read_text())
+    for copy in copies:
+        for f in [copy.src.append_async(b"r-%05d" % i) for i in range(BATCH, BATCH + LATER)]:
+            f.result()
+        copy.src.close()
+    for copy in copies:
+        _resume_and_check(spark, client, metadata_uri, copy)
+    print(f"{len(copies)} queries checked in {time.monotonic() - started:.1f} s")
+
+
+def _kill_in_commits(
+    metadata_uri: str, tmp_path: Path, copies: list[Copy], markers: Path
+) -> set[int]:
+    """Start one driver, start its queries one after the other (each once the one before
+    stopped: one commit at a time, as on a loaded machine Spark's Python workers are slow
+    to connect back), and SIGKILL it with all of its processes once every commit stopped."""
     env = driver_env(str(_HOOKS))
     env.update(
-        EMBEDLOG_CRASH_AT=point, EMBEDLOG_CRASH_MARKER=str(marker), EMBEDLOG_CRASH_ROWS="150"
+        EMBEDLOG_CRASH_AT=json.dumps({str(c.target_id): c.point for c in copies}),
+        EMBEDLOG_CRASH_MARKERS=str(markers),
+        EMBEDLOG_CRASH_ROWS="150",
     )
-    started = time.monotonic()
+    log = tmp_path / "driver.log"
     with log.open("w") as out:
         driver = subprocess.Popen(
-            [sys.executable, sink_crash_driver.__file__, metadata_uri, source, target, str(ckpt)],
+            [sys.executable, sink_crash_driver.__file__, metadata_uri],
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,
         )
+    assert driver.stdin is not None
+    started = time.monotonic()
     try:
-        while not marker.exists():
-            assert driver.poll() is None, f"the driver ended: {log.read_text()[-3000:]}"
-            time.sleep(0.05)
+        for copy in copies:
+            driver.stdin.write(f"{copy.source} {copy.target} {copy.ckpt}\n")
+            driver.stdin.flush()
+            while not (markers / str(copy.target_id)).exists():
+                assert driver.poll() is None, f"the driver ended: {log.read_text()[-3000:]}"
+                time.sleep(0.05)
+            print(f"{copy.point}: stopped {time.monotonic() - started:.1f} s after the start")
     finally:
         killed = kill_tree(driver)
-    assert len(killed) > 2 and driver.returncode == -signal.SIGKILL
+        driver.stdin.close()
+    assert driver.returncode == -signal.SIGKILL
+    return killed
+
+
+def _check_stopped(client: Any, copy: Copy, stopped: str) -> None:
+    """The target's sink record, pin and temporaries as the commit left them at its point."""
+    point, target_id = copy.point, copy.target_id
     if point == "record":
-        assert _records(client, target_id) == {} and _pins(client, target_id) == {}
-        assert temporary_ledgers(client, target_id)  # the tasks' ledgers, still there
-    else:
-        ((sink, (record, _)),) = _records(client, target_id).items()
-        assert record.batch == 0 and record.done == (point == "unpin"), marker.read_text()
-        # The pin holds the batch's rows while the record is unfinished (retention has
-        # trimmed what the reader had read before them, if anything).
-        assert _pins(client, target_id) == {f"spark-sink.{sink}": record.first - 1}
-        kept_from = client.ledger_metadata(target_id).fragments[0][0]
-        assert kept_from <= record.first
-        print(f"killed {marker.read_text()!r}: record from {record.first}, kept from {kept_from}")
+        assert _records(client, target_id) == {} and _pins(client, target_id) == {}, stopped
+        assert temporary_ledgers(client, target_id), stopped  # the tasks' ledgers, still there
+        return
+    ((sink, (record, _)),) = _records(client, target_id).items()
+    assert record.batch == 0 and record.done == (point == "unpin"), (point, stopped)
+    # The pin holds the batch's rows while the record is unfinished (retention has
+    # trimmed what the reader had read before them, if anything).
+    assert _pins(client, target_id) == {f"spark-sink.{sink}": record.first - 1}, stopped
+    kept_from = client.ledger_metadata(target_id).fragments[0][0]
+    assert kept_from <= record.first, stopped
+    print(f"killed {stopped!r}: record from {record.first}, kept from {kept_from}")
 
-    for f in [src.append_async(b"r-%05d" % i) for i in range(BATCH, BATCH + LATER)]:
-        f.result()
-    src.close()
-    # A new driver (this test's session) resumes the query from its checkpoint: it
-    # replays batch 0, then reads the rows appended since as batch 1.
-    query = sink_crash_driver.start(spark, metadata_uri, source, target, str(ckpt))
+
+def _resume_and_check(spark: Any, client: Any, metadata_uri: str, copy: Copy) -> None:
+    """A new driver (this test's session) resumes the query from its checkpoint: it
+    replays batch 0, then reads the rows appended since as batch 1."""
+    query = sink_crash_driver.start(spark, metadata_uri, copy.source, copy.target, str(copy.ckpt))
     query.awaitTermination()  # type: ignore[attr-defined]
-    assert query.exception() is None  # type: ignore[attr-defined]
+    assert query.exception() is None, copy.point  # type: ignore[attr-defined]
 
-    counts = Counter(reader.read_all())
-    assert counts == Counter(b"r-%05d" % i for i in range(BATCH + LATER))  # each once
-    assert temporary_ledgers(client, target_id) == {}
-    ((record, _),) = _records(client, target_id).values()
-    assert record.done and record.batch == 1
-    assert _pins(client, target_id) == {}
-    print(f"{point}: {sum(counts.values())} rows checked in {time.monotonic() - started:.1f} s")
+    counts = Counter(copy.reader.read_all())
+    expected = Counter(b"r-%05d" % i for i in range(BATCH + LATER))
+    assert counts == expected, (copy.point, counts - expected, expected - counts)  # each once
+    assert temporary_ledgers(client, copy.target_id) == {}, copy.point
+    ((record, _),) = _records(client, copy.target_id).values()
+    assert record.done and record.batch == 1, copy.point
+    assert _pins(client, copy.target_id) == {}, copy.point
+    print(f"{copy.point}: {sum(counts.values())} rows checked")
