@@ -18,7 +18,7 @@ compare-and-swap that starts the new fragment, as marks ``[end, bytes, sealed_at
 entries]``: the entries below ``end`` (since the previous mark) hold ``bytes`` payload
 bytes and ``entries`` entries readers see (no-ops left out), all written before
 ``sealed_at`` (unix seconds). A writer that took over counts the stretch it inherited
-from the entries themselves (``TermWriter._count_inherited``).
+from the entries themselves (``retaining.StreamRetention.count_inherited``).
 """
 
 from __future__ import annotations

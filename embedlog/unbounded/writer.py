@@ -41,8 +41,8 @@ from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.metadata.striping import write_set_bookies
 from embedlog.unbounded import follow, layout, rules
 from embedlog.unbounded import retention as retention_rules
-from embedlog.unbounded import trim as trimming
 from embedlog.unbounded.policy import StreamPolicy
+from embedlog.unbounded.retaining import StreamRetention
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import FLAG_TERM, TERM
 from embedlog.wire.messages import NO_TERM, OpCode, TrimFlags
@@ -52,9 +52,6 @@ log = logging.getLogger(__name__)
 # How long a bookie that failed this writer is left out of new fragments and replacements
 # (when enough others are available).
 SUSPECT_SECONDS = 10.0
-# At most one warning per stream and writer in this many seconds that a cursor holds
-# retention back.
-HELD_WARNING_EVERY = 3600.0
 
 
 class TermWriter(LedgerWriter):
@@ -73,7 +70,7 @@ class TermWriter(LedgerWriter):
         guaranteed_write_quorum: bool = False,
     ) -> None:
         # Retention (retention.py): limits from the metadata, counted since the last mark.
-        self.retention = layout.retention(md)
+        limits = layout.retention(md)
         # A takeover's recovery writes never roll over: they go to the last fragment as it
         # was (its bookies replaced in memory at most), and a new fragment's TRIM ABOVE
         # would drop the older term's acknowledged entries the takeover is still writing
@@ -82,7 +79,7 @@ class TermWriter(LedgerWriter):
         rollover = (
             retention_rules.Rollover()
             if recovery
-            else retention_rules.rollover_for(self.retention, fragment_max_entries)
+            else retention_rules.rollover_for(limits, fragment_max_entries)
         )
         self.stream = StreamPolicy(
             term=term,
@@ -115,12 +112,11 @@ class TermWriter(LedgerWriter):
         self._prompt_due = False
         self._lac_busy: set[str] = set()  # bookies with an explicit LAC write on the wire
         self._lac_told: dict[str, int] = {}  # the LAC last written to each bookie that way
-        self._held_warned = -HELD_WARNING_EVERY  # when a cursor holding retention was logged
-        self._counting: asyncio.Task[None] | None = None
-        if self._segment.inherited and self._needs_counts():
+        self.retaining = StreamRetention(self, limits, self.stream.segment)
+        if self._segment.inherited and self.retaining.needs_counts():
             # The takeover's part of the open stretch: counted from the entries, so that
             # max_entries and max_bytes see what readers see whoever wrote it.
-            self._counting = self._spawn(self._count_inherited())
+            self.retaining.counting = self._spawn(self.retaining.count_inherited())
         if rollover.age is not None and not recovery:
             self._spawn(self._age_ticks(rollover.age))
 
@@ -137,6 +133,15 @@ class TermWriter(LedgerWriter):
     @property
     def _segment(self) -> retention_rules.SegmentCounter:
         return self.stream.segment
+
+    @property
+    def retention(self) -> retention_rules.Retention | None:
+        """The stream's retention limits (None: it keeps everything)."""
+        return self.retaining.limits
+
+    async def apply_retention(self) -> None:
+        """Trim the whole fragments beyond the stream's retention limits (retaining.py)."""
+        await self.retaining.apply()
 
     def add_to(
         self,
@@ -318,35 +323,6 @@ class TermWriter(LedgerWriter):
             rollover, started=started, inherited=True, clock=ctx.clock
         )
 
-    def _needs_counts(self) -> bool:
-        kept = self.retention
-        return kept is not None and (kept.max_entries is not None or kept.max_bytes is not None)
-
-    async def _count_inherited(self) -> None:
-        """Count the entries and payload bytes of the open stretch that earlier terms
-        wrote (bounded by the rollover limits: a stretch is sealed at a quarter of each
-        limit). A read that fails leaves them uncounted: retention then keeps more."""
-        md = self.md
-        marks = layout.marks(md)
-        first = max(marks[-1][0] if marks else 0, layout.first_entry(md))
-        last = self.lac
-        digester = self.digester
-        try:
-            for lo in range(first, last + 1, 512):
-                for entry in await follow.read_visible(
-                    self.ctx, md, digester, lo, min(lo + 511, last)
-                ):
-                    self._segment.count(len(entry.data))
-        except (BKError, *UNKNOWN_OUTCOMES) as exc:
-            log.warning(
-                "ledger %s: could not count the entries %s..%s of earlier terms for "
-                "retention (%s); they count as none, so retention keeps more",
-                md.ledger_id,
-                first,
-                last,
-                exc,
-            )
-
     def _start_rollover(self, at: int) -> None:
         self._spawn(self._rollover(at))
 
@@ -359,81 +335,7 @@ class TermWriter(LedgerWriter):
             if idle and self._segment.due() and self.next_entry_id > self.md.last_fragment[0]:
                 self._start_rollover(self.next_entry_id)
             elif idle and self.retention is not None:
-                await self._retain()
-
-    async def _retain(self) -> None:
-        """``apply_retention`` as the writer runs it in the background: a round that fails
-        (the metadata store unreachable, a lost compare-and-swap) is skipped with a
-        warning and the next rollover or age tick tries again; retention is never worth
-        failing the writer or ending its age ticks for."""
-        try:
-            await self.apply_retention()
-        except (BKError, *UNKNOWN_OUTCOMES) as exc:
-            log.warning(
-                "ledger %s: retention not applied this round (%s); the next rollover or "
-                "age tick tries again",
-                self.md.ledger_id,
-                exc,
-            )
-
-    async def apply_retention(self) -> None:
-        """Trim the whole fragments beyond the stream's retention limits (retention.py)."""
-        kept = self.retention
-        if kept is None or self.error is not None:
-            return
-        md = self.md
-        marks, first = layout.marks(md), layout.first_entry(md)
-        seg = self._segment
-        limits_at = retention_rules.limit_point(
-            kept, marks, first, seg.bytes, seg.entries, self.ctx.clock.time()
-        )
-        overrides = layout.retention_overrides_cursors(md)
-        cursor_floor: list[int | None] = [None]
-
-        def wanted(_decided: int, positions: dict[str, int]) -> int:
-            # Decided from cursor positions read after the trim point's version: a commit
-            # that landed since makes this decision's compare-and-swap fail (trim.py).
-            floor = None if overrides or not positions else min(positions.values()) + 1
-            cursor_floor[0] = floor
-            return limits_at if floor is None else min(limits_at, floor)
-
-        if limits_at <= first:
-            self.ctx.metrics.retention_held(md.ledger_id, 0, 0)  # nothing beyond the limits
-            return
-        decided = await trimming.decide(self.ctx, md, wanted)
-        self._report_held(marks, first, decided, limits_at, cursor_floor[0])
-        if decided <= first:
-            return
-        old, new = await trimming.apply(self.ctx, md.ledger_id, decided, self.key)
-        if self.md.version == old.version and new is not old:
-            self.md = new  # else the next CAS of this writer fails and re-reads it
-
-    def _report_held(
-        self,
-        marks: list[retention_rules.Mark],
-        first: int,
-        decided: int,
-        limits_at: int,
-        floor: int | None,
-    ) -> None:
-        """Retention a cursor holds back: a gauge per stream, and a warning at most
-        once an hour (a consumer that stopped keeps the stream growing)."""
-        held_entries, held_bytes = retention_rules.held_back(
-            marks, first, max(decided, first), limits_at
-        )
-        self.ctx.metrics.retention_held(self.md.ledger_id, held_entries, held_bytes)
-        now = self.ctx.clock.monotonic()
-        if held_entries and floor is not None and now - self._held_warned >= HELD_WARNING_EVERY:
-            self._held_warned = now
-            log.warning(
-                "ledger %s: a cursor at %s holds back retention: %s entries (%s payload "
-                "bytes) beyond the stream's limits are kept; commit that consumer's cursor "
-                "or delete it (ul.delete_cursor) to let retention trim them",
-                self.md.ledger_id,
-                floor - 1,
-                held_entries,
-                held_bytes,
-            )
+                await self.retaining.retain()
 
     async def _rollover(self, at: int) -> None:
         cancelled = False
@@ -492,13 +394,7 @@ class TermWriter(LedgerWriter):
                 available = healthy
             ensemble = fresh_ensemble(self.ctx, md, available)
             nxt = md.with_ensemble(at, tuple(ensemble))
-            if self.retention is not None:
-                if self._counting is not None:
-                    await asyncio.shield(self._counting)  # the earlier terms' part counts too
-                # The stretch this rollover seals, recorded in the same CAS.
-                sealed = (at, self._segment.bytes, self.ctx.clock.time(), self._segment.entries)
-                kept = retention_rules.prune(layout.marks(md), layout.first_entry(md))
-                nxt = layout.with_stream_settings(nxt, marks=[*kept, sealed])
+            nxt = await self.retaining.with_sealed_stretch(md, nxt, at)
             try:
                 self.md = await self.ctx.meta(self.ctx.metadata.write_ledger, nxt)
             except MetadataVersionError:
@@ -509,7 +405,7 @@ class TermWriter(LedgerWriter):
             self.rollovers += 1
             self._segment.seal(at)
             if self.retention is not None:
-                self._spawn(self._retain())
+                self._spawn(self.retaining.retain())
             log.debug("ledger %s: new fragment at %s on %s", md.ledger_id, at, ensemble)
             ready = await self.prepare_bookies(set(ensemble), at)
             # Not ready: replaced by an ensemble change before the fragment's first entry.
