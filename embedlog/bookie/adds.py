@@ -330,14 +330,14 @@ class Adds:
         can come between its entries, and each entry would have met the same verdict.
         """
         if req.flags & AddFlags.TRUNCATE:  # never batched: their cut needs the slow path
-            reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
+            reply(self.refusals.refusal(req, StatusCode.EBADREQ))
             return
         try:
             batch = parse_batch(req.ledger_id, req.body)
         except FrameError:
             batch = None
         if batch is None or (not batch[0] and batch[1] is None):  # undecodable or empty
-            reply(Response.to(req, StatusCode.EBADREQ, entry_id=req.entry_id))
+            reply(self.refusals.refusal(req, StatusCode.EBADREQ))
             return
         self.add_nowait(req, reply, batch)
 

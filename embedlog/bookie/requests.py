@@ -102,7 +102,7 @@ class Requests:
                 return self._list_entries(req)
             if req.op in (OpCode.DELETE_LEDGER, OpCode.TRIM):
                 return await self._cut(req)
-            return Response.to(req, StatusCode.EBADREQ)
+            return self.refusals.refusal(req, StatusCode.EBADREQ)
         except Exception as exc:
             return self.refusals.failed(req, exc)
 

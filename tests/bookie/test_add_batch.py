@@ -75,6 +75,8 @@ def test_malformed_batches_are_bad_requests(harness):
     trunc = batch(1, [(0, entry(1, 0))], flags=AddFlags.TRUNCATE)
     assert h.run(h.serve(trunc)).status == StatusCode.EBADREQ
     assert h.read(1, 0).status in (StatusCode.ENOLEDGER, StatusCode.ENOENTRY)
+    # Each refusal counts (bookie_rejected_requests); a read's negative answer does not.
+    assert h.bookie is not None and h.bookie.metrics.rejected_requests == 3
 
 
 def test_a_crash_before_the_fsync_answers_the_batch_with_nothing(harness):
