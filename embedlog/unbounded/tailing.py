@@ -107,6 +107,16 @@ class TailCursor:
         self._trim_point = 0  # the highest trim point seen (a writer's metadata may lag)
         self._idle_since = ledger.ctx.clock.monotonic()
         self._metadata_down = False  # said once per outage
+        # A batch the position moved past whose step was cancelled before it returned it
+        # (its caller gave up at that moment): the next step returns it, so a cancelled
+        # wait never skips entries.
+        self._unhanded: list[Entry] | None = None
+
+    @property
+    def next_to_hand(self) -> int:
+        """The id of the first entry no step has returned yet (``position`` but for a
+        batch a cancelled step kept back)."""
+        return self._unhanded[0].entry_id if self._unhanded else self.position
 
     async def resolve_start(self) -> None:
         """Look up where a tail of a cursor, "earliest" or "latest" starts (once)."""
@@ -142,11 +152,18 @@ class TailCursor:
             self._stopped = asyncio.get_running_loop().create_future()
         if self.ended:
             return None
+        if self._unhanded is not None:
+            kept, self._unhanded = self._unhanded, None
+            return kept
         work = asyncio.ensure_future(self._next_batch(deadline))
         closing = self.ledger.closing()
         try:
             waiters: list[asyncio.Future[Any]] = [work, self._stopped, closing]
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            if work.done() and not work.cancelled() and work.exception() is None:
+                self._unhanded = work.result() or None
+            raise
         finally:
             if not closing.done():
                 closing.cancel()
@@ -245,7 +262,7 @@ class _TailState:
     def __init__(self, cursor: TailCursor) -> None:
         self._cursor = cursor
         self._buffer: deque[Entry] = deque()
-        self._handed = cursor.position  # position after the entries handed out
+        self._handed = cursor.next_to_hand  # position after the entries handed out
 
     @property
     def skipped(self) -> int:
@@ -258,7 +275,7 @@ class _TailState:
     @property
     def position(self) -> int:
         if not self._buffer:
-            return self._cursor.position
+            return self._cursor.next_to_hand
         return self._handed
 
     def _take(self, max_entries: int) -> list[Entry]:
@@ -366,6 +383,10 @@ class AsyncTail(_TailState, AsyncIterator[Entry]):
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                # The step returned a batch as our caller gave up: the position is past it,
+                # so it is handed out by the next call instead of lost.
+                self._buffer.extend(future.result() or ())
             if future.cancelled() and not _we_were_cancelled():
                 raise _closed_error(ul) from None
             raise

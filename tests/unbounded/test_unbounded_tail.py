@@ -71,3 +71,67 @@ def test_tail_across_rollovers_and_takeovers(make_cluster):
     acked += [(w3.append(b"three-%d" % i), b"three-%d" % i) for i in range(10)]
     t.join()
     assert received == acked  # every acked entry, in order, no no-ops, ids as acked
+
+
+def test_a_step_cancelled_once_its_batch_is_read_hands_the_batch_to_the_next_step(cluster):
+    """The step's caller gives up (its task is cancelled) just as the batch is read and
+    the tail's position has moved past it: the next step returns that batch, so a
+    cancelled wait never skips entries."""
+    import asyncio
+
+    writer = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(3):
+        writer.append(b"e%d" % i)
+    writer.close()  # the bookies learn the final LAC
+    follower = cluster.client("f").open_unbounded(writer.ledger_id, takeover=False)
+    cursor = follower._tail_cursor(0, IDLE, None)
+
+    async def cancel_as_the_batch_is_read() -> list[bytes]:
+        step = asyncio.ensure_future(cursor.step())
+        while cursor.position == 0:  # loop turns until the read moved the position
+            await asyncio.sleep(0)
+        step.cancel()
+        try:
+            await step
+        except asyncio.CancelledError:
+            pass
+        assert step.cancelled(), "the step returned before the cancel: nothing was tested"
+        again = await cursor.step()
+        return [e.data for e in again or []]
+
+    assert cluster.runtime.run(cancel_as_the_batch_is_read()) == [b"e0", b"e1", b"e2"]
+
+
+def test_an_async_tail_cancelled_as_its_batch_arrives_hands_it_out_next(cluster):
+    """``async for`` over a tail under a timeout: the waiting ``__anext__`` is cancelled
+    when the batch has come back from the runtime but before the caller's loop took it.
+    The next call hands out that batch instead of skipping it."""
+    import asyncio
+    import time
+
+    from embedlog.aio import AsyncClient
+
+    writer = cluster.client("w").create_unbounded(3, 3, 2)
+
+    async def main() -> list[bytes]:
+        async with AsyncClient(cluster.client("f")) as client:
+            follower = await client.open_unbounded(writer.ledger_id, takeover=False)
+            tail = follower.tail(0, timeout=IDLE)
+            waiting = asyncio.ensure_future(tail.__anext__())
+            await asyncio.sleep(0.05)  # the step waits on the runtime for an entry
+            for i in range(3):
+                writer.append(b"e%d" % i)  # blocking: this loop cannot take the answer
+            while tail._cursor.position == 0:  # the runtime's step read the batch
+                time.sleep(0.001)
+            time.sleep(0.2)  # and returned it, still blocking this loop
+            waiting.cancel()
+            try:
+                await waiting
+            except asyncio.CancelledError:
+                pass
+            assert waiting.cancelled(), "the entry arrived before the cancel: nothing tested"
+            got = [(await tail.__anext__()).data for _ in range(3)]
+            await tail.aclose()
+            return got
+
+    assert asyncio.run(main()) == [b"e0", b"e1", b"e2"]
