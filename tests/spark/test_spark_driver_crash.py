@@ -32,15 +32,25 @@ from spark_connector.stream_commit import (
     temporary_metadata,
 )
 
-ROWS_PER_TEMP = 12_000
+ROWS_PER_TEMP = 3_000
+HOLD = 200  # rows past the kill point after which the killed commit waits for its kill
 _ROOT = Path(__file__).resolve().parents[2]
 
+# The commit is killed while it appends (up to 20 appends in flight); it waits at
+# ``hold`` rows, so that however late the kill comes on a loaded machine it comes mid-way.
 _DRIVER = """
-import json, sys
+import json, sys, threading
 import embedlog
 from spark_connector.options import WriteOptions
 from spark_connector.stream_commit import StreamCommit
-uri, stream, sink, batch, write_id, temps = sys.argv[1:]
+uri, stream, sink, batch, write_id, temps, hold = sys.argv[1:]
+rows = StreamCommit.rows
+def holding_rows(self, temps, skip):
+    for n, row in enumerate(rows(self, temps, skip)):
+        if n == int(hold):
+            threading.Event().wait()
+        yield row
+StreamCommit.rows = holding_rows
 client = embedlog.connect(uri, name="doomed-driver")
 opts = WriteOptions.parse({"metadataUri": uri, "maxOutstanding": "20"}, "write")
 print("committing", flush=True)
@@ -65,7 +75,7 @@ def _temporaries(client: Any, stream: int, write_id: str, sink: str) -> list[tup
 
 def _kill_mid_commit(client: Any, metadata_uri: str, stream: int, sink: str, at: int) -> None:
     """Commit batch 0 of ``sink`` in a process of its own, SIGKILLed once the stream's
-    last add confirmed reaches ``at``."""
+    last add confirmed reaches ``at`` (before ``at + HOLD`` rows are appended)."""
     first_temps = _temporaries(client, stream, "w1", sink)
     env = dict(os.environ, PYTHONPATH=str(_ROOT))
     driver = subprocess.Popen(
@@ -79,6 +89,7 @@ def _kill_mid_commit(client: Any, metadata_uri: str, stream: int, sink: str, at:
             "0",
             "w1",
             json.dumps(first_temps),
+            str(at + HOLD),
         ],
         env=env,
         start_new_session=True,
@@ -145,7 +156,7 @@ def test_with_retention_overriding_cursors_the_replay_counts_by_terms_or_says_wh
     ul.close()
     stream = ul.ledger_id
     sink = "query-crash-overrides"
-    _kill_mid_commit(client, metadata_uri, stream, sink, 6_000)
+    _kill_mid_commit(client, metadata_uri, stream, sink, 2_500)
     ((record, _),) = _records(client, stream).values()
     assert not record.done
     # Retention went past the pin: the killed commit's first rows are gone.
