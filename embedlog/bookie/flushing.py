@@ -171,7 +171,32 @@ class Flusher:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.health.delay)
-            await self._in_background()
+            if not self._idle_in_place():
+                await self._in_background()
+
+    def _idle_in_place(self) -> bool:
+        """The periodic flush of a writable bookie with nothing to write, done here: what
+        ``_in_background`` does then, without its three coroutines. True if it was one.
+
+        A simulated bookie flushes every 20 ms in a third of the histories, idle nearly
+        always: a stream's history has some 2,000 of these flushes, this saves 2% of its
+        instructions (callgrind)."""
+        bookie = self.bookie
+        journal, storage, clock = bookie.journal, bookie.storage, bookie.clock
+        if journal is None or storage is None or bookie.readonly or self.health.failures:
+            return False
+        checkpoint = journal.lsn
+        started = clock.monotonic()
+        if not storage.flush_if_idle(checkpoint):
+            return False
+        bookie.metrics.flush_seconds.observe(clock.monotonic() - started)
+        try:
+            journal.remove_before(checkpoint)
+        except Exception as exc:
+            self._failed(exc)
+            return True
+        self.health.succeeded()
+        return True
 
     async def _in_background(self) -> None:
         """A flush nobody waits for (periodic, or early for a full write cache): here the
@@ -180,21 +205,25 @@ class Flusher:
         try:
             await self.flush()
         except Exception as exc:
-            if not bookie.serving:
-                return  # the stop or crash showing, not a failure of the disk
-            delay = self.health.failed(exc).delay
-            why = f"{type(exc).__name__}: {exc}"
-            # Anything but a disk error is a bug: show where it came from.
-            log.error(
-                "bookie %s: flush failed (%s); read-only, write cache kept, next flush in %.1fs",
-                *(bookie.bookie_id, why, delay),
-                exc_info=not isinstance(exc, OSError),
-            )
-            self.go_readonly()
+            self._failed(exc)
             return
         recovered = self.health.succeeded()
         if bookie.readonly and bookie.serving:
             self._resume_writes(recovered)
+
+    def _failed(self, exc: Exception) -> None:
+        bookie = self.bookie
+        if not bookie.serving:
+            return  # the stop or crash showing, not a failure of the disk
+        delay = self.health.failed(exc).delay
+        why = f"{type(exc).__name__}: {exc}"
+        # Anything but a disk error is a bug: show where it came from.
+        log.error(
+            "bookie %s: flush failed (%s); read-only, write cache kept, next flush in %.1fs",
+            *(bookie.bookie_id, why, delay),
+            exc_info=not isinstance(exc, OSError),
+        )
+        self.go_readonly()
 
     async def flush(self) -> None:
         bookie = self.bookie

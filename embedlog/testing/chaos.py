@@ -8,6 +8,7 @@ command that replays it), 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import subprocess
 import sys
@@ -149,7 +150,14 @@ def run(args: argparse.Namespace) -> int:
         argv = list(getattr(args, "argv", None) or sys.argv[1:])
         env = dict(os.environ, PYTHONHASHSEED="0")
         return subprocess.call([sys.executable, "-m", "embedlog", *argv], env=env)
-    return _run_seeds(args, start, seeds, jobs, limits, suppress)
+    # What is loaded by now lives as long as the process: frozen for the run, the collector
+    # no longer walks it at each full collection, here or in the forked workers (where the
+    # walk would also copy its pages).
+    gc.freeze()
+    try:
+        return _run_seeds(args, start, seeds, jobs, limits, suppress)
+    finally:
+        gc.unfreeze()
 
 
 def _run_seeds(

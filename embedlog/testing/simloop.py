@@ -156,8 +156,15 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     def run_in_executor(  # type: ignore[override]
         self, executor: Any, func: Callable[..., T], *args: Any
     ) -> Any:
-        if isinstance(executor, SimDisk):
-            return executor.submit_to_loop(func, args)
+        # A simulated executor (a disk's, the metadata's default one) that serves its work
+        # on the loop hands back the loop's own future, without a concurrent one chained
+        # to it: the same steps, less of asyncio's thread-safe machinery.
+        target = executor
+        if target is None and not self._closed:  # type: ignore[attr-defined]
+            target = self._default_executor  # type: ignore[attr-defined]
+        submit = getattr(target, "submit_to_loop", None)
+        if submit is not None:
+            return submit(func, args)
         return super().run_in_executor(executor, func, *args)
 
     def _run_once(self) -> None:
