@@ -33,6 +33,7 @@ from embedlog.wire.entry import HEADER
 from embedlog.wire.messages import FrameError, OpCode, Request, Response, unpack_entries
 
 if TYPE_CHECKING:
+    from embedlog.testing.oracle_durable import DurableStateRule
     from embedlog.testing.oracle_fence import FenceRule
     from embedlog.testing.oracle_quorum import AckQuorumRule
 
@@ -70,6 +71,9 @@ class Oracle:
         self.quorum: AckQuorumRule | None = None
         # FenceCoversEveryWriteSet (oracle_fence.py), bounded ledgers' recoveries.
         self.fence: FenceRule | None = None
+        # StateDurableWhenAnswered and TruncatesOncePerTerm (oracle_durable.py), which
+        # ask the simulated disks.
+        self.durable: DurableStateRule | None = None
 
     def violate(self, invariant: str, detail: str) -> None:
         self.violations.append(Violation(invariant, detail))
@@ -107,8 +111,15 @@ class Oracle:
                 "was written there before",
             )
 
+    def arrived(self, src: str, bookie_id: str, req: Request) -> None:
+        """``req`` reached ``bookie_id``, which serves it now."""
+        if self.durable is not None:
+            self.durable.arrived(bookie_id, req)
+
     def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
         lid, eid = req.ledger_id, req.entry_id
+        if self.durable is not None:
+            self.durable.answered(bookie_id, req, resp)
         if self.quorum is not None:
             self.quorum.answered(bookie_id, req, resp)
         if self.fence is not None:
@@ -232,6 +243,8 @@ class Oracle:
         was the ledger in recovery. They no longer forbid a negative; the ledger's
         safety rests on its other copies, which invariants 1, 2 and 4 still check.
         Returns those ledgers."""
+        if self.durable is not None:
+            self.durable.lost(bookie_id)
         gone = sorted(
             lid for (b, lid) in self._bookie_acked if b == bookie_id and not protected(lid)
         )

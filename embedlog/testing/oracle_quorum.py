@@ -12,13 +12,24 @@ payload), whatever happens to the copies later.
 An add answered by a bookie also counts when it was a recovery's write-back of the same
 payload: a recovery that replaced a bookie in its write-back writes the entry to the
 replacement before it closes the ledger under the new write set.
+
+The rule is checked again at every committed change of a ledger's ensembles (the
+model's ``BookiePinned``): every entry acknowledged so far whose write set the change
+moved still has AQ bookies of its NEW write set that answered an add of it with its
+payload (``metadata_written``). A writer that replaces a bookie whose ack counted for
+an acknowledged entry the new fragment takes over leaves that entry with AQ - 1
+confirmed copies on the bookies the metadata lists for it, until the replacement
+confirms the resend: a loss waits only for the writer to stop in that window.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
+from embedlog.errors import BKError
+from embedlog.metadata.client import LEDGERS, MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.striping import write_set_bookies
 from embedlog.wire.codes import StatusCode
@@ -47,6 +58,7 @@ class AckQuorumRule:
         self._counts = counts
         # (ledger, entry) -> {(bookie, payload)} of every EOK add answer
         self._acks: dict[tuple[int, int], set[tuple[str, bytes]]] = {}
+        self._placed: dict[int, LedgerMetadata] = {}  # each ledger's metadata as last written
 
     def answered(self, bookie: str, req: Request, resp: Response) -> None:
         if req.op == OpCode.ADD:
@@ -89,6 +101,59 @@ class AckQuorumRule:
                 f"({', '.join(have) or 'none'}) from its write set {ws}, fewer than "
                 f"AQ = {md.ack_quorum}",
             )
+
+    def metadata_written(self, lid: int, md: LedgerMetadata, acked: Mapping[int, bytes]) -> None:
+        """The store applied a write of ``lid``'s metadata (now ``md``); ``acked``: every
+        entry of it acknowledged so far (id -> payload). Each one whose write set the write
+        moved must keep AQ confirmed copies on its new write set."""
+        before, self._placed[lid] = self._placed.get(lid), md
+        if before is None or before.fragments == md.fragments:
+            return
+        self._counts["check.ensemble_changes"] += 1
+        first, wq = md.fragments[0][0], md.write_quorum
+        last = md.last_entry_id if md.is_closed else None
+        for eid, payload in sorted(acked.items()):
+            if eid < first or (last is not None and eid > last):
+                continue  # trimmed, or no part of the closed ledger
+            ws = write_set_bookies(eid, md.ensemble_for(eid), wq)
+            if ws == write_set_bookies(eid, before.ensemble_for(eid), before.write_quorum):
+                continue  # judged at its ack, with this write set
+            self._counts["check.acked_by_ack_quorum.change"] += 1
+            got = self._acks.get((lid, eid), set())
+            have = sorted(b for b in ws if (b, payload) in got)
+            if len(have) < md.ack_quorum:
+                self._violate(
+                    RULE,
+                    f"the ensemble change of ledger {lid} to version {md.version} moved "
+                    f"acknowledged entry {eid} to the write set {ws}, where {len(have)} "
+                    f"({', '.join(have) or 'none'}) confirmed it, fewer than "
+                    f"AQ = {md.ack_quorum}",
+                )
+
+
+class _Oracle(Protocol):
+    quorum: AckQuorumRule | None
+
+    def acked_entries(self) -> dict[int, dict[int, bytes]]: ...
+
+
+def ledger_changes(truth: MetadataClient, oracle: _Oracle) -> Callable[[str, str], None]:
+    """A watcher of the metadata store (``FaultyMetadataStore.watch``): at each write of a
+    ledger's metadata the store applied, ``AckQuorumRule.metadata_written`` judges the
+    acknowledged entries it moved."""
+
+    def written(op: str, path: str) -> None:
+        quorum = oracle.quorum
+        if quorum is None or op not in ("create", "set") or not path.startswith(LEDGERS + "/"):
+            return
+        try:
+            lid = int(path[len(LEDGERS) + 1 :])
+            md = truth.read_ledger(lid)
+        except (ValueError, BKError):
+            return
+        quorum.metadata_written(lid, md, oracle.acked_entries().get(lid, {}))
+
+    return written
 
 
 LAFR_RULE = "LafrIsFullyReplicated"

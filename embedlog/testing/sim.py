@@ -33,6 +33,8 @@ from embedlog.runtime import Runtime
 from embedlog.testing.ackquorum import describe, entry_payload, missing_copies, storage_reader
 from embedlog.testing.decisions import Decisions, format_suppress
 from embedlog.testing.limits import Limits
+from embedlog.testing.oracle_durable import DurableStateRule
+from embedlog.testing.oracle_quorum import ledger_changes
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
 from embedlog.testing.simbookies import SimBookies
 from embedlog.testing.simbudget import FaultBudget
@@ -287,6 +289,8 @@ class Simulation:
             self.oracle.violate,
             self.client,
         )
+        self.oracle.durable = DurableStateRule(self._disk_of, self.oracle.violate, self.counts)
+        self.watch_metadata(ledger_changes(self.truth, self.oracle), None)
         self._clients = 0
         self._healed = False
         self.trace(
@@ -324,6 +328,13 @@ class Simulation:
 
     def _serving(self, bookie_id: str) -> Bookie | None:
         return self.fleet.serving(bookie_id)
+
+    def _disk_of(self, bookie_id: str) -> tuple[MemoryDisk, Path, Bookie] | None:
+        """A bookie's disks, data directory and latest incarnation (oracle_durable.py)."""
+        bookie = self.fleet.bookies.get(bookie_id)
+        if bookie is None:
+            return None
+        return self.disks[bookie_id], self.root / bookie_id, bookie
 
     async def boot(self, bid: str) -> bool:
         return await self.fleet.boot(bid)
@@ -412,11 +423,13 @@ class Simulation:
             self.net.spared.discard((who, lid))
 
     def watch_metadata(
-        self, on_write: Callable[[str, str], None], on_read: Callable[[str, str], None]
+        self,
+        on_write: Callable[[str, str], None],
+        on_read: Callable[[str, str], None] | None,
     ) -> None:
         store = self.meta.store
         assert isinstance(store, FaultyMetadataStore)
-        store.on_write, store.on_read = on_write, on_read
+        store.watch(on_write, on_read)
 
     async def heal_and_check(self) -> None:
         """The end of every history: heal the network, bring every bookie back, let repair

@@ -151,21 +151,13 @@ class DiskNemesis:
         """``bid`` booted (as ``bookie``); after a wipe, or a suspicious boot (a crash
         without the journal lost what was not flushed), what it acknowledged before is judged
         anew (``Oracle.forget_lost``): the ledgers the metadata gave it as its boot began
-        (``boot_begins``: from the history, not from the bookie) still forbid a negative, and
-        so do the others its boot put in limbo (an open ledger it still held state of, which
-        the metadata did not list it for yet)."""
+        (``boot_begins``: from the history, never from the bookie's limbo flags) still
+        forbid a negative."""
         owed = self._owed.pop(bid, frozenset())
         if bid not in self._unsettled and not bookie.suspicion:
             return
         self._unsettled.discard(bid)
-
-        def protected(lid: int) -> bool:
-            if lid in owed:
-                return True
-            info = bookie.ledger_info(lid)
-            return info is not None and info.limbo
-
-        gone = self._forget_lost(bid, protected)
+        gone = self._forget_lost(bid, owed.__contains__)
         if gone:
             self.ctx.trace("lost-acks-forgotten", bid, gone)
 

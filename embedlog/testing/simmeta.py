@@ -182,6 +182,19 @@ class MetadataFaults:
             expire(bid)
 
 
+def _both(
+    first: Callable[[str, str], None] | None, then: Callable[[str, str], None] | None
+) -> Callable[[str, str], None] | None:
+    if first is None or then is None:
+        return first or then
+
+    def both(op: str, path: str) -> None:
+        first(op, path)
+        then(op, path)
+
+    return both
+
+
 class FaultyMetadataStore(MetadataStore):
     """``inner`` (the simulation's store) behind a connection that fails as ZooKeeper's does."""
 
@@ -196,6 +209,14 @@ class FaultyMetadataStore(MetadataStore):
         # every read served (a workload aims at the moment a decision read its inputs).
         self.on_write: Callable[[str, str], None] | None = None
         self.on_read: Callable[[str, str], None] | None = None
+
+    def watch(
+        self, on_write: Callable[[str, str], None], on_read: Callable[[str, str], None] | None
+    ) -> None:
+        """Tell ``on_write`` (``on_read``) of every write (read) applied, after the watchers
+        told before."""
+        self.on_write = _both(self.on_write, on_write)
+        self.on_read = _both(self.on_read, on_read)
 
     def _read(self, op: str, path: str, call: Callable[[], T]) -> T:
         outcome = self.faults.decide(op, path, write=False)

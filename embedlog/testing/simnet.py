@@ -8,9 +8,9 @@ order they were sent, as over TCP; messages on different connections overtake ea
 other freely. A bookie that is down when a request arrives refuses the connection
 (BookieUnavailableError, after the return trip).
 
-An ``Observer`` sees every request as it leaves its client and every answer as its
-bookie gives it (delivered or not): the simulation's oracle checks its invariants
-there.
+An ``Observer`` sees every request as it leaves its client, as it reaches its bookie
+(which serves it then) and every answer as its bookie gives it (delivered or not): the
+simulation's oracle checks its invariants there.
 
 Stalled adds, slow readying and connection resets (``NetProfile.change_aims``, the
 ``*-corrupt`` scenarios) are aimed at ensemble changes, and are what TCP and our
@@ -77,6 +77,8 @@ CALM = NetProfile()
 
 class Observer(Protocol):
     def sent(self, src: str, bookie_id: str, req: Request) -> None: ...
+
+    def arrived(self, src: str, bookie_id: str, req: Request) -> None: ...
 
     def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None: ...
 
@@ -377,6 +379,7 @@ class SimNetwork(Transport):
                 late = self._aims.answer_delay(src, req, asyncio.get_running_loop().time())
             self._reply_later(src, bookie_id, answer, resp, self._spare if spared else None, late)
 
+        self._observer.arrived(src, bookie_id, req)
         task = serve_frame(bookie, req.encode(), reply)
         if task is not None:
             self._serving.add(task)

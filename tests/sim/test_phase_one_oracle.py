@@ -30,7 +30,8 @@ def test_a_boot_that_leaves_an_owed_ledger_out_of_limbo_is_caught(monkeypatch):
         print(f"the mutant is caught at seed {seed} now (pinned: {FIRST})")
     assert any(v.startswith("NoNegativeForAckedEntry") for v in violations), violations
     assert run_seed(seed, SCENARIO, keep_trace=False).ok  # the real phase one holds
-    # An oracle that took the protected ledgers from the bookie's limbo flags alone
-    # forgets the acknowledgements the mutant's boot left unprotected: it sees nothing.
+    # An oracle that took the protected ledgers from what the boot did (its limbo flags)
+    # instead of the history forgets the acknowledgements the mutant's boot left
+    # unprotected: without the history's record it sees nothing.
     monkeypatch.setattr(simfaults.DiskNemesis, "boot_begins", lambda self, bid: None)
     assert _violations(seed) == []

@@ -1,0 +1,73 @@
+"""Test-only mutants of the three bugs the mutant campaign's simulator let through
+(docs/simulation.md, "Mutant campaign"), each a context manager patching this process:
+
+* ``term_raise_answered_early``: an add that raises a ledger's term is answered as its
+  state record is written, not once it is durable (journal off: from the write cache);
+* ``truncation_repeats``: a truncation of the term the ledger was already cut in cuts
+  again (a delayed duplicate of a takeover's no-op);
+* ``pin_misses_fragment_first``: a stream writer may replace a bookie whose ack counted
+  for the acknowledged entry at the new fragment's first id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from embedlog.bookie.adds import Adds
+from embedlog.bookie.ledgers import LedgerTable
+from embedlog.unbounded.policy import StreamPolicy
+
+
+@contextmanager
+def term_raise_answered_early() -> Iterator[None]:
+    append_state = LedgerTable.append_state
+
+    def mutant(self: LedgerTable, journal: Any, lid: int, record: bytes, then: Any = None) -> Any:
+        fut = append_state(self, journal, lid, record)
+        if then is not None:  # only an add that raises the term passes its answer here
+            # Answered once the add is in the write cache, not once the record is durable.
+            asyncio.get_running_loop().call_soon(then, None)
+        return fut
+
+    LedgerTable.append_state = mutant  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        LedgerTable.append_state = append_state  # type: ignore[method-assign]
+
+
+@contextmanager
+def truncation_repeats() -> Iterator[None]:
+    truncate = Adds.truncate
+
+    async def mutant(
+        self: Adds, lid: int, info: Any, at: int, term: int, digest_len: int | None
+    ) -> bool | None:
+        storage = self.bookie.storage
+        stored = storage.info(lid) if storage is not None else None
+        if stored is not None and stored.truncated_term == term:
+            stored.truncated_term = term - 1  # as if the check were `<`, not `<=`
+        return await truncate(self, lid, info, at, term, digest_len)
+
+    Adds.truncate = mutant  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Adds.truncate = truncate  # type: ignore[method-assign]
+
+
+@contextmanager
+def pin_misses_fragment_first() -> Iterator[None]:
+    pinned = StreamPolicy.pinned
+
+    def mutant(self: StreamPolicy, idx: int, first: int) -> bool:
+        return pinned(self, idx, first + 1)
+
+    StreamPolicy.pinned = mutant  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        StreamPolicy.pinned = pinned  # type: ignore[method-assign]

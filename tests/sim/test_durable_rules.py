@@ -1,0 +1,213 @@
+"""StateDurableWhenAnswered and TruncatesOncePerTerm (oracle_durable.py): what a bookie's
+simulated disk holds when it answers, judged on a disk written here, and the campaign's
+survivors (survivor_mutants.py) caught at the seeds pinned here."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import crc32c
+from seed_search import first_caught
+from survivor_mutants import term_raise_answered_early, truncation_repeats
+
+from embedlog.bookie.index import LedgerIndex, LedgerInfo
+from embedlog.bookie.journal import FRAME, SUFFIX
+from embedlog.bookie.records import state_record, truncate_record
+from embedlog.testing.oracle_durable import (
+    DROPPED,
+    DURABLE_RULE,
+    ONCE_RULE,
+    DurableStateRule,
+    durable_state,
+)
+from embedlog.testing.sim import run_seed
+from embedlog.testing.simdisk import MemoryDisk, SimFile
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.messages import (
+    AddFlags,
+    OpCode,
+    ReadFlags,
+    Request,
+    Response,
+    TrimFlags,
+)
+
+LID = 7
+DATA = Path("/sim/bookie-1")
+INCARNATION = object()
+
+
+class Bookie:
+    """One bookie's disk, written as its journal and index would write it."""
+
+    def __init__(self, term: int = 1) -> None:
+        self.disk = MemoryDisk(random.Random(0), lambda: 0.0)
+        for d in ("journal", "index"):
+            self.disk.mkdir(DATA / d)
+        index = LedgerIndex(DATA / "index", create=True, disk=self.disk)
+        index.commit([], [(LID, LedgerInfo(term=term))], checkpoint=0)
+        index.close()
+        f = self.disk.open_append(DATA / "journal" / f"{0:020d}{SUFFIX}")
+        assert isinstance(f, SimFile)
+        self.journal = f
+        self.seen: list[str] = []
+        self.rule = DurableStateRule(
+            lambda _b: (self.disk, DATA, INCARNATION),
+            lambda rule, detail: self.seen.append(rule),
+            Counter(),
+        )
+
+    def journal_state(self, record: bytes, *, sync: bool) -> None:
+        self.journal.append(FRAME.pack(len(record), crc32c.crc32c(record)) + record)
+        if sync:
+            self.journal.sync()
+
+    def raise_term(self, term: int, *, sync: bool) -> None:
+        self.journal_state(state_record(LID, LedgerInfo(term=term)), sync=sync)
+
+    def cut(self, term: int) -> None:
+        info = LedgerInfo(term=term, truncated_term=term)
+        self.journal_state(truncate_record(LID, 3, info, frozenset()), sync=True)
+
+    def answer(self, req: Request, status: StatusCode = StatusCode.EOK) -> None:
+        self.rule.answered("bookie-1", req, Response.to(req, status, entry_id=req.entry_id))
+
+
+def add(txn: int, term: int, flags: int = 0) -> Request:
+    return Request(OpCode.ADD, txn, LID, txn, flags=flags, term=term, body=b"e")
+
+
+def test_the_durable_state_is_the_index_then_the_fsynced_state_records():
+    b = Bookie(term=1)
+    assert durable_state(b.disk, DATA, LID) == LedgerInfo(term=1)
+    b.raise_term(3, sync=False)
+    assert durable_state(b.disk, DATA, LID) == LedgerInfo(term=1)
+    b.journal.sync()
+    assert durable_state(b.disk, DATA, LID) == LedgerInfo(term=3)
+    assert durable_state(b.disk, DATA, LID + 1) is None
+
+
+def test_a_dropped_ledger_keeps_no_state_to_lose():
+    """A delete raises a stream's term (a read carrying DELETED_TERM), then drops it: the
+    read's answer may come after the drop's index batch removed its state."""
+    b = Bookie(term=1)
+    index = LedgerIndex(DATA / "index", disk=b.disk)
+    index.commit([], [(LID, None)], tombstones={LID: b"k"})
+    index.close()
+    assert durable_state(b.disk, DATA, LID) is DROPPED
+    b.answer(Request(OpCode.READ, 1, LID, -1, flags=ReadFlags.FENCE, term=2**62))
+    assert b.seen == []
+
+
+def test_an_add_that_raised_the_term_answered_before_it_is_durable_is_flagged():
+    b = Bookie(term=1)
+    req = add(1, 3)
+    b.rule.arrived("bookie-1", req)
+    b.raise_term(3, sync=False)
+    b.answer(req)
+    assert b.seen == [DURABLE_RULE]
+
+
+def test_an_add_answered_once_its_term_is_durable_holds():
+    b = Bookie(term=1)
+    req = add(1, 3)
+    b.rule.arrived("bookie-1", req)
+    b.raise_term(3, sync=True)
+    b.answer(req)
+    assert b.seen == []
+
+
+def test_an_add_of_a_term_an_earlier_request_raised_and_waits_for_is_not_judged():
+    """Journal off: the raiser waits for its record; the next add of that term is answered
+    from the write cache at once. Judged again once the raiser is answered EOK."""
+    b = Bookie(term=1)
+    raiser, follower, later = add(1, 3), add(2, 3), add(3, 3)
+    b.rule.arrived("bookie-1", raiser)
+    b.rule.arrived("bookie-1", follower)
+    b.raise_term(3, sync=False)
+    b.answer(follower)
+    assert b.seen == []
+    b.journal.sync()
+    b.answer(raiser)
+    b.rule.arrived("bookie-1", later)
+    b.answer(later)
+    assert b.seen == []
+
+
+def test_an_earlier_request_refused_does_not_excuse_an_add():
+    b = Bookie(term=1)
+    refused, req = add(1, 3), add(2, 3)
+    b.rule.arrived("bookie-1", refused)
+    b.rule.arrived("bookie-1", req)
+    b.answer(refused, StatusCode.EFENCED)
+    b.raise_term(3, sync=False)
+    b.answer(req)
+    assert b.seen == [DURABLE_RULE]
+
+
+def test_fence_and_term_reads_truncations_and_trims_are_judged_at_every_answer():
+    for req in [
+        Request(OpCode.READ, 1, LID, -1, flags=ReadFlags.FENCE),
+        Request(OpCode.READ, 2, LID, -1, term=3),
+        add(3, 3, flags=AddFlags.TRUNCATE),
+        Request(OpCode.TRIM, 4, LID, 3, flags=TrimFlags.ABOVE, term=3, body=b"\x04"),
+    ]:
+        b = Bookie(term=1)
+        b.rule.arrived("bookie-1", add(9, 3))  # pending: excuses plain adds only
+        b.rule.arrived("bookie-1", req)
+        b.raise_term(3, sync=False)
+        b.answer(req)
+        assert b.seen == [DURABLE_RULE], req
+
+
+def test_a_second_cut_in_one_term_is_flagged():
+    b = Bookie(term=1)
+    noop = add(1, 3, flags=AddFlags.TRUNCATE)
+    b.cut(3)
+    b.answer(noop)
+    assert b.seen == []
+    b.answer(noop)  # a duplicate that found the cut made: no second record
+    b.cut(4)
+    b.answer(add(2, 4, flags=AddFlags.TRUNCATE))
+    assert b.seen == []
+    b.cut(4)  # the duplicate of term 4's no-op cut again
+    b.answer(add(3, 4, flags=AddFlags.TRUNCATE))
+    assert b.seen == [ONCE_RULE]
+
+
+def test_a_wiped_bookie_starts_its_cuts_afresh():
+    b = Bookie(term=1)
+    b.cut(3)
+    b.answer(add(1, 3, flags=AddFlags.TRUNCATE))
+    b.disk.wipe()
+    b.rule.lost("bookie-1")
+    for d in ("journal", "index"):
+        b.disk.mkdir(DATA / d)
+    LedgerIndex(DATA / "index", create=True, disk=b.disk).close()
+    f = b.disk.open_append(DATA / "journal" / f"{0:020d}{SUFFIX}")
+    assert isinstance(f, SimFile)
+    b.journal = f
+    b.cut(3)
+    b.answer(add(2, 3, flags=AddFlags.TRUNCATE))
+    assert b.seen == []
+
+
+DURABLE_FIRST = 0  # first violating seeds (searched again from 0 when moved)
+ONCE_FIRST = 6
+SEARCH = 200
+
+
+def test_an_add_answered_before_its_term_is_durable_is_caught():
+    seed, _ = first_caught(
+        term_raise_answered_early, "unbounded-nojournal", DURABLE_FIRST, SEARCH, DURABLE_RULE
+    )
+    clean = run_seed(seed, "unbounded-nojournal", keep_trace=False)
+    assert clean.ok and clean.counts["check.state_durable"] > 0
+
+
+def test_a_truncation_repeated_within_its_term_is_caught():
+    seed, _ = first_caught(truncation_repeats, "unbounded-races", ONCE_FIRST, SEARCH, ONCE_RULE)
+    clean = run_seed(seed, "unbounded-races", keep_trace=False)
+    assert clean.ok and clean.counts["check.truncates_once"] > 0
