@@ -77,6 +77,14 @@ class JournalScan:
         self._dir = journal_dir
         self._read: dict[Path, int] = {}  # file -> its bytes read (whole records)
         self._records: dict[int, list[tuple[int, bytes]]] = {}  # ledger -> (LSN, record)
+        self._states: dict[int, LedgerInfo] = {}  # LSN -> the state its record sets
+
+    def state(self, lsn: int, record: bytes) -> LedgerInfo:
+        """The state ``record`` (at ``lsn``) sets, parsed once."""
+        info = self._states.get(lsn)
+        if info is None:
+            info = self._states[lsn] = _state_in(record)
+        return info
 
     def records(self, lid: int) -> list[tuple[int, bytes]]:
         """(LSN, record) of every fsync'd record that set ``lid``'s state, in LSN order,
@@ -156,10 +164,8 @@ def durable_state(
         index.close()
     if scan is None:
         scan = JournalScan(disk, data_dir / "journal")
-    for lsn, payload in scan.records(lid):
-        if lsn >= checkpoint:
-            info = _state_in(payload)
-    return info
+    last = [(lsn, record) for lsn, record in scan.records(lid) if lsn >= checkpoint][-1:]
+    return scan.state(*last[0]) if last else info
 
 
 @define
@@ -303,10 +309,11 @@ class DurableStateRule:
         disk, data_dir, _incarnation = where
         lid, term = req.ledger_id, req.term
         self._counts["check.truncates_once"] += 1
+        scan = self._scan(bookie, disk, data_dir)
         made = [
             lsn
-            for lsn, payload in self._scan(bookie, disk, data_dir).records(lid)
-            if payload[0] in _CUT_KINDS and _state_in(payload).truncated_term == term
+            for lsn, record in scan.records(lid)
+            if record[0] in _CUT_KINDS and scan.state(lsn, record).truncated_term == term
         ]
         if len(made) > 1:
             self._violate(
