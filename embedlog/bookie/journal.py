@@ -291,6 +291,8 @@ class Journal:
         """Delete journal files wholly covered by the checkpoint; returns how many."""
         with self._files_lock:
             files = self._files
+        if len(files) < 2:
+            return 0  # the current file alone: nothing before it (a flush's usual case)
         doomed = [
             path
             for i, (_start, path) in enumerate(files[:-1])

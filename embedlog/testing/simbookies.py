@@ -68,6 +68,9 @@ class SimBookies:
         self.sessions: dict[str, MetadataStore] = {}
         self._settled: dict[str, Bookie] = {}  # the incarnation _settle last saw of each
         self.disk_threads: dict[str, list[SimDisk]] = {}
+        # Each bookie's config, the same for every incarnation (settings drawn once a
+        # seed): built once, not at each of a stream history's 20 to 60 boots.
+        self._configs: dict[str, BookieConfig] = {}
 
     def serving(self, bookie_id: str) -> Bookie | None:
         b = self.bookies.get(bookie_id)
@@ -93,7 +96,10 @@ class SimBookies:
         self.trace("disk-fault", bid, what, detail)
 
     async def boot(self, bid: str) -> bool:
-        cfg = BookieConfig.from_settings(bid, self.root / bid, **self.bookie_settings)
+        cfg = self._configs.get(bid)
+        if cfg is None:
+            cfg = BookieConfig.from_settings(bid, self.root / bid, **self.bookie_settings)
+            self._configs[bid] = cfg
         mdisk = self.disks.get(bid)
         if mdisk is None:
             mdisk = self.disks[bid] = MemoryDisk(
