@@ -12,6 +12,7 @@ journal, mode and state through ``Served``.
 from __future__ import annotations
 
 import asyncio
+import enum
 from typing import Protocol
 
 from embedlog.bookie.base import BookieState, Served
@@ -21,8 +22,9 @@ from embedlog.bookie.journal import Durable
 from embedlog.bookie.ledgers import LedgerTable
 from embedlog.bookie.records import add_prefix, batch_prefix, state_record, truncate_record
 from embedlog.bookie.refusals import Refusals
+from embedlog.bookie.terms import bookie_accepts_term
 from embedlog.bookie.truncation import digest_len_of_noop, dropped_by_truncation
-from embedlog.bookie.verdicts import add_refused_as_sent, ledger_admits_add
+from embedlog.bookie.verdicts import Verdict, add_refused_as_sent, ledger_admits_add
 from embedlog.errors import BookieIOError
 from embedlog.metrics import BookieMetrics
 from embedlog.runtime import settle
@@ -43,6 +45,15 @@ from embedlog.wire.messages import (
 
 # What parse_batch gives: the entries accepted, each one's verdict (None: all EOK), max LAC.
 Batch = tuple[dict[int, bytes], list[int] | None, int]
+
+
+class Cut(enum.Enum):
+    """What ``Adds.truncate`` did with a truncating request."""
+
+    MADE = "made"  # the cut and the term raise it carries, durable
+    MADE_BEFORE = "made before"  # this term's cut was made already: nothing to do
+    STALE = "stale"  # a newer term took over while the request waited for the lock
+    DROPPED = "dropped"  # the ledger was dropped (deleted) while it waited
 
 
 class _AddPlan:
@@ -66,7 +77,6 @@ class _AddPlan:
         "req",
         "statuses",
         "term_changed",
-        "truncate",
     )
 
     def __init__(
@@ -76,14 +86,12 @@ class _AddPlan:
         lac: int,
         changed: bool,
         term_changed: bool,
-        truncate: bool,
     ) -> None:
         self.info = info
         self.entries = entries  # {entry id: entry} to store, in the order they came
         self.lac = lac  # the highest LAC in the headers of the entries stored
         self.changed = changed
         self.term_changed = term_changed
-        self.truncate = truncate
         self.old_lac = -1
         self.batch = False  # an ADD_BATCH (answered with a verdict per entry)
         # ADD_BATCH with an entry refused for its header: each entry's verdict, in batch
@@ -174,16 +182,26 @@ class Adds:
         self.config = config
 
     async def add(self, req: Request) -> Response:
+        if req.flags & AddFlags.TRUNCATE:
+            # The cut (and the term raise it carries) first, decided under the truncation
+            # lock against the state as it is then; the add is admitted after it, against
+            # the state the cut left. Admitted now and stored after the wait, it would
+            # store a state read before another request made or changed it.
+            refused = self._refused(req)
+            if refused is not None:
+                return refused
+            cut = await self.truncate(
+                req.ledger_id,
+                req.master_key.hex(),
+                req.entry_id,
+                req.term,
+                digest_len_of_noop(req.body),
+            )
+            if cut is not Cut.MADE and cut is not Cut.MADE_BEFORE:
+                return self.cut_refused(req, cut)
         plan = self._admit_add(req)
         if isinstance(plan, Response):
             return plan
-        if plan.truncate:
-            truncated = await self.truncate(
-                req.ledger_id, plan.info, req.entry_id, req.term, digest_len_of_noop(req.body)
-            )
-            if truncated is None:  # dropped while the truncation waited
-                refusals = self.refusals
-                return refusals.tombstone_answer(req) or refusals.refusal(req, StatusCode.EDELETED)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._store_add(req, plan, settle(fut))
         await fut
@@ -197,6 +215,40 @@ class Adds:
         """A refusal, or the plan for the add (or ADD_BATCH, ``parse_batch``'s ``batch``)
         that passed every check; a batch's entries whose header does not match are refused
         alone."""
+        judged = self._judge(req, batch)
+        if isinstance(judged, Response):
+            return judged
+        verdict, info, accepted, statuses, lac = judged
+        storage = self.bookie.storage
+        assert storage is not None
+        lid = req.ledger_id
+        changed = verdict.creates
+        if info is None:
+            info = LedgerInfo(master_key=req.master_key.hex())
+        term_changed = verdict.raises_term
+        if term_changed:
+            info.term = req.term
+        if req.lafr > info.lafr:
+            # Not journaled (like the explicit LAC): a LAFR forgotten in a crash only makes
+            # a takeover read forward from further back, never skip an entry.
+            info.lafr = req.lafr
+            if not changed:
+                storage.set_info(lid, info)
+        plan = _AddPlan(info, accepted, lac, changed, term_changed)
+        plan.batch = batch is not None
+        plan.statuses = statuses
+        return plan
+
+    def _refused(self, req: Request) -> Response | None:
+        """The refusal of a plain add, or None if it passes every check; changes nothing."""
+        judged = self._judge(req, None)
+        return judged if isinstance(judged, Response) else None
+
+    def _judge(
+        self, req: Request, batch: Batch | None
+    ) -> Response | tuple[Verdict, LedgerInfo | None, dict[int, bytes], list[int] | None, int]:
+        """Every check of an add, changing nothing: its refusal, or (the verdict, the
+        ledger's state, the entries to store, each entry's status, the highest LAC)."""
         bookie = self.bookie
         storage = bookie.storage
         assert storage is not None
@@ -227,24 +279,7 @@ class Adds:
             if verdict.dropped:
                 return self.refusals.dropped_answer(req, verdict.status, statuses)
             return self.refusals.refusal(req, verdict.status, statuses, verdict.term)
-        changed = verdict.creates
-        if info is None:
-            info = LedgerInfo(master_key=req.master_key.hex())
-        term_changed = verdict.raises_term
-        if term_changed:
-            info.term = req.term
-        if req.lafr > info.lafr:
-            # Not journaled (like the explicit LAC): a LAFR forgotten in a crash only makes
-            # a takeover read forward from further back, never skip an entry.
-            info.lafr = req.lafr
-            if not changed:
-                storage.set_info(lid, info)
-        # Whether it still cuts is decided by _truncate, where no other truncation runs.
-        truncate = bool(req.flags & AddFlags.TRUNCATE)
-        plan = _AddPlan(info, accepted, lac, changed, term_changed, truncate)
-        plan.batch = batch is not None
-        plan.statuses = statuses
-        return plan
+        return verdict, info, accepted, statuses, lac
 
     def _store_add(self, req: Request, plan: _AddPlan, on_durable: Durable) -> None:
         bookie = self.bookie
@@ -342,11 +377,10 @@ class Adds:
         self.add_nowait(req, reply, batch)
 
     async def truncate(
-        self, lid: int, info: LedgerInfo, at: int, term: int, digest_len: int | None
-    ) -> bool | None:
+        self, lid: int, master_key: str, at: int, term: int, digest_len: int | None
+    ) -> Cut:
         """Drop the older terms' entries above ``at``, once per ``term``
-        (``truncated_term``); False if this term's truncation was done already, None if
-        the ledger was dropped (tombstones.py) while this waited for the lock.
+        (``truncated_term``), raising the ledger's term to ``term`` with the cut.
 
         Only older terms' entries (``truncation.dropped_by_truncation``, told apart by the
         ledger's ``digest_len``): this term's own may have come first (a resend, a TRIM
@@ -357,17 +391,26 @@ class Adds:
         and the cut become durable together: one journal record carries both (replay
         redoes the cut), and the cut's index batch carries the flag; a crash between
         the two halves can never leave a flag that makes the retry skip a cut not made.
-        Decided under the lock: a duplicate that comes while the first one is cutting
-        waits for that cut to be durable rather than being answered before it.
+
+        Decided under the lock, against the ledger's state as it is then (created here
+        if there is none): a duplicate that comes while the first one is cutting waits
+        for that cut to be durable rather than being answered before it, and a cut that
+        waited while another request created the state or raised the term applies the
+        term rule to that state, never to what the caller saw before the wait (the
+        simulator's ``unbounded-corrupt`` seed 224: two takeovers' TRIM ABOVEs at a
+        bookie with no state of the stream; the later term's raise was lost to the
+        state the earlier one created, and answered as made).
         """
         storage, journal = self.bookie.storage, self.bookie.journal
         assert storage is not None and journal is not None
         async with storage.exclusive():
             if storage.dropped(lid):
-                return None  # its state set again here would bring it back
-            info = storage.info(lid) or info
+                return Cut.DROPPED  # its state set again here would bring it back
+            info = storage.info(lid) or LedgerInfo(master_key=master_key)
+            if term != NO_TERM and not bookie_accepts_term(info.term, term):
+                return Cut.STALE  # a newer term took over while this waited
             if term != NO_TERM and term <= info.truncated_term:
-                return False
+                return Cut.MADE_BEFORE
             only = None
             if term != NO_TERM and digest_len is not None:
                 only = frozenset(
@@ -375,7 +418,9 @@ class Adds:
                     for eid in storage.entry_ids(lid)
                     if eid > at and self._dropped(lid, eid, term, digest_len)
                 )
-            before = info.truncated_term
+            before = (info.term, info.truncated_term)
+            if term != NO_TERM:
+                info.term = max(info.term, term)
             info.truncated_term = term
             storage.set_info(lid, info)
             storage.drop_cached(lid, "above", at, only)
@@ -386,10 +431,20 @@ class Adds:
                 # Nothing of the cut reached the index: a retry must cut. (If the record
                 # is durable, replay would redo it; a flush that moves the checkpoint past
                 # it writes this state instead. Either way flag and cut go together.)
-                info.truncated_term = before
+                info.term, info.truncated_term = before
                 raise
             await storage.collect_locked(lid)
-        return True
+        return Cut.MADE
+
+    def cut_refused(self, req: Request, cut: Cut) -> Response:
+        """The answer to a truncating request whose cut ``truncate`` did not make."""
+        refusals = self.refusals
+        if cut is Cut.DROPPED:  # dropped while the truncation waited
+            return refusals.tombstone_answer(req) or refusals.refusal(req, StatusCode.EDELETED)
+        storage = self.bookie.storage
+        info = storage.info(req.ledger_id) if storage is not None else None
+        stored = info.term if info is not None else NO_TERM
+        return refusals.refusal(req, StatusCode.EINVALIDTERM, term=stored)
 
     def _dropped(self, lid: int, eid: int, term: int, digest_len: int) -> bool:
         storage = self.bookie.storage

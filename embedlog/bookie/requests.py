@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 
-from embedlog.bookie.adds import Adds
+from embedlog.bookie.adds import Adds, Cut
 from embedlog.bookie.base import BookieState, Served, journal_state
 from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.index import LedgerInfo
@@ -312,18 +312,13 @@ class Requests:
                 return self.refusals.dropped_answer(req, verdict.status)
             return Response.to(req, verdict.status, term=verdict.term)
         assert digest_len is not None
-        changed = verdict.raises_term
-        if info is None:
-            info = LedgerInfo(master_key=req.master_key.hex())
-        if verdict.raises_term:
-            info.term = req.term
-        truncated = await self.adds.truncate(lid, info, req.entry_id, req.term, digest_len)
-        if truncated is None:  # dropped while the truncation waited
-            refusals = self.refusals
-            return refusals.tombstone_answer(req) or refusals.refusal(req, StatusCode.EDELETED)
-        if not truncated:
-            if changed:
-                await journal_state(self.bookie, self.ledgers, lid, info)
-            else:
-                await self.ledgers.durable(lid)
+        # The term raise goes with the cut, decided under the truncation lock against the
+        # state as it is then (Adds.truncate): not here, before the wait.
+        cut = await self.adds.truncate(
+            lid, req.master_key.hex(), req.entry_id, req.term, digest_len
+        )
+        if cut is Cut.MADE_BEFORE:
+            await self.ledgers.durable(lid)  # that cut's record, if it is not yet
+        elif cut is not Cut.MADE:
+            return self.adds.cut_refused(req, cut)
         return Response.to(req, StatusCode.EOK, term=req.term)

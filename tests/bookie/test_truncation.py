@@ -110,3 +110,84 @@ def test_a_trim_above_must_say_the_digest_length(harness):
     for body in (b"", b"\x09"):
         assert _trim_above(h, -1, 2, body).status == StatusCode.EBADREQ
     assert _payloads(h, [0]) == {0: b"o"}
+
+
+def _trim_req(at: int, term: int, body: bytes = trim_above_body(4)):
+    from harness import KEY
+
+    from embedlog.transport.base import next_txn
+    from embedlog.wire.messages import Request
+
+    return Request(
+        OpCode.TRIM, next_txn(), 1, at, flags=TrimFlags.ABOVE, term=term, body=body, master_key=KEY
+    )
+
+
+def _noop_req(at: int, term: int):
+    from harness import KEY
+
+    from embedlog.transport.base import next_txn
+    from embedlog.wire.messages import Request
+
+    noop = CRC.pack(1, at, -1, TERM.pack(term), FLAG_NOOP | FLAG_TERM)
+    flags = AddFlags.TRUNCATE | AddFlags.NOOP | AddFlags.RECOVERY
+    return Request(OpCode.ADD, next_txn(), 1, at, body=noop, term=term, flags=flags, master_key=KEY)
+
+
+async def _at_once(h, first, second):
+    """Both requests admitted while something else (a flush, a gc pass) holds the
+    storage's lock, then served in order once it is free."""
+    import asyncio
+
+    async with h.bookie.storage.exclusive():
+        one = asyncio.ensure_future(h.serve(first))
+        for _ in range(20):  # loop turns: it reaches the lock
+            await asyncio.sleep(0)
+        two = asyncio.ensure_future(h.serve(second))
+        for _ in range(20):
+            await asyncio.sleep(0)
+    return await asyncio.gather(one, two)
+
+
+@pytest.mark.parametrize("later", ["trim above", "truncating no-op"])
+def test_a_cut_that_waited_for_another_raises_the_term_of_the_state_that_one_made(harness, later):
+    """Two takeovers' cuts reach a bookie that holds no state of the ledger at once (the
+    simulator's unbounded-corrupt seed 224): term 2's TRIM ABOVE makes the state while
+    the later term's request waits for the truncation lock. The later one must raise the
+    term of that state, durably, before it is answered: a bookie that answered it while
+    its state said term 2 would take a term-2 writer's adds after a takeover fenced it."""
+    h = harness(flush_interval=LONG)
+    h.boot()
+    second = _trim_req(4, 3) if later == "trim above" else _noop_req(4, 3)
+
+    async def both():
+        return await _at_once(h, _trim_req(4, 2), second)
+
+    first_answer, second_answer = h.run(both())
+    assert first_answer.status == StatusCode.EOK
+    assert second_answer.status == StatusCode.EOK and second_answer.term == 3
+    # The term raised, and term 3's cut kept as made (a delayed duplicate must not cut
+    # again): a truncating add that stored the state it was admitted with lost it.
+    info = h.bookie.storage.info(1)
+    assert (info.term, info.truncated_term) == (3, 3)
+    assert _add(h, 5, 2, b"late").status == StatusCode.EINVALIDTERM
+    h.crash()
+    h.boot()  # journal replay: the raise was durable with the cut
+    info = h.bookie.storage.info(1)
+    assert (info.term, info.truncated_term) == (3, 3)
+    assert _add(h, 5, 2, b"late").status == StatusCode.EINVALIDTERM
+
+
+def test_a_cut_whose_term_was_passed_while_it_waited_is_refused(harness):
+    """Term 3's cut makes the state while term 2's waits for the lock: term 2's is refused
+    as of another term (it was admitted against no state), not made or answered EOK."""
+    h = harness(flush_interval=LONG)
+    h.boot()
+
+    async def both():
+        return await _at_once(h, _trim_req(4, 3), _trim_req(4, 2))
+
+    newer, older = h.run(both())
+    assert newer.status == StatusCode.EOK
+    assert older.status == StatusCode.EINVALIDTERM and older.term == 3
+    assert h.bookie.storage.info(1).term == 3
