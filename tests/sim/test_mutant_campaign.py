@@ -44,6 +44,13 @@ def test_every_mutant_is_a_patch_of_protocol_code() -> None:
     assert {m.file.split("/")[1] for m in mutants} == {"ledger", "bookie", "unbounded"}
 
 
+def test_every_mutant_still_applies_to_the_tree() -> None:
+    """A refactor that moves a mutant's snippet makes the campaign stop at that mutant:
+    found here, where the move is made, not when the campaign next runs."""
+    stale = [m.name for m in load() if (REPO / m.file).read_text().count(m.old) != 1]
+    assert not stale, f"mutants whose snippet is not in their file exactly once: {stale}"
+
+
 def test_apply_patches_the_scratch_copy_only(tmp_path: Path) -> None:
     export_head(REPO, tmp_path)
     mutant = _by_name(QUICK_KILL)
