@@ -38,7 +38,7 @@ from attrs import define, field
 from embedlog.bookie import records
 from embedlog.bookie.disk import Disk
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
-from embedlog.bookie.journal import FRAME, journal_files
+from embedlog.bookie.journal_replay import FRAME, journal_files
 from embedlog.bookie.records import well_formed
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.wire.codes import StatusCode

@@ -31,7 +31,7 @@ import random
 from attrs import frozen
 
 from embedlog.bookie.entrylog import SUFFIX as ENTRY_LOG_SUFFIX
-from embedlog.bookie.journal import SUFFIX as JOURNAL_SUFFIX
+from embedlog.bookie.journal_replay import SUFFIX as JOURNAL_SUFFIX
 from embedlog.testing.simdisk import MemoryDisk
 
 FLIPS = (1, 3)  # bits flipped per rot, min..max (each in a file drawn anew)

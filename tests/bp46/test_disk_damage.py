@@ -16,7 +16,7 @@ import pytest
 
 from embedlog.auditor.replication import replicate_cluster
 from embedlog.bookie.entrylog import RECORD
-from embedlog.bookie.journal import FRAME, journal_files
+from embedlog.bookie.journal_replay import FRAME, journal_files
 from embedlog.cli import main
 from embedlog.errors import (
     BKError,

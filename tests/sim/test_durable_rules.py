@@ -13,7 +13,7 @@ from seed_search import first_caught
 from survivor_mutants import term_raise_answered_early, truncation_repeats
 
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
-from embedlog.bookie.journal import FRAME, SUFFIX
+from embedlog.bookie.journal_replay import FRAME, SUFFIX
 from embedlog.bookie.records import state_record, truncate_record
 from embedlog.testing.oracle_durable import (
     DROPPED,
