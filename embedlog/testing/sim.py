@@ -330,9 +330,15 @@ class Simulation:
         return self.fleet.serving(bookie_id)
 
     def _disk_of(self, bookie_id: str) -> tuple[MemoryDisk, Path, Bookie] | None:
-        """A bookie's disks, data directory and latest incarnation (oracle_durable.py)."""
+        """A serving bookie's disks, data directory and incarnation (oracle_durable.py).
+
+        None while it is not serving: what a bookie answers as it stops is not judged.
+        Its stop's final flush makes that state durable, and its disks may be replaced
+        (a wipe) before the answer is seen (``unbounded-corrupt`` seed 754: a repair's
+        TRIM answered after its bookie's stop and wipe was judged against the empty
+        disk)."""
         bookie = self.fleet.bookies.get(bookie_id)
-        if bookie is None:
+        if bookie is None or bookie.state is not BookieState.SERVING:
             return None
         return self.disks[bookie_id], self.root / bookie_id, bookie
 

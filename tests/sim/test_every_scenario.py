@@ -163,7 +163,10 @@ FOUND = {
     # 224: two takeovers' cuts (TRIM ABOVE) admitted at a bookie with no state of the
     # stream; the later term's raise was lost to the state the earlier one created, and
     # answered as made (bookie/adds.py: Adds.truncate decides the term under its lock).
-    "unbounded-corrupt": (224, 1589),
+    # 754 (the oracle): a repair's TRIM that its bookie answered as it stopped was judged
+    # after the stop and a wipe of its disks, against the empty disk (sim.py: _disk_of
+    # judges only a serving bookie's answers).
+    "unbounded-corrupt": (224, 754, 1589),
     # 332, 951: a member whose TRIM ABOVE at the end of a takeover was lost was readied
     # again from its fragment's start, dropping the write-backs and the older term's
     # acknowledged entries it held (LedgerWriter._unprepared keeps the cut it missed).
