@@ -131,7 +131,9 @@ FOUND = {
     # thrown away once the metadata read again differed: a bookie a takeover had replaced
     # served it an older term's leftover (the oracle judges a bookie's answers only
     # where the metadata gives it the entry; what a reader keeps, by stream_read).
-    "unbounded": (85, 133, 247, 261, 393, 412, 758, 1365),
+    # 1319 (and 1948 of unbounded-races): as 754 of unbounded-corrupt, a TRIM answered
+    # as its bookie stopped, judged after a wipe of its disks (the oracle).
+    "unbounded": (85, 133, 247, 261, 393, 412, 758, 1319, 1365),
     # A bookie without the journal acknowledged a recovery's write-back (an ensemble
     # change the recovery kept in memory), crashed and lost even the ledger's record; its
     # suspicious boot did not protect the ledger (the metadata did not list it yet) and it
@@ -181,6 +183,8 @@ FOUND = {
     # acknowledged entries it was recovering (TermWriter: recovery writers never roll
     # over).
     "unbounded-streams": (11, 20, 33),
+    # 1948: as 1319 of unbounded (the oracle).
+    "unbounded-races": (1948,),
 }
 
 
