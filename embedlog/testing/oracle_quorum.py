@@ -92,8 +92,7 @@ class AckQuorumRule:
             return
         self._counts["check.acked_by_ack_quorum"] += 1
         ws = write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
-        got = self._acks.get((lid, eid), set())
-        have = sorted(b for b in ws if (b, payload) in got)
+        have = self._confirmed(lid, eid, payload, ws)
         if len(have) < md.ack_quorum:
             self._violate(
                 RULE,
@@ -101,6 +100,11 @@ class AckQuorumRule:
                 f"({', '.join(have) or 'none'}) from its write set {ws}, fewer than "
                 f"AQ = {md.ack_quorum}",
             )
+
+    def _confirmed(self, lid: int, eid: int, payload: bytes, ws: list[str]) -> list[str]:
+        """The bookies of the write set ``ws`` that confirmed ``payload`` at ``lid:eid``."""
+        got = self._acks.get((lid, eid), set())
+        return sorted(b for b in ws if (b, payload) in got)
 
     def metadata_written(self, lid: int, md: LedgerMetadata, acked: Mapping[int, bytes]) -> None:
         """The store applied a write of ``lid``'s metadata (now ``md``); ``acked``: every
@@ -119,8 +123,7 @@ class AckQuorumRule:
             if ws == write_set_bookies(eid, before.ensemble_for(eid), before.write_quorum):
                 continue  # judged at its ack, with this write set
             self._counts["check.acked_by_ack_quorum.change"] += 1
-            got = self._acks.get((lid, eid), set())
-            have = sorted(b for b in ws if (b, payload) in got)
+            have = self._confirmed(lid, eid, payload, ws)
             if len(have) < md.ack_quorum:
                 self._violate(
                     RULE,

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from embedlog.bookie.adds import Adds
+from embedlog.bookie.adds import Adds, Cut
 from embedlog.bookie.ledgers import LedgerTable
 from embedlog.unbounded.policy import StreamPolicy
 
@@ -44,13 +44,13 @@ def truncation_repeats() -> Iterator[None]:
     truncate = Adds.truncate
 
     async def mutant(
-        self: Adds, lid: int, info: Any, at: int, term: int, digest_len: int | None
-    ) -> bool | None:
+        self: Adds, lid: int, master_key: str, at: int, term: int, digest_len: int | None
+    ) -> Cut:
         storage = self.bookie.storage
         stored = storage.info(lid) if storage is not None else None
         if stored is not None and stored.truncated_term == term:
             stored.truncated_term = term - 1  # as if the check were `<`, not `<=`
-        return await truncate(self, lid, info, at, term, digest_len)
+        return await truncate(self, lid, master_key, at, term, digest_len)
 
     Adds.truncate = mutant  # type: ignore[method-assign]
     try:
