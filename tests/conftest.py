@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -9,6 +10,33 @@ from embedlog import LocalCluster
 
 sys.path.insert(0, str(Path(__file__).parent))
 pytest_plugins = ["zkserver", "escaped_errors", "pytester"]
+
+# One JVM drives Spark at a time: the tests sharing the session SparkSession, and the page
+# whose samples start one of their own, run on one pytest-xdist worker (`--dist loadgroup`,
+# README's test command). Two drivers at once on 2 cores miss the Python workers' 10 s
+# connect-back timeout.
+SPARK_GROUP = "spark"
+
+
+def _drives_spark(item: pytest.Item) -> bool:
+    path = Path(str(item.path))
+    return path.parent.name == "spark" or (
+        path.name == "test_samples.py" and "spark.md" in item.name
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _drives_spark(item):
+            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Tests stop the processes they start with SIGINT (Ctrl-C). A child inherits an ignored
+    # SIGINT, and a suite started in the background by a shell without job control (`pytest
+    # &` in a script) has one, so its children would not stop: give SIGINT back its default.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
