@@ -40,17 +40,14 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-SIZE = 1024
+sys.path.insert(0, str(HERE / "peers"))
+from follow import follow_latencies, payload  # noqa: E402  (the peers' entries and follower)
+
 BLOCKING = 400
 FOLLOW = 300
 GAP = 0.005
 PIPELINED = 20_000
 WINDOW = 1_000
-
-
-def payload(seq: int) -> bytes:
-    head = b"%012d:" % seq
-    return head + b"x" * (SIZE - len(head))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -144,29 +141,7 @@ def one_round(directory: Path) -> dict[str, float]:
 
 
 def _follower(cluster: Any) -> list[float]:
-    writer = cluster.client("tw").create_unbounded(3, 3, 2)
-    follower = cluster.client("tf").open_unbounded(writer.ledger_id, takeover=False)
-    tail = follower.tail(0, timeout=30)
-    started: dict[int, float] = {}
-    seen: dict[int, float] = {}
-
-    def follow() -> None:
-        for e in tail:
-            seen[int(e.data[:12])] = time.perf_counter()
-            if len(seen) == FOLLOW:
-                return
-
-    t = threading.Thread(target=follow, daemon=True)
-    t.start()
-    time.sleep(0.2)  # the follower waits before the first append
-    for i in range(FOLLOW):
-        started[i] = time.perf_counter()
-        writer.append(payload(i))
-        time.sleep(GAP)
-    t.join(30)
-    writer.close()
-    follower.close()
-    return [seen[i] - started[i] for i in started if i in seen]
+    return follow_latencies(cluster, FOLLOW, GAP)
 
 
 def _fresh_tail(cluster: Any, samples: int = 30) -> dict[str, float]:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from follow import SIZE, payload, seq_of
 
-SIZE = 1024  # bytes per entry
+__all__ = ["SIZE", "payload", "seq_of"]  # the entries' format lives in follow.py
 
 
 @dataclass(frozen=True)
@@ -93,17 +94,6 @@ def pipelined(fig: Figures, entries: int) -> Iterator[None]:
     fig.entries_per_s = entries / elapsed
     fig.cpu_us_per_entry = meter.used() / entries * 1e6
     fig.own_cpu_us_per_entry = meter.own() / entries * 1e6
-
-
-def payload(seq: int) -> bytes:
-    """SIZE bytes that start with their sequence number, so a follower can tell which
-    write it got."""
-    head = b"%012d:" % seq
-    return head + b"x" * (SIZE - len(head))
-
-
-def seq_of(data: bytes) -> int:
-    return int(data[:12])
 
 
 def free_ports(n: int) -> list[int]:

@@ -5,12 +5,12 @@ process (``LocalCluster``) or each bookie in a process of its own
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from common import Figures, Load, payload, pipelined, seq_of
+from common import Figures, Load, payload, pipelined
+from follow import follow_latencies
 
 from embedlog import LocalCluster
 from embedlog.metadata.zkserver import running_zookeeper
@@ -67,26 +67,4 @@ def _measure(directory: Path, load: Load, kw: dict[str, Any]) -> Figures:
 
 
 def _follow(cluster: LocalCluster, load: Load) -> list[float]:
-    writer = cluster.client("tw").create_unbounded(3, 3, 2)
-    follower = cluster.client("tf").open_unbounded(writer.ledger_id, takeover=False)
-    tail = follower.tail(0, timeout=30)
-    started: dict[int, float] = {}
-    seen: dict[int, float] = {}
-
-    def follow() -> None:
-        for e in tail:
-            seen[seq_of(e.data)] = time.perf_counter()
-            if len(seen) == load.follow:
-                return
-
-    t = threading.Thread(target=follow, daemon=True)
-    t.start()
-    time.sleep(0.2)  # the follower is waiting before the first write, as for the others
-    for i in range(load.follow):
-        started[i] = time.perf_counter()
-        writer.append(payload(i))
-        time.sleep(load.gap)
-    t.join(30)
-    writer.close()
-    follower.close()
-    return [seen[i] - started[i] for i in started if i in seen]
+    return follow_latencies(cluster, load.follow, load.gap)
