@@ -12,24 +12,35 @@ from embedlog import LocalCluster
 sys.path.insert(0, str(Path(__file__).parent))
 pytest_plugins = ["zkserver", "escaped_errors", "pytester"]
 
-# One JVM drives Spark at a time: the tests sharing the session SparkSession, and the page
-# whose samples start one of their own, run on one pytest-xdist worker (`--dist loadgroup`,
-# README's test command). Two drivers at once on 2 cores miss the Python workers' 10 s
-# connect-back timeout.
-SPARK_GROUP = "spark"
+# The tests that take the machine run one at a time, on one pytest-xdist worker (`--dist
+# loadgroup`): Spark's JVM (the tests sharing the session SparkSession, and docs/spark.md's
+# samples), the simulator's runs in two worker processes, and ZooKeeper restarts whose
+# sessions must outlive them. Two Spark drivers at once miss the Python workers' 10 s
+# connect-back timeout on 2 cores; a ZooKeeper restarted beside other such work came back after
+# its sessions' 10 s. The other worker takes the rest, which mostly waits on fsyncs and
+# sockets.
+HEAVY_GROUP = "heavy"
+_HEAVY_FILES = {
+    "test_every_scenario.py",  # 2,200 seeds in two processes
+    "test_zk_outage.py",
+    "test_zk_outage_follow.py",
+    "test_zk_outage_processes.py",
+}
 
 
-def _drives_spark(item: pytest.Item) -> bool:
+def _takes_the_machine(item: pytest.Item) -> bool:
     path = Path(str(item.path))
-    return path.parent.name == "spark" or (
-        path.name == "test_samples.py" and "spark.md" in item.name
+    return (
+        path.parent.name == "spark"
+        or path.name in _HEAVY_FILES
+        or (path.name == "test_samples.py" and "spark.md" in item.name)
     )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if _drives_spark(item):
-            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+        if _takes_the_machine(item):
+            item.add_marker(pytest.mark.xdist_group(HEAVY_GROUP))
 
 
 def pytest_configure(config: pytest.Config) -> None:
