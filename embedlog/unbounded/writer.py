@@ -333,6 +333,10 @@ class TermWriter(LedgerWriter):
             await asyncio.sleep(min(max(age / 4, 0.05), 5.0))
             idle = self.stream.roll_at is None and self._changing is None and not self.pl.waiting
             if idle and self._segment.due() and self.next_entry_id > self.md.last_fragment[0]:
+                # Marked as under way, as a rollover an append asks for is: the appends
+                # that come meanwhile wait for the new fragment instead of asking for it
+                # again (simulator seed 5086 of ``unbounded-streams``).
+                self.stream.roll_at = self.next_entry_id
                 self._start_rollover(self.next_entry_id)
             elif idle and self.retention is not None:
                 await self.retaining.retain()
@@ -358,6 +362,11 @@ class TermWriter(LedgerWriter):
                 except TimeoutError:
                     pass
             if self.error is not None:
+                return
+            if at <= self.md.last_fragment[0]:
+                # Another rollover started the fragment here, and entries of it may be in
+                # flight with acks counted by slot: a fresh ensemble over them would let
+                # an entry complete on acks of bookies that no longer store it.
                 return
             self._changing = asyncio.current_task()  # type: ignore[assignment]
             self.pl.begin_change()

@@ -181,8 +181,13 @@ FOUND = {
     # 11, 20, 33: a takeover's recovery writer rolled over by the retention's fragment
     # size and readied the new fragment with TRIM ABOVE, dropping the older term's
     # acknowledged entries it was recovering (TermWriter: recovery writers never roll
-    # over).
-    "unbounded-streams": (11, 20, 33),
+    # over). 5086: a quiet stream's rollover by age and an append's rollover, both at
+    # entry 4, ran one after the other; the second replaced the fragment the first had
+    # started, entries 4-9 in flight on it, with a fresh ensemble, and the acks counted by
+    # slot completed them on one copy (AckedByAckQuorum; a takeover then lost 7-9). The
+    # age's rollover is marked under way, and a rollover to where a fragment starts
+    # already does nothing (TermWriter._age_ticks, _rollover).
+    "unbounded-streams": (11, 20, 33, 5086),
     # 1948: as 1319 of unbounded (the oracle).
     "unbounded-races": (1948,),
 }
