@@ -12,14 +12,15 @@ from embedlog import LocalCluster
 sys.path.insert(0, str(Path(__file__).parent))
 pytest_plugins = ["zkserver", "escaped_errors", "pytester"]
 
-# CI runs the suite in one process. For a run in two pytest-xdist workers (`-n 2 --dist
-# loadgroup -m "not alone"`, then `-m alone`), the tests that take the machine run one at
-# a time, on one worker: Spark's JVM (the tests sharing the session SparkSession, and
-# docs/spark.md's samples), the simulator's runs in two worker processes, and a ZooKeeper
-# outage followed by a tail. Two Spark drivers at once miss the Python workers' 10 s
-# connect-back timeout on 2 cores. Such a run is not reliable yet: under it
-# test_injected_clock counted three direct reads of embedlog.clock, and a BP-46 boot
-# test got a refusal, once each in three runs.
+# CI (README's test command) runs the suite in two pytest-xdist workers (`-n 2 --dist
+# loadgroup -m "not alone"`), then `-m alone` in one process. The tests that take the
+# machine run one at a time, on one worker: Spark's JVM (the tests sharing the session
+# SparkSession, and docs/spark.md's samples), the simulator's runs in two worker processes,
+# and a ZooKeeper outage followed by a tail. Two Spark drivers at once miss the Python
+# workers' 10 s connect-back timeout on 2 cores. A worker runs many tests in one process:
+# a test must not count what threads of earlier tests do (test_injected_clock scopes its
+# guard to its own thread) nor race a background task it does not need (the BP-46 boot
+# test of a displaced writer runs without the repair).
 HEAVY_GROUP = "heavy"
 _HEAVY_FILES = {"test_every_scenario.py", "test_zk_outage_follow.py"}
 # Tests whose point is that a ZooKeeper session outlives a restart of the server: its 10 s

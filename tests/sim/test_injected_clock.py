@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -43,13 +44,20 @@ class DirectTimeReadError(AssertionError):
 @contextmanager
 def forbid_direct_time_reads(offenders: Counter[str]) -> Iterator[None]:
     """``time.monotonic``/``time.time`` raise for an embedlog module outside
-    REAL_TIME_MODULES (and count it: protocol code may catch the error)."""
+    REAL_TIME_MODULES (and count it: protocol code may catch the error), when read by this
+    thread: the simulator runs on one thread, and a thread an earlier test of the same
+    process left behind (a pytest-xdist worker runs many) is not the simulator's."""
     saved = time.monotonic, time.time
+    simulator = threading.get_ident()
 
     def guard(name: str, real: Callable[[], float]) -> Callable[[], float]:
         def read() -> float:
             module = sys._getframe(1).f_globals.get("__name__", "")
-            if module.startswith("embedlog") and not module.startswith(REAL_TIME_MODULES):
+            if (
+                threading.get_ident() == simulator
+                and module.startswith("embedlog")
+                and not module.startswith(REAL_TIME_MODULES)
+            ):
                 offenders[module] += 1
                 raise DirectTimeReadError(f"{module} reads time.{name}() directly")
             return real()
