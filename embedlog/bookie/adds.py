@@ -287,6 +287,13 @@ class Adds:
         assert storage is not None and journal is not None
         lid, info, entries = req.ledger_id, plan.info, plan.entries
         state_waits = plan.term_changed
+        # A takeover's no-op is journaled even when adds skip the journal: its cut left an
+        # older term's entry at its id (the cut is above it), which the cut's own flush may
+        # have made durable; a crash that lost the no-op from the write cache brought that
+        # entry back, never acknowledged and truncated (simulator seed 7142 of
+        # ``unbounded-corrupt``: readers then disagreed on the stream). One small record
+        # per takeover.
+        journaled = self.config.journal_write_data or bool(req.flags & AddFlags.TRUNCATE)
         if plan.changed or plan.term_changed:
             storage.set_info(lid, info)
             # With the adds journaled behind it, their fsync covers the state record.
@@ -294,7 +301,7 @@ class Adds:
                 journal,
                 lid,
                 state_record(lid, info),
-                on_durable if state_waits and not self.config.journal_write_data else None,
+                on_durable if state_waits and not journaled else None,
             )
         plan.old_lac = info.known_lac
         metrics = self.metrics
@@ -311,7 +318,7 @@ class Adds:
             and not req.flags & AddFlags.RECOVERY
         ):
             self.ledgers.first_live.setdefault(lid, min(entries))
-        if not self.config.journal_write_data:
+        if not journaled:
             if not state_waits:
                 on_durable(None)  # acknowledged from the write cache (BP-46)
         elif not plan.batch:

@@ -168,7 +168,11 @@ FOUND = {
     # 754 (the oracle): a repair's TRIM that its bookie answered as it stopped was judged
     # after the stop and a wipe of its disks, against the empty disk (sim.py: _disk_of
     # judges only a serving bookie's answers).
-    "unbounded-corrupt": (224, 754, 1589),
+    # 7142: a journal-less bookie crashed after a takeover's cut (above id 3) had flushed
+    # an older term's unacknowledged entry at 3, and before its no-op at 3 was flushed;
+    # after the boot it served the old entry where the stream holds the no-op
+    # (bookie/adds.py: the no-op is journaled whatever journal_write_data says).
+    "unbounded-corrupt": (224, 754, 1589, 7142),
     # 332, 951: a member whose TRIM ABOVE at the end of a takeover was lost was readied
     # again from its fragment's start, dropping the write-backs and the older term's
     # acknowledged entries it held (LedgerWriter._unprepared keeps the cut it missed).
