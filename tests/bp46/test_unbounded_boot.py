@@ -142,3 +142,27 @@ def test_a_copy_that_fails_is_retried_without_taking_the_stream_over_again(make_
     cluster.wait_repaired(me)
     assert cluster.metadata.read_ledger(lid).term == 2
     assert [cluster.read_from_bookie(me, lid, 0)] == [b"a0"]
+
+
+def test_a_takeovers_noop_outlives_a_crash_without_the_journal(make_cluster):
+    """The no-op a takeover writes comes with a cut above its id, which leaves whatever the
+    bookie held at that id (an older term's entry, never acknowledged, in simulator seed
+    7142 of ``unbounded-corrupt``), and the cut's flush makes that durable. The no-op is
+    journaled even without the journal: a crash before the next flush keeps it, and the
+    bookie serves the no-op there, not the older entry nor a gap."""
+    cluster = make_cluster(3, journal_write_data=False, flush_interval=NO_FLUSH, run_repair=False)
+    ul = cluster.client("c1").create_unbounded(3, 3, 2)
+    for i in range(3):
+        ul.append(b"a%d" % i)
+    taken = cluster.client("c2").open_unbounded(ul.ledger_id)  # its no-op at 3
+    assert taken.append(b"b0") == 4
+    b1 = cluster.bookie_ids[0]
+    cluster.crash_bookie(b1)  # the write cache is gone: b0 with it, not the no-op
+    cluster.start_bookie(b1)
+    assert cluster.read_from_bookie(b1, ul.ledger_id, 3) == b""  # the no-op's empty payload
+    assert [cluster.read_from_bookie(b1, ul.ledger_id, i) for i in range(3)] == [
+        b"a0",
+        b"a1",
+        b"a2",
+    ]
+    taken.close()
