@@ -22,14 +22,6 @@ RECONNECT_DELAY_CAP = 1.0  # seconds; kazoo's default is 60
 RECONNECT_JITTER = 0.2  # kazoo multiplies each pause by a factor in [1 - j, 1 + j]
 RECONNECT_BOUND = RECONNECT_DELAY_CAP * (1 + RECONNECT_JITTER)  # longest pause between tries
 
-# kazoo waits (session timeout) / (servers listed) for a server's answer to a session
-# handshake. A restarting ZooKeeper sometimes takes the connection and never answers it:
-# across restarts on a loaded machine 3 reconnects of 64 each waited the whole 10 s and
-# arrived to find the session expired (the registration with it); with every server
-# listed HANDSHAKE_SHARE times, a handshake gives up after a fifth of the session timeout
-# and the next listing is tried at once (0 of 80 late, same load).
-HANDSHAKE_SHARE = 5
-
 # kazoo's warnings that come once per connection attempt (or per state change of one).
 _PER_ATTEMPT = (
     "Connection dropped",
@@ -39,16 +31,6 @@ _PER_ATTEMPT = (
     "Failed connecting to Zookeeper",
     "Session has expired",
 )
-
-
-def kazoo_hosts(hosts: str) -> str:
-    """``hosts`` ("host:port[,host:port...]") as kazoo is given it: each server listed
-    ``HANDSHAKE_SHARE`` times, so that one unanswered handshake waits a share of the
-    session timeout, not all of it (a session must outlive a ZooKeeper restart)."""
-    servers = [h.strip() for h in hosts.split(",") if h.strip()]
-    if "/" in hosts or not servers:
-        return hosts  # a chroot in the string (kazoo's form): leave it as given
-    return ",".join(servers * HANDSHAKE_SHARE)
 
 
 def reconnect_retry() -> KazooRetry:
@@ -169,11 +151,4 @@ class OutageLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         return (since, expired) if said and since is not None else None
 
 
-__all__ = [
-    "HANDSHAKE_SHARE",
-    "RECONNECT_BOUND",
-    "RECONNECT_DELAY_CAP",
-    "OutageLog",
-    "kazoo_hosts",
-    "reconnect_retry",
-]
+__all__ = ["RECONNECT_BOUND", "RECONNECT_DELAY_CAP", "OutageLog", "reconnect_retry"]

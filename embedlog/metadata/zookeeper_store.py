@@ -49,7 +49,7 @@ from embedlog.metadata.store import (
     NodeExistsError,
     NoNodeError,
 )
-from embedlog.metadata.zk_outage import OutageLog, kazoo_hosts, reconnect_retry
+from embedlog.metadata.zk_outage import OutageLog, reconnect_retry
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _connect(self, client_id: tuple[int, bytes] | None = None) -> KazooClient:
         client = KazooClient(
-            hosts=kazoo_hosts(self.hosts),
+            hosts=self.hosts,
             timeout=self._timeout,
             client_id=client_id,
             connection_retry=reconnect_retry(),
