@@ -16,11 +16,19 @@ import threading
 import time
 from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
 RECONNECT_DELAY_CAP = 1.0  # seconds; kazoo's default is 60
 RECONNECT_JITTER = 0.2  # kazoo multiplies each pause by a factor in [1 - j, 1 + j]
 RECONNECT_BOUND = RECONNECT_DELAY_CAP * (1 + RECONNECT_JITTER)  # longest pause between tries
+
+# kazoo waits (session timeout) / (servers listed) for a server's answer to a session
+# handshake. A restarting ZooKeeper sometimes takes the connection and never answers it:
+# across restarts on a loaded machine 3 reconnects of 64 each waited the whole 10 s and
+# arrived to find the session expired (the registration with it); with the wait cut to a
+# fifth of the session timeout, 0 of 80 (same load).
+HANDSHAKE_SHARE = 5
 
 # kazoo's warnings that come once per connection attempt (or per state change of one).
 _PER_ATTEMPT = (
@@ -31,6 +39,27 @@ _PER_ATTEMPT = (
     "Failed connecting to Zookeeper",
     "Session has expired",
 )
+
+
+class HandshakeShare(list):  # type: ignore[type-arg]
+    """kazoo's list of (host, port), counted ``HANDSHAKE_SHARE`` times where kazoo divides
+    the session timeout by it: that quotient is how long kazoo waits for a handshake's
+    answer (and for a request to go out). Iterating it gives each server once, so a
+    dropped connection is still retried after ``reconnect_retry``'s pause, not at once:
+    listing each server five times bounded the wait as well, but then a client
+    reconnected within milliseconds of any drop, and ``expire_session`` could no longer
+    end a live client's session (the client took it back first)."""
+
+    def __len__(self) -> int:
+        return super().__len__() * HANDSHAKE_SHARE
+
+
+def bound_handshake(client: KazooClient) -> KazooClient:
+    """``client`` waiting at most a ``HANDSHAKE_SHARE``-th of its session timeout for
+    the answer to a handshake, so that a session outlives a ZooKeeper restart whose
+    server took a connection and never answered it."""
+    client.hosts = HandshakeShare(client.hosts)
+    return client
 
 
 def reconnect_retry() -> KazooRetry:
@@ -151,4 +180,12 @@ class OutageLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         return (since, expired) if said and since is not None else None
 
 
-__all__ = ["RECONNECT_BOUND", "RECONNECT_DELAY_CAP", "OutageLog", "reconnect_retry"]
+__all__ = [
+    "HANDSHAKE_SHARE",
+    "RECONNECT_BOUND",
+    "RECONNECT_DELAY_CAP",
+    "HandshakeShare",
+    "OutageLog",
+    "bound_handshake",
+    "reconnect_retry",
+]

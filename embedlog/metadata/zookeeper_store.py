@@ -49,7 +49,8 @@ from embedlog.metadata.store import (
     NodeExistsError,
     NoNodeError,
 )
-from embedlog.metadata.zk_outage import OutageLog, reconnect_retry
+from embedlog.metadata.zk_expire import expire_session
+from embedlog.metadata.zk_outage import OutageLog, bound_handshake, reconnect_retry
 
 log = logging.getLogger(__name__)
 
@@ -137,13 +138,15 @@ class ZooKeeperMetadataStore(MetadataStore):
                 raise
 
     def _connect(self, client_id: tuple[int, bytes] | None = None) -> KazooClient:
-        client = KazooClient(
-            hosts=self.hosts,
-            timeout=self._timeout,
-            client_id=client_id,
-            connection_retry=reconnect_retry(),
-            command_retry=reconnect_retry(),
-            logger=self._outage,
+        client = bound_handshake(
+            KazooClient(
+                hosts=self.hosts,
+                timeout=self._timeout,
+                client_id=client_id,
+                connection_retry=reconnect_retry(),
+                command_retry=reconnect_retry(),
+                logger=self._outage,
+            )
         )
         client.add_listener(self._state_changed)
         try:
@@ -372,35 +375,6 @@ class ZooKeeperSession(ZooKeeperMetadataStore):
         """ZooKeeper's (session id, password) of this session, for ``expire_session``."""
         client_id = self._client.client_id
         return None if client_id is None else (int(client_id[0]), bytes(client_id[1]))
-
-
-def expire_session(
-    hosts: str, session: tuple[int, bytes], timeout: float = 10.0, connect_timeout: float = 15.0
-) -> None:
-    """End a session abruptly from outside: another connection attaches to it and closes
-    it, and the server removes its ephemerals at once (what it does when a session times
-    out; also for a session whose process was killed, see LocalCluster(processes=True))."""
-    # The thief's own session ends in "expired" warnings from kazoo: expected here.
-    kazoo_log = logging.getLogger("kazoo.client")
-    level = kazoo_log.level
-    kazoo_log.setLevel(logging.ERROR)
-    try:
-        for _ in range(5):
-            # The original client may reconnect and win the session back before the
-            # thief closes it; retry until attaching finds the session gone.
-            thief = KazooClient(hosts=hosts, timeout=timeout, client_id=session)
-            try:
-                thief.start(timeout=connect_timeout)
-                stolen = thief.client_id is not None and thief.client_id[0] == session[0]
-            finally:
-                thief.stop()  # closes the stolen session: its ephemerals vanish
-                thief.close()
-            if not stolen:
-                return
-    except (KazooException, KazooTimeoutError):
-        pass  # the session is gone (or ZooKeeper is): nothing is left to end
-    finally:
-        kazoo_log.setLevel(level)
 
 
 __all__ = ["DEFAULT_CHROOT", "ZooKeeperMetadataStore", "ZooKeeperSession", "expire_session"]
