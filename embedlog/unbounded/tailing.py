@@ -348,9 +348,14 @@ def _run(cursor: TailCursor, deadline: float | None = None) -> list[Entry] | Non
 class AsyncTail(_TailState, AsyncIterator[Entry]):
     """``Tail`` for coroutines on any event loop (``embedlog.aio``).
 
-    The step runs on the embedlog runtime's loop; cancelling the task that awaits it
-    cancels the step there too (no thread is left waiting).
+    The step runs on the embedlog runtime's loop (no thread waits for it). Cancelling
+    the task that awaits it leaves the step running: its entries are the next call's;
+    ``aclose()`` ends it.
     """
+
+    def __init__(self, cursor: TailCursor) -> None:
+        super().__init__(cursor)
+        self._inflight: concurrent.futures.Future[list[Entry] | None] | None = None
 
     def __aiter__(self) -> AsyncTail:
         return self
@@ -374,22 +379,53 @@ class AsyncTail(_TailState, AsyncIterator[Entry]):
             self._buffer.extend(batch or ())
         return self._take(count)
 
-    async def _step(self, deadline: float | None = None) -> list[Entry] | None:
-        cursor = self._cursor
-        if cursor.ended:
+    @property
+    def position(self) -> int:
+        if not self._buffer:
+            batch = self._ready_batch()
+            if batch:
+                return batch[0].entry_id  # a step's batch no call has taken yet
+        return super().position
+
+    def _ready_batch(self) -> list[Entry] | None:
+        future = self._inflight
+        if future is None or not future.done() or future.cancelled():
             return None
+        return None if future.exception() is not None else future.result()
+
+    async def _step(self, deadline: float | None = None) -> list[Entry] | None:
+        """The cursor's next step, run on the runtime's loop. A caller that gives up
+        (its task cancelled, an ``asyncio.timeout``) leaves the step running there: the
+        step may have moved the position past a batch already, and the next call takes
+        that batch from it. (A cancelled step could lose such a batch: the cancel reached
+        the runtime's loop a turn late, after the step had returned, and its result went
+        with the cancelled future.)"""
+        cursor = self._cursor
         ul = cursor.ledger
-        future = ul.runtime.submit(cursor.step(deadline))
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled() and future.exception() is None:
-                # The step returned a batch as our caller gave up: the position is past it,
-                # so it is handed out by the next call instead of lost.
-                self._buffer.extend(future.result() or ())
-            if future.cancelled() and not _we_were_cancelled():
-                raise _closed_error(ul) from None
-            raise
+        clock = ul.ctx.clock
+        while True:
+            future = self._inflight
+            if future is None:
+                if cursor.ended:
+                    return None
+                future = self._inflight = ul.runtime.submit(cursor.step(deadline))
+            left = None if deadline is None else max(0.0, deadline - clock.monotonic())
+            # asyncio.wait, not an await of the future: cancelling the caller must not
+            # cancel the step.
+            waited = asyncio.wrap_future(future)
+            # The outcome is read from ``future`` below; a step left behind by a closed or
+            # dropped tail must not log "exception never retrieved" for its wrapper.
+            waited.add_done_callback(_outcome_read)
+            done, _ = await asyncio.wait({waited}, timeout=left)
+            if not done:
+                return []  # this poll's time is up; the step's batch is the next call's
+            self._inflight = None
+            if future.cancelled():  # the runtime cancels its tasks when the cluster stops
+                raise _closed_error(ul)
+            batch = future.result()
+            if batch == [] and (deadline is None or clock.monotonic() < deadline):
+                continue  # an earlier poll's step whose own time ran out: step again
+            return batch
 
     async def aclose(self) -> None:
         self._cursor.stop()
@@ -405,9 +441,9 @@ class AsyncTail(_TailState, AsyncIterator[Entry]):
         await self.aclose()
 
 
-def _we_were_cancelled() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+def _outcome_read(waited: asyncio.Future[Any]) -> None:
+    if not waited.cancelled():
+        waited.exception()
 
 
 __all__ = ["AsyncTail", "Tail", "TailCursor", "skip_to"]
