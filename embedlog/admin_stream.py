@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from embedlog import cli_access
 from embedlog.admin_ledger import confirm, ledger_or_stream, password, write_entry
 from embedlog.console import print_json, table
+from embedlog.errors import NoSuchLedgerInMetadataError
 
 if TYPE_CHECKING:
     from embedlog.client import Client
@@ -35,7 +36,31 @@ FORMATS = ("text", "raw", "json")
 
 def _follower(client: Client, args: argparse.Namespace) -> UnboundedLedger:
     return client.open_unbounded(
-        ledger_or_stream(args.stream), password=password(args), takeover=False
+        stream_id(client, args.stream), password=password(args), takeover=False
+    )
+
+
+def stream_id(client: Client, text: str) -> int:
+    """The ledger id of the stream ``text`` names on the command line: a stream's name, or
+    a ledger id. Digits are a name when a stream is called so: ``stream delete 1`` must
+    not delete ledger 1 when ``stream list`` shows a stream named "1". Digits that are
+    both a stream's name and another ledger's id are refused, naming both."""
+    target = ledger_or_stream(text)
+    if isinstance(target, str):
+        return client.stream_id(target)
+    named = client.list_streams().get(text)
+    if named is None or named == target:
+        return target
+    try:
+        client.ledger_metadata(target)
+    except NoSuchLedgerInMetadataError:
+        return named  # no ledger has that id: the name it is
+    others = sorted(n for n, lid in client.list_streams().items() if lid == target)
+    other = f"its name {others[0]!r}" if others else "the `embedlog ledger` commands"
+    raise ValueError(
+        f"{text!r} is both the name of the stream of ledger {named} and the id of ledger "
+        f"{target}: for the stream named {text!r} give its ledger id {named}; for ledger "
+        f"{target}, use {other}"
     )
 
 
@@ -126,7 +151,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=True) as access:
-        lid = access.client.stream_id(ledger_or_stream(args.stream))
+        lid = stream_id(access.client, args.stream)
         row = stream_row(access.client, None, lid)
         md = access.client.ledger_metadata(lid)
         row["state"] = md.state.name.lower()
@@ -201,7 +226,7 @@ def _tail(args: argparse.Namespace) -> int:
 
 def _cursors(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=True) as access:
-        lid = access.client.stream_id(ledger_or_stream(args.stream))
+        lid = stream_id(access.client, args.stream)
         row = stream_row(access.client, None, lid)
     cursors = row["cursors"]
     if args.json:
@@ -274,7 +299,7 @@ def _create(args: argparse.Namespace) -> int:
 
 def _delete(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=False) as access:
-        lid = access.client.stream_id(ledger_or_stream(args.stream))
+        lid = stream_id(access.client, args.stream)
         row = stream_row(access.client, None, lid)
         question = (
             f"delete stream {args.stream} (ledger {lid}, {row['ids_kept']} entry ids kept, "

@@ -211,3 +211,25 @@ def test_stream_read_shows_records_and_selects_by_time(tmp_path):
     assert tail.splitlines() == ["9\tclick 9", "10\ttagged"]
     bad = run("stream", "read", "clicks", "--from-time", "yesterday", *target)
     assert bad.returncode == 2 and "give seconds since the epoch or ISO 8601" in bad.stderr
+
+
+def test_a_stream_named_by_digits_is_never_taken_for_another_ledger(tmp_path):
+    """A stream called "1" (ledger 0) beside "orders" (ledger 1): `stream delete 1` must
+    not delete "orders" (it did, reading "1" as a ledger id). Digits that name a stream
+    and another ledger are refused; digits that name only a stream are that stream."""
+    d = tmp_path / "c"
+    with LocalCluster(3, d) as cluster:
+        w = cluster.client("w")
+        for name in ("1", "orders", "7"):
+            ul = w.create_unbounded(3, 3, 2, name=name)
+            ul.append(b"in %s" % name.encode())
+            ul.close()
+        assert w.list_streams() == {"1": 0, "orders": 1, "7": 2}
+    target = ("--data-dir", str(d))
+    refused = run("stream", "delete", "1", "--yes", *target)
+    assert refused.returncode == 2
+    assert "give its ledger id 0" in refused.stderr and "its name 'orders'" in refused.stderr
+    assert _ok("stream", "read", "7", *target).splitlines() == ["0\tin 7"]  # no ledger 7
+    _ok("stream", "delete", "0", "--yes", *target)  # "1" by its ledger id
+    names = [r["name"] for r in json.loads(_ok("stream", "list", "--json", *target))]
+    assert names == ["7", "orders"]
