@@ -83,10 +83,18 @@ class AsyncClient:
         *,
         password: bytes = b"",
         fragment_max_entries: int | None = None,
+        digest: DigestType | None = None,
         name: str | None = None,
         retention: Retention | None = None,
         retention_overrides_cursors: bool = False,
+        dedup_window: float | None = None,
     ) -> AsyncUnboundedLedger:
+        """``Client.create_unbounded``; ``digest`` and ``dedup_window`` default to its."""
+        options: dict[str, Any] = {}
+        if digest is not None:
+            options["digest"] = digest
+        if dedup_window is not None:
+            options["dedup_window"] = dedup_window
         ul = await asyncio.to_thread(
             self.client.create_unbounded,
             ensemble_size,
@@ -97,6 +105,7 @@ class AsyncClient:
             name=name,
             retention=retention,
             retention_overrides_cursors=retention_overrides_cursors,
+            **options,
         )
         return AsyncUnboundedLedger(ul)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 
 import pytest
@@ -155,3 +156,34 @@ def test_every_async_class_offers_what_its_blocking_twin_does(sync, async_):
             assert twin in _public(async_), (name, twin)
     if hasattr(sync, "__enter__"):
         assert hasattr(async_, "__aenter__") and hasattr(async_, "__aexit__")
+    # And with the same parameters: AsyncClient.create_unbounded once lacked dedup_window.
+    differ = {}
+    for name in _public(sync) & _public(async_):
+        ours, theirs = getattr(sync, name), getattr(async_, name)
+        if not (callable(ours) and callable(theirs)) or isinstance(ours, type):
+            continue
+        params = [list(inspect.signature(f).parameters) for f in (ours, theirs)]
+        if params[0] != params[1]:
+            differ[name] = params
+    assert differ == {}, f"{async_.__name__}: parameters differ {differ}"
+
+
+def test_the_async_client_creates_streams_with_every_option(make_cluster):
+    """``AsyncClient.create_unbounded`` passes ``digest`` and ``dedup_window`` on."""
+    from embedlog.unbounded import layout
+    from embedlog.wire.entry import DigestType
+
+    cluster = make_cluster(3)
+
+    async def main() -> tuple[float, DigestType]:
+        async with AsyncClient(cluster.client("w")) as client:
+            ul = await client.create_unbounded(
+                3, 3, 2, digest=DigestType.MAC, dedup_window=5.0, name="s"
+            )
+            first = await ul.append(b"x", msg_id="m")
+            assert await ul.append(b"x again", msg_id="m") == first  # deduplicated
+            md = ul.metadata
+            await ul.close()
+            return layout.dedup_window(md), md.digest_type
+
+    assert asyncio.run(main()) == (5.0, DigestType.MAC)
