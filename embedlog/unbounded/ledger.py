@@ -34,6 +34,7 @@ from embedlog.runtime import Runtime
 from embedlog.unbounded import follow, layout, positions
 from embedlog.unbounded import trim as trimming
 from embedlog.unbounded.appending import Prepared, StreamAppends, prepare
+from embedlog.unbounded.own_tail import OwnTailWait
 from embedlog.unbounded.tailing import AsyncTail, Tail, TailCursor
 from embedlog.unbounded.writer import TermWriter
 from embedlog.wire.entry import Digester, master_key
@@ -73,6 +74,7 @@ class UnboundedLedger:
         self._lac = lac
         self._closed = False
         self._closing: asyncio.Event | None = None  # set on close (made on the loop)
+        self._own_wait = OwnTailWait(ctx, md.ledger_id)
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -431,18 +433,8 @@ class UnboundedLedger:
         follower also gets the stored entries after ``previous`` if it could read them
         meanwhile (``follow.wait_and_read``; None: read them)."""
         writer = self._writer
-        if writer is not None:
-            # The writer knows its own LAC: wait for it to move (no request needed).
-            deadline = self._ctx.clock.monotonic() + wait
-            while writer.lac <= previous and writer.error is None:
-                left = deadline - self._ctx.clock.monotonic()
-                if left <= 0:
-                    return None
-                writer._progress.clear()
-                try:
-                    await asyncio.wait_for(writer._progress.wait(), left)
-                except TimeoutError:
-                    return None
+        if writer is not None:  # its own LAC, and whether the stream is still its own
+            await self._own_wait.wait_past(writer, previous, wait)
             return None
         digester = self._digester if batch > 0 else None
         lac, md, rows = await follow.wait_and_read(

@@ -162,6 +162,11 @@ class TermWriter(LedgerWriter):
 
     # -- completion --------------------------------------------------------------------------
 
+    @property
+    def progress(self) -> asyncio.Event:
+        """Set whenever the LAC moves or the writer fails (its own tail waits on it)."""
+        return self._progress
+
     def _progressed(self) -> None:
         self._progress.set()
         if not self._prompt_due and not self.recovery and self.ctx.explicit_lac_interval > 0:

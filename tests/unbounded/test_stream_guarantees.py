@@ -469,3 +469,50 @@ def test_a_takeover_of_a_stream_with_retention_never_rolls_over_while_it_recover
     kept = {e.entry_id: e.data for e in takeover.entries(first)}
     assert kept == {i: b"%d" % i for i in acked if i >= first}
     assert first <= acked[-1]  # at least the newest acknowledged entry is kept
+
+
+def _tail_in_a_thread(ul) -> tuple[threading.Thread, list[object]]:
+    """Iterate ``ul.tail(0)`` without an idle timeout in a thread; what it yielded, then
+    the exception that ended it."""
+    out: list[object] = []
+
+    def follow() -> None:
+        try:
+            for entry in ul.tail(0, timeout=None):
+                out.append(entry.data)
+        except Exception as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_writers_own_tail_ends_when_its_stream_is_deleted(make_cluster):
+    """The writer's handle tails its own stream and appends nothing more: it waited on its
+    own LAC for ever after another client deleted the stream."""
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2, name="doomed")
+    ul.append(b"only")
+    thread, out = _tail_in_a_thread(ul)
+    wait_until(lambda: out == [b"only"])
+    cluster.client("admin").delete_ledger(ul.ledger_id)
+    thread.join(IDLE)
+    assert not thread.is_alive(), "the writer's tail still waits on a deleted stream"
+    assert out[0] == b"only" and isinstance(out[1], LedgerDeletedError)
+
+
+def test_a_displaced_writers_own_tail_says_who_took_over(make_cluster):
+    """Another client takes the stream over and appends: the old writer's tail, which
+    knows its own term's LAC only, waited for ever; it ends naming the new term."""
+    cluster = make_cluster(3)
+    ul = cluster.client("w1").create_unbounded(3, 3, 2, name="s")
+    ul.append(b"by w1")
+    thread, out = _tail_in_a_thread(ul)
+    wait_until(lambda: out == [b"by w1"])
+    new = cluster.client("w2").open_unbounded("s")
+    new.append(b"by w2")
+    thread.join(IDLE)
+    assert not thread.is_alive(), "the displaced writer's tail still waits"
+    assert out[0] == b"by w1" and isinstance(out[1], InvalidTermError)
+    assert "term 2" in str(out[1]) and "takeover=False" in str(out[1])
