@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from embedlog import validate
 from embedlog.errors import (
@@ -40,6 +41,9 @@ from embedlog.unbounded.writer import TermWriter
 from embedlog.wire.entry import Digester, master_key
 
 START_WORDS = ("earliest", "latest")
+
+
+T = TypeVar("T")
 
 
 class UnboundedLedger:
@@ -319,7 +323,7 @@ class UnboundedLedger:
         self, start: int | str, timeout: float | None, cursor: str | None
     ) -> TailCursor:
         # Checked here, not at the first next(): a bad argument fails the call that made it.
-        validate.check_open(self._runtime, self._ctx)
+        self._check_usable("tail()")
         word = start if isinstance(start, str) else None
         if word is not None and word not in START_WORDS:
             raise TypeError(
@@ -371,7 +375,7 @@ class UnboundedLedger:
         A position below the committed one raises CursorRewindError unless ``force``.
         An entry id above the last add confirmed raises ValueError (nothing there was read).
         """
-        validate.check_open(self._runtime, self._ctx)
+        self._check_usable("commit()")
         cursor = streams.check_name(cursor, "cursor")
         entry_id = validate.whole_number(entry_id, "entry_id", minimum=-1)
         force = validate.flag(force, "force")
@@ -381,17 +385,25 @@ class UnboundedLedger:
         await positions.commit(self, self._key, cursor, entry_id, force)
 
     def cursors(self) -> dict[str, int]:
-        """Every cursor of this stream: name -> committed entry id."""
+        """Every cursor of this stream: name -> committed entry id (LedgerDeletedError
+        once the stream was deleted, as for every other call)."""
         validate.check_open(self._runtime, self._ctx)
         store = self._ctx.metadata.store
-        return self._runtime.run(self._ctx.meta(streams.cursors, store, self.ledger_id))
+        return self._runtime.run(self._stream_call(streams.cursors, store, self.ledger_id))
 
     def delete_cursor(self, cursor: str) -> None:
         """Forget cursor ``cursor`` (nothing happens if it has no position)."""
-        validate.check_open(self._runtime, self._ctx)
+        self._check_usable("delete_cursor()")
         cursor = streams.check_name(cursor, "cursor")
         store = self._ctx.metadata.store
-        self._runtime.run(self._ctx.meta(streams.delete_cursor, store, self.ledger_id, cursor))
+        self._runtime.run(self._stream_call(streams.delete_cursor, store, self.ledger_id, cursor))
+
+    async def _stream_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn`` on the metadata store, then LedgerDeletedError if the stream is gone (a
+        deleted stream has no cursors to list or forget)."""
+        out = await self._ctx.meta(fn, *args)
+        await follow.current_metadata(self._ctx, self.ledger_id)
+        return out
 
     # -- what a tail needs (on the runtime loop) ---------------------------------------------
 
@@ -409,6 +421,16 @@ class UnboundedLedger:
 
     def check_open(self) -> None:
         validate.check_open(self._runtime, self._ctx)
+
+    def _check_usable(self, what: str) -> None:
+        """A closed handle still reads what is stored; it follows, commits and trims no
+        more (as a closed Kafka consumer refuses them)."""
+        validate.check_open(self._runtime, self._ctx)
+        if self._closed:
+            raise LedgerClosedError(
+                f"this handle of ledger {self.ledger_id} was closed: {what} needs an open "
+                "handle; open the stream again (open_unbounded)"
+            )
 
     async def view(self) -> tuple[LedgerMetadata, int]:
         return await self._view()
@@ -447,7 +469,7 @@ class UnboundedLedger:
 
     def trim(self, before_entry_id: int) -> None:
         """Delete the whole fragments that lie below ``before_entry_id`` (bookies and metadata)."""
-        validate.check_open(self._runtime, self._ctx)
+        self._check_usable("trim()")
         self._runtime.run(self.trim_aio(before_entry_id))
 
     async def trim_aio(self, before_entry_id: int) -> None:

@@ -516,3 +516,42 @@ def test_a_displaced_writers_own_tail_says_who_took_over(make_cluster):
     assert not thread.is_alive(), "the displaced writer's tail still waits"
     assert out[0] == b"by w1" and isinstance(out[1], InvalidTermError)
     assert "term 2" in str(out[1]) and "takeover=False" in str(out[1])
+
+
+def test_a_closed_handle_reads_but_neither_follows_commits_nor_trims(make_cluster):
+    """After ``close()``: a tail ended at once with nothing (5 entries were there), and a
+    commit and a trim went through; each now says the handle was closed. What is stored
+    can still be read, as from a closed BookKeeper ledger handle."""
+    from embedlog.errors import LedgerClosedError
+
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2, fragment_max_entries=2)
+    for i in range(5):
+        ul.append(b"%d" % i)
+    ul.close()
+    for call in (
+        lambda: list(ul.tail(0, timeout=1)),
+        lambda: ul.commit("c", 3),
+        lambda: ul.trim(4),
+        lambda: ul.delete_cursor("c"),
+    ):
+        with pytest.raises(LedgerClosedError, match=r"was closed: .* needs an open handle"):
+            call()
+    assert [e.data for e in ul.read(0, 4)] == [b"0", b"1", b"2", b"3", b"4"]
+    assert ul.first_entry_id() == 0 and ul.cursors() == {}
+
+
+def test_a_deleted_streams_cursors_are_not_listed_as_none(make_cluster):
+    """``cursors()`` of a deleted stream returned {} and ``delete_cursor`` succeeded, while
+    every other call said the stream was deleted."""
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    ul.append(b"x")
+    ul.commit("c", 0)
+    follower = cluster.client("f").open_unbounded(ul.ledger_id, takeover=False)
+    assert follower.cursors() == {"c": 0}
+    cluster.client("admin").delete_ledger(ul.ledger_id)
+    with pytest.raises(LedgerDeletedError):
+        follower.cursors()
+    with pytest.raises(LedgerDeletedError):
+        follower.delete_cursor("c")
