@@ -16,7 +16,7 @@ import pytest
 from procs import Procs, finish, processes_mentioning
 
 from embedlog import LocalCluster
-from embedlog.errors import BKError
+from embedlog.errors import BKError, NoSuchEntryError
 from embedlog.transport.base import next_txn
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import OpCode, Request
@@ -99,6 +99,11 @@ def cluster(procs: Procs, tmp_path: Path, zk_uri: str) -> Iterator[LocalCluster]
         c.stop()
 
 
+def _last_fragment(cluster: LocalCluster, ledger_id: int) -> list[str]:
+    ensembles = cluster.metadata.read_ledger(ledger_id).ensembles
+    return list(ensembles[max(ensembles)])
+
+
 def test_processes_killed_and_paused_while_adding_lose_nothing_acknowledged(
     cluster: LocalCluster, procs: Procs, zk_uri: str
 ) -> None:
@@ -129,6 +134,14 @@ def test_processes_killed_and_paused_while_adding_lose_nothing_acknowledged(
     current = cluster.metadata.read_ledger(writer.ledger_id).ensembles
     last_ensemble = current[max(current)]
     cluster.crash_bookie(last_ensemble[2])
+    # The writer replaces it before it is killed, as it replaced the first: the check of
+    # every bookie below holds for bookies the metadata lists, and a killed bookie the
+    # writer had no time to replace keeps no copy of what was added after its death
+    # (acknowledged by the other two; under-replicated until the auditor's repair).
+    guard = time.monotonic() + 60
+    while last_ensemble[2] in _last_fragment(cluster, writer.ledger_id):
+        assert time.monotonic() < guard, "the writer never replaced the killed bookie"
+        time.sleep(0.01)
     writer.wait_acks(20)
     writer.kill()
     acked = writer.acked
@@ -151,16 +164,28 @@ def test_processes_killed_and_paused_while_adding_lose_nothing_acknowledged(
     # Entries are the writer's, in its order, without gaps or repeats.
     assert [h.split("-")[1] for h in view["heads"]] == [str(i) for i in range(view["last"] + 1)]
 
-    # The bookies agree with the readers entry by entry (the killed one restarted).
+    # The bookies agree with the readers (the killed one restarted): no bookie holds other
+    # bytes. Entry 0, settled long before, is on every bookie listed for it. The last
+    # acknowledged entry is on at least an ack quorum of them: it may have been on its
+    # way to the third when the writer died, and recovery closes the ledger once an ack
+    # quorum has what it writes back (the auditor re-replicates the rest, as in
+    # BookKeeper).
     cluster.start_bookie(last_ensemble[2])
     md = cluster.metadata.read_ledger(writer.ledger_id)
     starts = sorted(md.ensembles)
-    for eid in (0, max(acked)):
+    for eid, least in ((0, 3), (max(acked), 2)):
         first = max(s for s in starts if s <= eid)
+        held = 0
         for bid in md.ensembles[first]:
-            if bid in cluster.running_bookies():
+            if bid not in cluster.running_bookies():
+                continue
+            try:
                 data = cluster.read_from_bookie(bid, writer.ledger_id, eid)
-                assert data.startswith(f"payload-{acked[eid]}-".encode())
+            except NoSuchEntryError:
+                continue
+            assert data.startswith(f"payload-{acked[eid]}-".encode()), (bid, eid)
+            held += 1
+        assert held >= least, (eid, held)
 
 
 def test_a_paused_bookie_answers_after_it_continues(cluster: LocalCluster) -> None:
