@@ -356,6 +356,7 @@ class AsyncTail(_TailState, AsyncIterator[Entry]):
     def __init__(self, cursor: TailCursor) -> None:
         super().__init__(cursor)
         self._inflight: concurrent.futures.Future[list[Entry] | None] | None = None
+        self._inflight_deadline: float | None = None  # the deadline it was made with
 
     def __aiter__(self) -> AsyncTail:
         return self
@@ -409,7 +410,11 @@ class AsyncTail(_TailState, AsyncIterator[Entry]):
                 if cursor.ended:
                     return None
                 future = self._inflight = ul.runtime.submit(cursor.step(deadline))
+                self._inflight_deadline = deadline
             left = None if deadline is None else max(0.0, deadline - clock.monotonic())
+            made = self._inflight_deadline
+            if deadline is not None and made is not None and made <= deadline:
+                left = None  # the step ends by its own deadline, with what is ready
             # asyncio.wait, not an await of the future: cancelling the caller must not
             # cancel the step.
             waited = asyncio.wrap_future(future)

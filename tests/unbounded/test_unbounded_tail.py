@@ -177,3 +177,26 @@ def test_an_async_tail_under_tight_timeouts_hands_out_every_entry_once(cluster):
     for limit in (0.001, 0.002, 0.003, 0.004):
         for mode in ("anext", "poll"):
             assert asyncio.run(main(mode, limit)) == list(range(total)), (mode, limit)
+
+
+def test_an_async_poll_without_a_wait_returns_what_is_ready(cluster):
+    """``poll(timeout=0)`` on a follower that already knows the LAC hands out the entries
+    there, at its first call, as the blocking tail's does."""
+    import asyncio
+
+    from embedlog.aio import AsyncClient
+
+    writer = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(10):
+        writer.append(b"%d" % i)
+
+    async def main() -> tuple[list[int], list[int]]:
+        async with AsyncClient(cluster.client("f")) as client:
+            follower = await client.open_unbounded(writer.ledger_id, takeover=False)
+            tail = follower.tail(0, timeout=IDLE)
+            got = [e.entry_id for e in await tail.poll(10, timeout=0)]
+            await tail.aclose()
+        blocking = cluster.client("g").open_unbounded(writer.ledger_id, takeover=False)
+        return got, [e.entry_id for e in blocking.tail(0, timeout=IDLE).poll(10, timeout=0)]
+
+    assert asyncio.run(main()) == (list(range(10)), list(range(10)))
