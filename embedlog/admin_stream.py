@@ -48,14 +48,15 @@ def stream_id(client: Client, text: str) -> int:
     target = ledger_or_stream(text)
     if isinstance(target, str):
         return client.stream_id(target)
-    named = client.list_streams().get(text)
+    names = client.list_streams()
+    named = names.get(text)
     if named is None or named == target:
         return target
     try:
         client.ledger_metadata(target)
     except NoSuchLedgerInMetadataError:
         return named  # no ledger has that id: the name it is
-    others = sorted(n for n, lid in client.list_streams().items() if lid == target)
+    others = sorted(n for n, lid in names.items() if lid == target)
     other = f"its name {others[0]!r}" if others else "the `embedlog ledger` commands"
     raise ValueError(
         f"{text!r} is both the name of the stream of ledger {named} and the id of ledger "

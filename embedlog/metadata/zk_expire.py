@@ -18,20 +18,12 @@ from __future__ import annotations
 import socket
 import struct
 
+from kazoo.hosts import collect_hosts
+
 # ZooKeeper's wire format (jute, big-endian): a frame is a 4-byte length and its body.
 _CLOSE_SESSION = -11  # OpCode.closeSession
 _CLOSE_XID = 1
 _ATTEMPTS = 10
-
-
-def _hosts(hosts: str) -> list[tuple[str, int]]:
-    """``host:port[,host:port...][/chroot]`` as ``(host, port)`` pairs."""
-    servers = hosts.split("/", 1)[0]
-    out = []
-    for item in servers.split(","):
-        host, _, port = item.strip().rpartition(":")
-        out.append((host or item.strip(), int(port) if host else 2181))
-    return out
 
 
 def _frame(body: bytes) -> bytes:
@@ -83,7 +75,7 @@ def expire_session(
     (what it does when a session times out; also for a session whose process was killed,
     see LocalCluster(processes=True)). Returns quietly when the session, or every
     server, is already gone."""
-    addresses = _hosts(hosts)
+    addresses, _chroot = collect_hosts(hosts)  # kazoo's parse, as its clients read them
     for attempt in range(_ATTEMPTS):
         address = addresses[attempt % len(addresses)]
         try:

@@ -19,6 +19,7 @@ from embedlog.errors import InvalidTermError
 from embedlog.ledger.bookie_client import UNKNOWN_OUTCOMES
 from embedlog.ledger.context import ClientContext
 from embedlog.unbounded import follow
+from embedlog.unbounded.writer import check_still_ours
 
 CHECK_EVERY = follow.POLL_SLICE  # seconds between metadata reads of an idle tail
 
@@ -74,8 +75,10 @@ class OwnTailWait:
             md = await follow.current_metadata(self._ctx, self._ledger_id)  # deleted: raises
         except UNKNOWN_OUTCOMES:
             return  # the metadata store did not answer: the next idle wait asks again
-        if md.term != writer.term:
-            raise self._displaced(writer.term, md.term)
+        try:
+            check_still_ours(md, writer.term)  # the writer's own rule, after a lost CAS
+        except InvalidTermError:
+            raise self._displaced(writer.term, md.term) from None
 
     def _ended(self, writer: OwnWriter, error: BaseException) -> BaseException:
         if isinstance(error, InvalidTermError):
