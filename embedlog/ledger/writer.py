@@ -25,7 +25,13 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
-from embedlog.errors import BKError, LedgerClosedError, NotEnoughBookiesError
+from embedlog.errors import (
+    BKError,
+    LedgerClosedError,
+    LedgerDeletedError,
+    NoSuchLedgerInMetadataError,
+    NotEnoughBookiesError,
+)
 from embedlog.ledger.admission import AddBudget
 from embedlog.ledger.answers import batch_verdicts
 from embedlog.ledger.closing import close_as_writer
@@ -278,6 +284,14 @@ class LedgerWriter:
 
     def fail(self, error: BKError) -> None:
         """Fail every outstanding and future add with ``error``."""
+        if isinstance(error, NoSuchLedgerInMetadataError):
+            # The ledger was there when this writer opened it: a rollover, ensemble change
+            # or close that finds its node gone raced a delete that finished first.
+            error = LedgerDeletedError(
+                f"ledger {self.md.ledger_id} was deleted while this writer changed its "
+                "metadata: nothing more can be added to it; create a new ledger (or the "
+                "stream again) to go on"
+            )
         self.pl.fail(error)
         self._carry_out()
 

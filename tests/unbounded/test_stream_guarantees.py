@@ -14,6 +14,7 @@ from unbounded_helpers import DelegatingStore, wait_until
 from embedlog import Retention
 from embedlog.errors import InvalidTermError, LedgerDeletedError
 from embedlog.metadata import sinks, streams
+from embedlog.metadata.client import ledger_path
 from embedlog.metadata.store import MetadataStore
 
 IDLE = 30.0
@@ -225,6 +226,44 @@ def test_appends_racing_a_delete_are_never_acknowledged_after_it_returned(make_c
     t.join()
     assert late == []
     assert len(failures) == 1
+
+
+class DeleteBeforeRollover(DelegatingStore):
+    """A store that, at the first write of ``path`` once armed (a writer's rollover
+    swapping in its new fragment), lets ``first`` (a delete) finish first: the rollover then finds
+    the ledger's node gone."""
+
+    def __init__(self, inner: MetadataStore, path: str) -> None:
+        super().__init__(inner)
+        self.path = path
+        self.first: Callable[[], None] | None = None
+
+    def set(self, path: str, data: bytes, version: int) -> int:
+        first = self.first
+        if path == self.path and first is not None:
+            self.first = None  # the delete's own writes of the node go through
+            first()
+        return self.inner.set(path, data, version)
+
+
+def test_a_rollover_that_finds_its_stream_deleted_fails_the_appends_as_deleted(make_cluster):
+    """The delete finishes (its node removed) between a rollover's decision and its
+    compare-and-swap: the appends waiting for the new fragment, and every later one, fail
+    with LedgerDeletedError, not with the metadata store's 'does not exist'."""
+    cluster = make_cluster(4)
+    w = cluster.client("writer")
+    ul = w.create_unbounded(3, 3, 2, fragment_max_entries=5)
+    store = DeleteBeforeRollover(cluster.metadata.store, ledger_path(ul.ledger_id))
+    cluster.metadata.store = store
+    admin = cluster.client("admin")
+    store.first = lambda: admin.delete_ledger(ul.ledger_id)
+    for i in range(5):
+        ul.append(b"%d" % i)
+    with pytest.raises(LedgerDeletedError, match="deleted"):
+        ul.append(b"5: starts the next fragment")
+    assert store.first is None  # the rollover met the delete
+    with pytest.raises(LedgerDeletedError, match="deleted"):
+        ul.append(b"and again")
 
 
 # -- retention counts what readers see ------------------------------------------------------
