@@ -79,8 +79,11 @@ def prepare(
         ts = now
     else:
         ts = validate.timestamp(timestamp, "timestamp")
-        if msg_b is not None:
-            appended = now  # the window is measured on the writer's clock, not the caller's
+        # The dedup window is measured on the writer's clock, not the caller's: every
+        # record with a timestamp of the caller's keeps it, with a msg_id or not, or a
+        # back-dated record would make a new writer's read-back of the window start past
+        # the ids it must know (seek.entry_id_at searches the stream by this time).
+        appended = now
     envelope = record.encode(ts, key_b, headers_d, msg_b, appended)
     # max_entry_size bounds what the caller gives (data, key, headers, msg_id), not the
     # envelope's fixed bytes, which the bookies' margin for headers and the term holds.

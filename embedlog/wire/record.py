@@ -18,8 +18,8 @@ present when its bit is set:
                     u16 value length, value
     0x08 msg_id     u8 length, bytes (the producer's id for deduplication)
     0x10 appended   i64   microseconds since the epoch: the writer's clock at the
-                          append, when the caller set the timestamp and gave a msg_id
-                          (the deduplication window is measured on it)
+                          append, when the caller set the timestamp (the deduplication
+                          window is measured on it)
 
 An append without key, headers or message id costs the 12 bytes of version, fields,
 length and timestamp. Entries without ``FLAG_RECORD`` (bounded ledgers, stream entries
@@ -143,9 +143,9 @@ def encode(
 ) -> bytes:
     """The envelope of a record (to put before its payload); fields already checked
     with ``check_fields``. ``appended``: the writer's clock, given only when the caller
-    set ``timestamp`` and a ``msg_id``."""
+    set ``timestamp``."""
     micros = round(timestamp * 1_000_000)
-    if key is None and not headers and msg_id is None:
+    if key is None and not headers and msg_id is None and appended is None:
         return _HEAD_TIME.pack(VERSION, TIMESTAMP, 8, micros)
     fields = TIMESTAMP
     parts = [_I64.pack(micros)]
@@ -161,9 +161,9 @@ def encode(
     if msg_id is not None:
         fields |= MSG_ID
         parts += (_U8.pack(len(msg_id)), msg_id)
-        if appended is not None:
-            fields |= APPENDED
-            parts.append(_I64.pack(round(appended * 1_000_000)))
+    if appended is not None:
+        fields |= APPENDED
+        parts.append(_I64.pack(round(appended * 1_000_000)))
     body = b"".join(parts)
     if len(body) > MAX_FIELDS:
         raise ValueError(

@@ -131,6 +131,21 @@ def test_msg_ids_hold_across_a_takeover_and_keep_the_order_of_appends(cluster):
     assert len(ul2._appends.window) == 21  # the ids read back
 
 
+def test_back_dated_records_do_not_hide_the_windows_ids_from_a_new_writer(cluster):
+    """Replayed history (plain records with old timestamps of the caller's) after an id:
+    the new writer finds where the window starts by the writer's clock, which every
+    record with a caller's timestamp keeps, so the retry still finds the id."""
+    ul1 = cluster.client("c1").create_unbounded(3, 3, 2, name="replayed")
+    first = ul1.append(b"order 1", msg_id="o-1")
+    for i in range(10):
+        ul1.append(b"replayed %d" % i, timestamp=1000.0 + i)
+    assert [e.timestamp for e in ul1.read(1, 2)] == [1000.0, 1001.0]  # the caller's time
+    ul2 = cluster.client("c2").open_unbounded("replayed")
+    assert ul2.append(b"order 1", msg_id="o-1") == first
+    datas = [e.data for e in ul2.read(0, ul2.last_add_confirmed)]
+    assert datas.count(b"order 1") == 1
+
+
 def test_an_append_with_an_unknown_outcome_is_not_duplicated_by_a_retry_via_a_takeover(
     cluster,
 ):
