@@ -440,6 +440,13 @@ class AsyncTail(_TailState, AsyncIterator[Entry]):
         await self.aclose()
 
     async def __aenter__(self) -> AsyncTail:
+        # Where a tail of a cursor, "earliest" or "latest" starts is looked up here, on
+        # the runtime's loop, so that ``position`` is right inside the block before the
+        # first entry, as the blocking tail's is once made.
+        if self._inflight is None and not self._cursor.ended:
+            await asyncio.wrap_future(
+                self._cursor.ledger.runtime.submit(self._cursor.resolve_start())
+            )
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -4,6 +4,7 @@ see and keeps at least each limit (issue #27)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable
@@ -12,6 +13,7 @@ import pytest
 from unbounded_helpers import DelegatingStore, wait_until
 
 from embedlog import Retention
+from embedlog.aio import AsyncUnboundedLedger
 from embedlog.errors import InvalidTermError, LedgerDeletedError
 from embedlog.metadata import sinks, streams
 from embedlog.metadata.client import ledger_path
@@ -367,6 +369,24 @@ def test_a_cursor_tail_knows_its_position_before_the_first_entry(make_cluster):
     assert tail.position == 5
     assert next(tail).entry_id == 5
     tail.close()
+
+
+def test_an_async_cursor_tail_knows_its_position_once_entered(make_cluster):
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(10):
+        ul.append(b"%d" % i)
+    ul.commit("c", 4)
+    follower = AsyncUnboundedLedger(
+        cluster.client("f").open_unbounded(ul.ledger_id, takeover=False)
+    )
+
+    async def main() -> tuple[int, int, int]:
+        async with follower.tail(cursor="c") as tail, follower.tail("latest") as latest:
+            at = tail.position
+            return at, (await tail.poll(1))[0].entry_id, latest.position
+
+    assert asyncio.run(main()) == (5, 5, 10)
 
 
 def test_a_displaced_writer_committing_past_its_lac_hears_of_the_takeover(make_cluster):
