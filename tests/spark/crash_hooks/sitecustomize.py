@@ -5,7 +5,8 @@ stream ledger id -> point) at that point, writes the file EMBEDLOG_CRASH_MARKERS
 and waits there for the SIGKILL. One driver so holds several commits, each stopped at its
 own point, and one kill (a machine failure) ends them all.
 
-- ``record``: the tasks wrote their temporary ledgers, the sink record is not stored;
+- ``record``: the tasks wrote their temporary ledgers and the stream is pinned, the sink
+  record is not stored;
 - ``before``: the sink record is stored and the stream pinned, no row is appended yet;
 - ``mid``: ``EMBEDLOG_CRASH_ROWS`` rows are appended and acknowledged, the rest not;
 - ``after``: every row is acknowledged, the record does not say done yet;
