@@ -24,7 +24,7 @@ from embedlog import validate
 from embedlog.errors import BKError, EntryTooLargeError
 from embedlog.ledger.admission import AddBudget, entry_bytes
 from embedlog.ledger.context import ClientContext
-from embedlog.unbounded import follow, layout, rules, seek
+from embedlog.unbounded import follow, layout, seek
 from embedlog.unbounded.dedup import DedupWindow
 from embedlog.unbounded.writer import TermWriter
 from embedlog.wire import record
@@ -241,13 +241,8 @@ class StreamAppends:
         return window
 
     async def _records(self, first: int, last: int) -> list[tuple[int, record.Record]]:
-        md = self._writer.md
-        rows = await follow.read_range(self._ctx, md, self._digester, first, last)
-        return [
-            (eid, record.split_record(header.flags, payload)[1])
-            for eid, header, payload in rows
-            if rules.visible(header.is_noop)
-        ]
+        rows = await follow.read_records(self._ctx, self._writer.md, self._digester, first, last)
+        return [(eid, rec) for eid, rec, _data in rows]
 
 
 def _copy(done: concurrent.futures.Future[int], into: concurrent.futures.Future[int]) -> None:

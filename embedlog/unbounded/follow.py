@@ -23,7 +23,7 @@ from embedlog.ledger.reader import read_lac
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.unbounded import layout, rules
 from embedlog.wire.entry import Digester, split_term
-from embedlog.wire.record import split_record
+from embedlog.wire.record import Record, split_record
 
 # A long poll that sees no progress for this long re-reads the metadata (the writer may
 # have moved to a new fragment, whose bookies are the ones that learn the LAC).
@@ -44,6 +44,20 @@ async def read_visible(
     """Entries first..last that are not no-ops, in id order."""
     check_stored(md, first)
     return visible(md, await read_range(ctx, md, digester, first, last))
+
+
+async def read_records(
+    ctx: ClientContext, md: LedgerMetadata, digester: Digester, first: int, last: int
+) -> list[tuple[int, Record, bytes]]:
+    """(entry id, record fields, payload) of the entries first..last that are not no-ops:
+    what a writer reads back of earlier terms (dedup ids, retention's counts and times)."""
+    rows = await read_range(ctx, md, digester, first, last)
+    out = []
+    for eid, header, payload in rows:
+        if rules.visible(header.is_noop):
+            _term, rec, data = split_record(header.flags, payload)
+            out.append((eid, rec, data))
+    return out
 
 
 def visible(md: LedgerMetadata, rows: list[Row]) -> list[Entry]:

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 # At most one warning per stream and writer in this many seconds that a cursor holds
 # retention back.
 HELD_WARNING_EVERY = 3600.0
+# With max_age alone, a writer that took over reads this many of the last entries of the
+# stretch it inherited for when the newest was written (no-ops and bare entries have no
+# time: none found, the stretch counts as written at its seal).
+INHERITED_TIME_READ = 16
 
 
 class RetainedWriter(Protocol):
@@ -62,21 +66,36 @@ class StreamRetention:
         kept = self.limits
         return kept is not None and (kept.max_entries is not None or kept.max_bytes is not None)
 
+    def reads_inherited(self) -> bool:
+        """Whether a writer that took over reads back the open stretch earlier terms
+        wrote: to count it (``needs_counts``), or, with ``max_age`` only, its newest
+        entries' times."""
+        return self.needs_counts() or (self.limits is not None and self.limits.max_age is not None)
+
     async def count_inherited(self) -> None:
         """Count the entries and payload bytes of the open stretch that earlier terms
         wrote (bounded by the rollover limits: a stretch is sealed at a quarter of each
-        limit). A read that fails leaves them uncounted: retention then keeps more."""
+        limit), and learn when its newest entry was written; with ``max_age`` alone, read
+        only its last entries for that. A read that fails leaves them uncounted: retention
+        then keeps more."""
         w = self._writer
         md = w.md
         marks = layout.marks(md)
         first = max(marks[-1][0] if marks else 0, layout.first_entry(md))
         last = w.lac
+        counting = self.needs_counts()
+        if not counting:
+            first = max(first, last - INHERITED_TIME_READ + 1)
+        seg = self._segment
         try:
             for lo in range(first, last + 1, 512):
-                for entry in await follow.read_visible(
-                    w.ctx, md, w.digester, lo, min(lo + 511, last)
-                ):
-                    self._segment.count(len(entry.data))
+                follow.check_stored(md, lo)
+                rows = await follow.read_records(w.ctx, md, w.digester, lo, min(lo + 511, last))
+                for _eid, rec, data in rows:
+                    if counting:
+                        seg.count(len(data), earlier=True, written_at=rec.appended_at)
+                    else:
+                        seg.written(rec.appended_at)
         except (BKError, *UNKNOWN_OUTCOMES) as exc:
             log.warning(
                 "ledger %s: could not count the entries %s..%s of earlier terms for "
@@ -97,7 +116,7 @@ class StreamRetention:
         if self.counting is not None:
             await asyncio.shield(self.counting)  # the earlier terms' part counts too
         seg = self._segment
-        sealed = (at, seg.bytes, self._writer.ctx.clock.time(), seg.entries)
+        sealed = (at, seg.bytes, seg.stamp(), seg.entries)
         kept = retention_rules.prune(layout.marks(md), layout.first_entry(md))
         return layout.with_stream_settings(nxt, marks=[*kept, sealed])
 

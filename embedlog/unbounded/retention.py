@@ -2,12 +2,12 @@
 
 ``Retention(max_entries, max_bytes, max_age)`` is kept in the ledger's metadata (settings
 key ``retention``), so every term's writer applies it. Like Kafka's retention, a fragment
-goes once it lies beyond *any* limit: sealed more than ``max_age`` seconds ago, or while
-what stays without it still holds at least ``max_entries`` entries readers see and
-``max_bytes`` payload bytes (never less than the limit). Only whole fragments go (the
-last one never); to keep the overshoot small the writer also rolls over to a new
-fragment by size and age, by default at a quarter of each limit, so a quiet stream's
-entries still age out.
+goes once it lies beyond *any* limit: its newest entry written more than ``max_age``
+seconds ago, or while what stays without it still holds at least ``max_entries`` entries
+readers see and ``max_bytes`` payload bytes (never less than the limit). Only whole
+fragments go (the last one never); to keep the overshoot small the writer also rolls over
+to a new fragment by size and age, by default at a quarter of each limit, so a quiet
+stream's entries still age out.
 
 Trims never pass a cursor (a consumer's committed position) unless the stream was
 created with ``retention_overrides_cursors=True``: the decision is made against the
@@ -16,8 +16,9 @@ cursors on the stream's trim point node (``trim.py``, ``metadata/streams.py``).
 What each sealed stretch of the stream holds is recorded at every rollover in the same
 compare-and-swap that starts the new fragment, as marks ``[end, bytes, sealed_at,
 entries]``: the entries below ``end`` (since the previous mark) hold ``bytes`` payload
-bytes and ``entries`` entries readers see (no-ops left out), all written before
-``sealed_at`` (unix seconds). A writer that took over counts the stretch it inherited
+bytes and ``entries`` entries readers see (no-ops left out), all written by
+``sealed_at`` (unix seconds: the newest one's write as far as the writer knows, see
+``SegmentCounter``). A writer that took over counts and dates the stretch it inherited
 from the entries themselves (``retaining.StreamRetention.count_inherited``).
 """
 
@@ -111,8 +112,8 @@ def limit_point(
 ) -> int:
     """The entry id below which the limits alone would drop everything (0: nothing).
 
-    A sealed stretch goes once it is older than ``max_age`` (sealed more than that ago:
-    every entry in it was written before its seal), or while what stays without it
+    A sealed stretch goes once it is older than ``max_age`` (its mark's time more than
+    that ago: every entry in it was written by then), or while what stays without it
     still holds at least ``max_entries`` entries and ``max_bytes`` payload bytes
     (Kafka's ``retention.bytes`` rule: never keep less than the limit). ``open_bytes``
     and ``open_entries``: what the open stretch (since the last mark) holds.
@@ -183,6 +184,14 @@ class SegmentCounter:
     that this writer did not count; ``started`` is then when that stretch began (the
     last seal, or the stream's creation), so a quiet stream still rolls over by age and
     its entries age out with no append from the new writer.
+
+    A mark's time is when the stretch's newest entry was written, as far as the writer
+    knows: its own last append's acknowledgement; for a stretch that holds only earlier
+    terms' entries (a quiet takeover), the time the last one's record keeps of its
+    writer's clock (``written``); else the seal's own time. So a quiet stream's entries
+    go ``max_age`` after they were written, not after the tick that sealed them, and
+    entries already older than ``max_age`` when a takeover came go at its first age
+    tick, not ``max_age`` after it.
     """
 
     def __init__(
@@ -199,11 +208,35 @@ class SegmentCounter:
         self.entries = 0
         self.started = clock.time() if started is None else started
         self.inherited = inherited
+        self._own_at: float | None = None  # this writer's last append's acknowledgement
+        self._written: float | None = None  # the last earlier-term entry's record time
 
-    def count(self, payload_bytes: int) -> None:
-        """One entry readers will see (not a no-op), of this many payload bytes."""
+    def count(
+        self, payload_bytes: int, *, earlier: bool = False, written_at: float | None = None
+    ) -> None:
+        """One entry readers will see (not a no-op), of this many payload bytes: this
+        writer's append, or an ``earlier`` term's entry (written at ``written_at`` when
+        its record says)."""
         self.bytes += payload_bytes
         self.entries += 1
+        if earlier:
+            self.written(written_at)
+        else:
+            self._own_at = self._clock.time()
+
+    def written(self, at: float | None) -> None:
+        """The stretch's earlier-term entries, in id order, were written at ``at`` (None:
+        its record does not say); the last one read is the newest."""
+        self._written = at
+
+    def stamp(self) -> float:
+        """The time a mark sealing the stretch now records (see the class)."""
+        now = self._clock.time()
+        if self._own_at is not None:
+            return self._own_at
+        if self._written is None:
+            return now
+        return min(now, self._written)
 
     def due(self) -> bool:
         """Whether the open stretch reached a size or age limit."""
@@ -214,9 +247,10 @@ class SegmentCounter:
         return r.age is not None and holds and self._clock.time() - self.started >= r.age
 
     def seal(self, end: int) -> Mark:
-        mark = (end, self.bytes, self._clock.time(), self.entries)
+        mark = (end, self.bytes, self.stamp(), self.entries)
         self.bytes = self.entries = 0
         self.inherited = False
+        self._own_at = self._written = None
         self.started = self._clock.time()
         return mark
 

@@ -113,9 +113,10 @@ class TermWriter(LedgerWriter):
         self._lac_busy: set[str] = set()  # bookies with an explicit LAC write on the wire
         self._lac_told: dict[str, int] = {}  # the LAC last written to each bookie that way
         self.retaining = StreamRetention(self, limits, self.stream.segment)
-        if self._segment.inherited and self.retaining.needs_counts():
+        if self._segment.inherited and self.retaining.reads_inherited():
             # The takeover's part of the open stretch: counted from the entries, so that
-            # max_entries and max_bytes see what readers see whoever wrote it.
+            # max_entries and max_bytes see what readers see whoever wrote it, and dated
+            # by their records, so that max_age measures it from its newest entry.
             self.retaining.counting = self._spawn(self.retaining.count_inherited())
         if rollover.age is not None and not recovery:
             self._spawn(self._age_ticks(rollover.age))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -17,7 +18,9 @@ from embedlog.aio import AsyncUnboundedLedger
 from embedlog.errors import InvalidTermError, LedgerDeletedError
 from embedlog.metadata import sinks, streams
 from embedlog.metadata.client import ledger_path
+from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.store import MetadataStore
+from embedlog.unbounded import layout
 
 IDLE = 30.0
 
@@ -320,6 +323,47 @@ def test_max_age_trims_after_a_takeover_whose_writer_never_appends(make_cluster)
     wait_until(lambda: _first(b, ul.ledger_id) >= 11, pause=0.1)
     assert list(quiet.tail(0, timeout=0)) == []
     assert quiet.append(b"10 s later") == 11
+
+
+class LedgerWrites(DelegatingStore):
+    """A store that keeps every version of one ledger's metadata written through it."""
+
+    def __init__(self, inner: MetadataStore, lid: int) -> None:
+        super().__init__(inner)
+        self.path = ledger_path(lid)
+        self.written: list[LedgerMetadata] = []
+
+    def set(self, path: str, data: bytes, version: int) -> int:
+        out = self.inner.set(path, data, version)
+        if path == self.path:
+            self.written.append(LedgerMetadata.from_bytes(data, out))
+        return out
+
+
+@pytest.mark.parametrize("limits", [{"max_age": 1.0}, {"max_age": 1.0, "max_entries": 1000}])
+def test_entries_already_older_than_max_age_at_a_quiet_takeover_go_at_its_first_seal(
+    make_cluster, limits
+):
+    """The new writer dates the stretch it inherited by its newest entry's record (the
+    old writer's clock), not by when it seals it: entries that aged out before the
+    takeover are not kept max_age longer because a new writer came."""
+    cluster = make_cluster(4)
+    ul = cluster.client("a").create_unbounded(3, 3, 2, retention=Retention(**limits))
+    for i in range(5):
+        ul.append(b"%d" % i)
+    last_written = time.time()
+    ul.close()
+    time.sleep(1.2)  # older than max_age now, and no writer trimmed them
+    store = LedgerWrites(cluster.metadata.store, ul.ledger_id)
+    cluster.metadata.store = store
+    b = cluster.client("b")
+    taken_over = time.time()
+    quiet = b.open_unbounded(ul.ledger_id)  # a no-op at 5; appends nothing
+    wait_until(lambda: _first(b, ul.ledger_id) >= 6, pause=0.05)
+    sealed = [m for md in store.written for m in layout.marks(md)]
+    assert sealed, "the takeover's writer sealed no stretch"
+    assert max(m[2] for m in sealed) <= last_written < taken_over
+    assert quiet.append(b"later") == 6
 
 
 # -- a cursor holding retention back is visible ----------------------------------------------

@@ -6,7 +6,14 @@ import pytest
 from unbounded_helpers import wait_until
 
 from embedlog import Retention
-from embedlog.unbounded.retention import Rollover, held_back, prune, rollover_for, trim_point
+from embedlog.unbounded.retention import (
+    Rollover,
+    SegmentCounter,
+    held_back,
+    prune,
+    rollover_for,
+    trim_point,
+)
 
 IDLE = 30.0
 
@@ -68,6 +75,51 @@ def test_what_a_cursor_holds_back():
 def test_prune():
     assert prune(MARKS, 200) == MARKS[2:]
     assert prune(MARKS, 0) == MARKS
+
+
+class Now:
+    """A wall clock the test moves."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def time(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+# What a mark records as the time of its stretch, at seal time 1000 + 50: the newest
+# entry's write as far as the writer knows (its own ack; else the last earlier-term
+# entry's record time; else the seal).
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        ([], 1050.0),  # nothing counted (a stretch sealed by age): the seal
+        ([("own", 10.0)], 1010.0),  # this writer's last append, acknowledged at 1010
+        ([("earlier", 900.0), ("earlier", 905.0)], 905.0),  # a quiet takeover: the newest
+        ([("earlier", 905.0), ("own", 20.0)], 1020.0),  # the writer appended after them
+        ([("earlier", 905.0), ("earlier", None)], 1050.0),  # the newest has no time
+        ([("earlier", 2000.0)], 1050.0),  # a clock ahead of this one: never after now
+        ([("dated", 905.0)], 905.0),  # max_age alone: read for its time, not counted
+    ],
+)
+def test_a_mark_dates_its_stretch_by_its_newest_entry(steps, expected):
+    now = Now()
+    seg = SegmentCounter(Rollover(None, None, 10.0), inherited=True, clock=now)
+    for kind, at in steps:
+        if kind == "own":
+            now.t = 1000.0 + at
+            seg.count(1)
+        elif kind == "earlier":
+            seg.count(1, earlier=True, written_at=at)
+        else:
+            seg.written(at)
+    now.t = 1050.0
+    assert seg.stamp() == expected
+    assert seg.seal(7)[2] == expected
+    assert seg.stamp() == 1050.0  # the next stretch starts empty
 
 
 def _first(client, lid: int) -> int:
