@@ -321,15 +321,14 @@ def _recover(args: argparse.Namespace) -> int:
 
 def confirm(question: str, *, yes: bool) -> bool:
     """True to go ahead: ``--yes``, or "y" typed at the terminal. Without a terminal to ask
-    on, and without --yes, the answer is an error: a script must say --yes itself."""
+    on, and without --yes, the answer is an error: a script must say --yes itself. The
+    question goes to stderr: with stdout sent to a file (``... > out``) it is still seen."""
     if yes:
         return True
     if not sys.stdin.isatty():
         raise ValueError(f"{question.split('?')[0]}: no terminal to ask on; pass --yes")
-    try:
-        answer = input(f"{question} [y/N] ")
-    except EOFError:
-        return False
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline()  # "" at the end of input: no
     return answer.strip().lower() in ("y", "yes")
 
 

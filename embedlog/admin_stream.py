@@ -8,10 +8,9 @@ disturbs its writer, and on a ``--data-dir`` they work on a private copy. create
 delete and reset-cursor change the cluster; delete, and a reset that moves a cursor
 back, ask first unless ``--yes``.
 
-What ``list`` counts without reading the stream: ``ids kept`` is LAC + 1 - the first
-kept id (no-op ids of takeovers included); ``sealed bytes`` the payload bytes of the
-sealed stretches retention recorded (the open stretch is not counted, so it is a lower
-bound, and 0 for a stream without retention).
+``list`` and ``show`` give the entries each stream keeps (what readers see: no-op ids
+of takeovers are not entries) and their payload bytes, from retention's marks where they
+vouch for a stretch, else by reading the entries (admin_stream_kept).
 """
 
 from __future__ import annotations
@@ -65,37 +64,52 @@ def stream_id(client: Client, text: str) -> int:
     )
 
 
-def stream_row(client: Client, name: str | None, ledger_id: int) -> dict[str, Any]:
-    """One stream as ``stream list`` and ``stream show`` report it."""
+def stream_row(
+    client: Client,
+    name: str | None,
+    ledger_id: int,
+    *,
+    secret: bytes = b"",
+    counted: bool = True,
+) -> dict[str, Any]:
+    """One stream as ``stream list`` and ``stream show`` report it; ``counted``: with the
+    entries and bytes it keeps (admin_stream_kept: this may read entries)."""
+    from embedlog import admin_stream_kept
     from embedlog.unbounded import layout
 
-    ul = client.open_unbounded(ledger_id, takeover=False)
+    ul = client.open_unbounded(ledger_id, password=secret, takeover=False)
     try:
+        kept = admin_stream_kept.count(ul) if counted else None
+        if kept is not None:
+            first, lac = kept.first_kept, kept.lac
+        else:
+            first = ul.first_entry_id()  # the metadata and the LAC read again
+            lac = ul.last_add_confirmed
         md = ul.metadata
-        lac = ul.read_last_add_confirmed()
-        first = ul.first_entry_id()
         retention = layout.retention(md)
-        marks = layout.marks(md)
-        cursors = ul.cursors()
-        return {
+        row: dict[str, Any] = {
             "name": name if name is not None else layout.name(md),
             "ledger_id": ledger_id,
             "term": md.term,
             "first_kept": first,
             "lac": lac,
-            "ids_kept": max(0, lac + 1 - first),
-            "sealed_bytes": sum(m[1] for m in marks if m[0] > first),
-            "retention": None if retention is None else retention.to_json(),
-            "retention_overrides_cursors": layout.retention_overrides_cursors(md),
-            "cursors": {
+        }
+        if kept is not None:
+            row.update(entries_kept=kept.entries, bytes_kept=kept.bytes)
+        row.update(
+            dedup_window=layout.dedup_window(md),
+            retention=None if retention is None else retention.to_json(),
+            retention_overrides_cursors=layout.retention_overrides_cursors(md),
+            cursors={
                 c: {
                     "position": p,
                     "lag": max(0, lac - p),
                     "lag_seconds": _lag_seconds(ul, max(p + 1, first), lac),
                 }
-                for c, p in cursors.items()
+                for c, p in ul.cursors().items()
             },
-        }
+        )
+        return row
     finally:
         ul.close()
 
@@ -121,14 +135,14 @@ def _retention_text(doc: dict[str, Any] | None) -> str:
 def _list(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=True) as access:
         rows = [
-            stream_row(access.client, name, lid)
+            stream_row(access.client, name, lid, secret=password(args))
             for name, lid in sorted(access.client.list_streams().items())
         ]
     if args.json:
         print_json(rows)
         return 0
-    headers = ["name", "ledger", "first kept", "lac", "ids kept", "sealed bytes"]
-    headers += ["retention", "cursors"]
+    headers = ["name", "ledger", "first kept", "lac", "entries kept", "bytes kept"]
+    headers += ["dedup window", "retention", "cursors"]
     print(
         table(
             headers,
@@ -138,8 +152,9 @@ def _list(args: argparse.Namespace) -> int:
                     r["ledger_id"],
                     r["first_kept"],
                     r["lac"],
-                    r["ids_kept"],
-                    r["sealed_bytes"],
+                    r["entries_kept"],
+                    r["bytes_kept"],
+                    f"{r['dedup_window']:g}s",
                     _retention_text(r["retention"]),
                     len(r["cursors"]),
                 ]
@@ -153,7 +168,7 @@ def _list(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=True) as access:
         lid = stream_id(access.client, args.stream)
-        row = stream_row(access.client, None, lid)
+        row = stream_row(access.client, None, lid, secret=password(args))
         md = access.client.ledger_metadata(lid)
         row["state"] = md.state.name.lower()
         row["quorum"] = f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}"
@@ -228,7 +243,7 @@ def _tail(args: argparse.Namespace) -> int:
 def _cursors(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=True) as access:
         lid = stream_id(access.client, args.stream)
-        row = stream_row(access.client, None, lid)
+        row = stream_row(access.client, None, lid, secret=password(args), counted=False)
     cursors = row["cursors"]
     if args.json:
         print_json(cursors)
@@ -291,6 +306,7 @@ def _create(args: argparse.Namespace) -> int:
             retention=retention,
             retention_overrides_cursors=args.retention_overrides_cursors,
             fragment_max_entries=args.fragment_max_entries,
+            **({} if args.dedup_window is None else {"dedup_window": args.dedup_window}),
         )
         lid = ul.ledger_id
         ul.close()
@@ -301,14 +317,16 @@ def _create(args: argparse.Namespace) -> int:
 def _delete(args: argparse.Namespace) -> int:
     with cli_access.cluster(args, readonly=False) as access:
         lid = stream_id(access.client, args.stream)
-        row = stream_row(access.client, None, lid)
-        question = (
-            f"delete stream {args.stream} (ledger {lid}, {row['ids_kept']} entry ids kept, "
-            f"{len(row['cursors'])} cursors)? Its entries and cursors are gone for good"
-        )
-        if not confirm(question, yes=args.yes):
-            print("not deleted", file=sys.stderr)
-            return 1
+        if not args.yes:  # counted only to ask: --yes reads no entries
+            row = stream_row(access.client, None, lid, secret=password(args))
+            question = (
+                f"delete stream {args.stream} (ledger {lid}: {row['entries_kept']} entries, "
+                f"{row['bytes_kept']} payload bytes, {len(row['cursors'])} cursors)? Its "
+                "entries and cursors are gone for good"
+            )
+            if not confirm(question, yes=False):
+                print("not deleted", file=sys.stderr)
+                return 1
         access.client.delete_ledger(lid)
     print(f"deleted stream {args.stream} (ledger {lid})")
     return 0
@@ -333,6 +351,17 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
+def _window(text: str) -> float:
+    """--dedup-window's seconds: 0 (appends take no msg_id) or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds, 0 or more")
+    return value
+
+
 def _time_option(p: Any, flag: str, what: str) -> None:
     """A point in time on the command line (cli_access.point_in_time)."""
     p.add_argument(
@@ -348,7 +377,9 @@ def add_stream_commands(sub: Any) -> None:
         "stream", help="streams by name: list, read, tail, cursors, create, delete"
     ).add_subparsers(dest="stream_command", required=True)
 
-    p = stream.add_parser("list", help="every stream: first kept id, LAC, retention, cursors")
+    p = stream.add_parser(
+        "list", help="every stream: entries and bytes kept, LAC, dedup window, retention, cursors"
+    )
     _target(p)
     p.add_argument("--json", action="store_true", help="a JSON list instead of the table")
     p.set_defaults(func=_list)
@@ -432,6 +463,13 @@ def add_stream_commands(sub: Any) -> None:
         help="retention trims past cursors that lag behind",
     )
     p.add_argument("--fragment-max-entries", type=_count, default=None, help="entries per fragment")
+    p.add_argument(
+        "--dedup-window",
+        type=_window,
+        default=None,
+        help="seconds an append's msg_id is remembered (default: create_unbounded's, 120; "
+        "0: appends take no msg_id)",
+    )
     p.set_defaults(func=_create)
 
     p = stream.add_parser("delete", help="delete a stream, its entries and cursors (asks)")

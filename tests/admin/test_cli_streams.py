@@ -3,13 +3,18 @@ running cluster on ZooKeeper (bookies over TCP)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import pty
+import select
 import subprocess
 import sys
 
 from cli_helpers import embedlog_env, run
 
 from embedlog import LocalCluster, Retention
+from embedlog.unbounded import layout
 
 
 def _make_stream(cluster: LocalCluster) -> int:
@@ -37,6 +42,61 @@ def _ids(text: str) -> list[int]:
     return [json.loads(line)["entry_id"] for line in text.splitlines()]
 
 
+ORDERS_BYTES = sum(len(b"order %d" % i) for i in range(30))
+
+
+def _answer_on_a_terminal(answer: str, *argv: str) -> tuple[int, str, str]:
+    """``embedlog ARGV`` with a pseudo-terminal for stdin and stderr and its stdout sent
+    to a pipe, as ``... > file`` does: the question is answered once the terminal shows
+    it. (exit code, what the terminal showed, stdout)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "embedlog", *argv],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=embedlog_env(),
+    )
+    os.close(slave)
+    assert proc.stdout is not None
+    shown = out = b""
+    open_ends = [master, proc.stdout.fileno()]
+    try:
+        while proc.stdout.fileno() in open_ends:
+            ready, _, _ = select.select(open_ends, [], [], 300)
+            assert ready, f"no question on the terminal: {shown!r}, stdout {out!r}"
+            for fd in ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:  # EIO: the terminal's other end is closed
+                    chunk = b""
+                if not chunk:
+                    open_ends.remove(fd)
+                elif fd == master:
+                    if b"[y/N]" in chunk and b"[y/N]" not in shown:
+                        os.write(master, answer.encode() + b"\n")
+                    shown += chunk
+                else:
+                    out += chunk
+            assert b"[y/N]" not in out, f"the question went to stdout: {out!r}"
+        code = proc.wait(timeout=300)
+        while master in open_ends and select.select([master], [], [], 0)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        os.close(master)
+    return code, shown.decode(), out.decode()
+
+
 def test_stream_commands_on_a_stopped_clusters_directory(tmp_path):
     d = tmp_path / "c"
     with LocalCluster(3, d) as cluster:
@@ -45,16 +105,27 @@ def test_stream_commands_on_a_stopped_clusters_directory(tmp_path):
 
     (row,) = json.loads(_ok("stream", "list", "--json", *target))
     assert row["name"] == "orders" and row["ledger_id"] == lid
-    assert row["first_kept"] == 0 and row["lac"] == 30 and row["ids_kept"] == 31
+    assert row["first_kept"] == 0 and row["lac"] == 30
+    # 30 entries (the takeover's no-op at 20 is none) and their payload bytes, though
+    # no stretch was sealed to record them (retention rolls over at 250 entries).
+    assert (row["entries_kept"], row["bytes_kept"]) == (30, ORDERS_BYTES)
+    assert row["dedup_window"] == 120.0
     assert row["retention"]["max_entries"] == 1000
     billing = row["cursors"]["billing"]
     assert (billing["position"], billing["lag"]) == (9, 21)
     assert 0 < billing["lag_seconds"] < 3600  # entry 10 waits since it was appended
     table = _ok("stream", "list", *target)
-    assert "orders" in table and "entries=1000" in table
+    assert "orders" in table and "entries=1000" in table and "entries kept" in table
+    cells = next(line.split() for line in table.splitlines() if line.startswith("orders"))
+    assert cells[4:7] == ["30", str(ORDERS_BYTES), "120s"]  # entries, bytes, dedup window
 
     shown = json.loads(_ok("stream", "show", "orders", *target))
     assert shown["state"] == "open" and shown["fragments"][0][0] == 0
+    assert (shown["entries_kept"], shown["bytes_kept"], shown["dedup_window"]) == (
+        30,
+        ORDERS_BYTES,
+        120.0,
+    )
 
     everything = _ids(_ok("stream", "read", "orders", "--format", "json", *target))
     assert everything == [*range(20), *range(21, 31)]  # the no-op at 20 is left out
@@ -95,7 +166,15 @@ def test_stream_commands_on_a_stopped_clusters_directory(tmp_path):
     refused = run("stream", "reset-cursor", "orders", "billing", "--to-entry", "3", *target)
     assert refused.returncode == 2
     assert "pass --yes" in refused.stderr and "Traceback" not in refused.stderr
-    _ok("stream", "reset-cursor", "orders", "billing", "--to-entry", "3", "--yes", *target)
+    # On a terminal it asks there (on stderr: stdout here is a pipe, as with > file).
+    rewind = ("stream", "reset-cursor", "orders", "billing", "--to-entry", "3", *target)
+    code, shown_on_tty, out = _answer_on_a_terminal("n", *rewind)
+    assert code == 1 and out == "", shown_on_tty
+    assert "move cursor 'billing' of stream orders back from 9 to 3?" in shown_on_tty
+    assert "not moved" in shown_on_tty
+    code, shown_on_tty, out = _answer_on_a_terminal("y", *rewind)
+    assert code == 0 and "[y/N]" in shown_on_tty, shown_on_tty
+    assert out == "cursor 'billing' of stream orders: 9 -> 3\n"  # not moved by the "n"
     _ok("stream", "reset-cursor", "orders", "billing", "--to-latest", *target)  # forward
     positions = json.loads(_ok("stream", "cursors", "orders", "--json", *target))
     assert positions["billing"]["position"] == 30
@@ -103,9 +182,23 @@ def test_stream_commands_on_a_stopped_clusters_directory(tmp_path):
     positions = json.loads(_ok("stream", "cursors", "orders", "--json", *target))
     assert positions["billing"]["position"] == -1
 
-    _ok("stream", "create", "audit", "--max-age", "3600", "--fragment-max-entries", "50", *target)
-    names = {r["name"] for r in json.loads(_ok("stream", "list", "--json", *target))}
-    assert names == {"orders", "audit"}
+    _ok(
+        "stream",
+        "create",
+        "audit",
+        "--max-age",
+        "3600",
+        "--fragment-max-entries",
+        "50",
+        "--dedup-window",
+        "30",
+        *target,
+    )
+    listed = {r["name"]: r for r in json.loads(_ok("stream", "list", "--json", *target))}
+    assert set(listed) == {"orders", "audit"}
+    assert listed["audit"]["dedup_window"] == 30.0 and listed["audit"]["entries_kept"] == 0
+    bad = run("stream", "create", "x", "--dedup-window", "-1", *target)
+    assert bad.returncode == 2 and "give a number of seconds, 0 or more" in bad.stderr
     refused = run("stream", "delete", "audit", *target)
     assert refused.returncode == 2 and "pass --yes" in refused.stderr
     _ok("stream", "delete", "audit", "--yes", *target)
@@ -123,6 +216,17 @@ def test_stream_commands_against_a_running_cluster(tmp_path, zk_uri):
         target = ("--metadata-uri", zk_uri)
         (row,) = json.loads(_ok("stream", "list", "--json", *target))
         assert row["lac"] == 30 and row["cursors"]["billing"]["lag"] == 21
+        assert (row["entries_kept"], row["bytes_kept"]) == (30, ORDERS_BYTES)
+        shown = json.loads(_ok("stream", "show", "orders", *target))
+        assert shown["state"] == "open" and shown["quorum"] == "3/3/2"
+        assert (shown["entries_kept"], shown["dedup_window"]) == (30, 120.0)
+        assert shown["cursors"]["billing"]["position"] == 9
+
+        # `ledger read`/`ledger tail` of a stream by name: what readers see.
+        lines = _ok("ledger", "read", "orders", "--first", "19", "--last", "21", *target)
+        assert lines.splitlines() == ["19\torder 19", "21\torder 20"]  # no-op 20 left out
+        tailed = _ok("ledger", "tail", "orders", "-n", "2", *target)
+        assert tailed.splitlines() == ["29\torder 28", "30\torder 29"]
 
         # A tail follows a running stream: it prints what comes, and stops when idle.
         writer = cluster.client("w3").open_unbounded("orders")
@@ -154,12 +258,40 @@ def test_stream_commands_against_a_running_cluster(tmp_path, zk_uri):
         ids = _ids(out)
         assert ids[0] == 10 and ids[-3:] == [32, 33, 34]  # after the takeover's no-op, 31
         writer.close()
+        follower = cluster.client("x").open_unbounded("orders", takeover=False)
+        live_at = follower.read(32, 32)[0].timestamp
+        assert live_at is not None
 
-        _ok("stream", "reset-cursor", "orders", "billing", "--to-latest", *target)
+        read = ("stream", "read", "orders", "--format", "json")
+        some = [
+            json.loads(line)
+            for line in _ok(*read, "--from", "18", "--count", "3", *target).splitlines()
+        ]
+        assert [d["entry_id"] for d in some] == [18, 19, 21]
+        assert base64.b64decode(some[2]["data_base64"]) == b"order 20" and "time" in some[2]
+        since = _ok(*read, "--from-time", repr(live_at), "--count", "2", *target)
+        assert _ids(since) == [32, 33]  # the first record at or after the time, two of them
+
+        reset = ("stream", "reset-cursor", "orders", "billing")
+        _ok(*reset, "--to-latest", *target)
         assert json.loads(_ok("stream", "cursors", "orders", "--json", *target)) == {
             "billing": {"position": 34, "lag": 0, "lag_seconds": 0.0}
         }
-        _ok("stream", "create", "events", *target)
+        refused = run(*reset, "--to-entry", "20", *target)  # back, without a terminal
+        assert refused.returncode == 2 and "pass --yes" in refused.stderr
+        assert follower.cursors() == {"billing": 34}
+        moved = _ok(*reset, "--to-entry", "20", "--yes", *target)
+        assert moved == "cursor 'billing' of stream orders: 34 -> 20\n"
+        moved = _ok(*reset, "--to-time", repr(live_at), *target)  # forward: no question
+        assert moved == "cursor 'billing' of stream orders: 20 -> 31\n"  # next taken: 32
+        _ok(*reset, "--to-earliest", "--yes", *target)
+        assert follower.cursors() == {"billing": -1}
+        follower.close()
+
+        _ok("stream", "create", "events", "--dedup-window", "0", *target)
+        events = cluster.client("x").open_unbounded("events", takeover=False)
+        assert layout.dedup_window(events.metadata) == 0.0
+        events.close()
         _ok("stream", "delete", "events", "--yes", *target)
         assert set(cluster.client("x").list_streams()) == {"orders"}
 
