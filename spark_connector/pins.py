@@ -1,18 +1,24 @@
 """The pin: a stream cursor that holds retention while a commit into the stream is open.
 
 Retention never trims a stream above a committed cursor + 1 (unless the stream was
-created with ``retention_overrides_cursors=True``). A commit into a stream stores its
-sink record, then commits the cursor ``spark-sink.<sink>`` at the entry before the first
-row it appends, and deletes the cursor once the record says done. So while a commit is
-unfinished (its driver died, say) the rows it appended stay in the stream, and the next
-commit can count them (exactly_once.count_landed) however much retention has trimmed
-above it meanwhile.
+created with ``retention_overrides_cursors=True``). A commit into a stream commits the
+cursor ``spark-sink.<sink>`` at the entry before the first row it appends, stores its
+sink record, commits the cursor again, and deletes it once the record says done. So
+while a commit is unfinished (its driver died, say) the rows it appended stay in the
+stream, and the next commit can count them (exactly_once.count_landed) however much
+retention has trimmed above it meanwhile.
 
 Any commit into the stream removes the pins of sinks whose record is done or gone (a
-driver that died between marking its record done and deleting its pin). The record is
-read again after that delete, and a record that became unfinished meanwhile (a commit of
-that sink that was just starting) gets its pin back: a record is stored before its pin,
-so a pin that record's commit committed is either seen with the record or put back.
+driver that died between pinning and storing its record, or between marking its record
+done and deleting its pin). The records are read again after that delete, and a record
+that became unfinished meanwhile gets its pin back. Why no record is left unpinned by a
+commit that goes on: its first pin makes a driver that dies before the record leave
+only a pin; and a delete of that pin by another commit's cleanup either comes before the
+cleanup's second read of the records, which then sees the record (and puts the pin
+back) or comes before the record was stored, and so before the commit's second pin.
+What stays open: a driver that dies between storing its record and its second pin,
+when another commit's cleanup deleted its first pin and read the records again just
+before the record was stored.
 """
 
 from __future__ import annotations

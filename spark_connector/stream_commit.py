@@ -181,10 +181,12 @@ class StreamCommit:
                 # Pinned before the record is stored: a driver that dies between the two
                 # leaves a pin without a record, which the next commit drops
                 # (``finish_unfinished``), never a record whose rows retention may trim
-                # before a replay counts them.
+                # before a replay counts them. Pinned again after: another commit's
+                # cleanup may have taken the first pin for a stale one (pins.py).
                 pins.pin(ul, sink, new.first)
             version = _store(self.client, self.stream_id, sink, new, found[1] if found else None)
             if todo:
+                pins.pin(ul, sink, new.first)
                 self.append(ul, new)
                 version = _store(
                     self.client,

@@ -225,9 +225,14 @@ class SegmentCounter:
             self._own_at = self._clock.time()
 
     def written(self, at: float | None) -> None:
-        """The stretch's earlier-term entries, in id order, were written at ``at`` (None:
-        its record does not say); the last one read is the newest."""
-        self._written = at
+        """An earlier-term entry of the stretch, read in id order, was written at ``at``
+        (None: its record does not say, and the stretch counts as written now unless a
+        later entry says). The newest time read counts: producers whose appends waited
+        for room may have packed them a little out of id order."""
+        if at is None or self._written is None:
+            self._written = at
+        else:
+            self._written = max(self._written, at)
 
     def stamp(self) -> float:
         """The time a mark sealing the stretch now records (see the class)."""

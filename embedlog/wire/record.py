@@ -53,6 +53,7 @@ MAX_HEADER_NAME = 255
 MAX_HEADER_VALUE = 4096
 MAX_MSG_ID = 255
 MAX_FIELDS = 65535
+CALLER_FIELDS = MAX_FIELDS - 8  # the rest is the writer's ``appended`` clock
 
 _HEAD = struct.Struct(">BBH")
 # The common case, packed at once: no key, no headers, no message id.
@@ -165,9 +166,14 @@ def encode(
         fields |= APPENDED
         parts.append(_I64.pack(round(appended * 1_000_000)))
     body = b"".join(parts)
-    if len(body) > MAX_FIELDS:
+    # What the caller gives is held to 8 bytes less than the length field allows, so the
+    # writer's own clock (``appended``) always fits: a record packed without it (a Spark
+    # task checking its rows) is refused or accepted exactly as the writer's append is.
+    given = len(body) - (0 if appended is None else 8)
+    if given > CALLER_FIELDS:
         raise ValueError(
-            f"a record's key, headers and msg_id take {len(body)} bytes; at most {MAX_FIELDS}"
+            f"a record's timestamp, key, headers and msg_id take {given} bytes; at most "
+            f"{CALLER_FIELDS}: make the key or headers smaller"
         )
     return _HEAD.pack(VERSION, fields, len(body)) + body
 

@@ -87,3 +87,56 @@ def test_a_driver_killed_between_the_record_and_the_pin_leaves_a_replay_that_lan
     assert rows == one_batch + one_batch  # batch 0 once (the replay), then batch 1
     assert {s: r.done for s, (r, _) in sc._records(client, sid).items()} == {"query-x": True}
     assert set(reader.cursors()) == {"reader"}  # no pin left behind
+
+
+def test_a_commit_whose_first_pin_another_commits_cleanup_took_keeps_its_record_pinned(
+    client: Any, metadata_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Driver A pins; driver B's commit into the stream (another sink) takes the stream
+    over and, finding A's pin without a record, drops it; A stores its record and goes on
+    (its appends fail: B took the stream over). A's replay must still count its rows
+    after another writer appended past the limit: A's record must be pinned."""
+    ul = client.create_unbounded(
+        3, 3, 2, fragment_max_entries=10, retention=Retention(max_entries=20)
+    )
+    ul.append(b"before")
+    ul.close()
+    sid = ul.ledger_id
+    opts = WriteOptions.parse({"metadataUri": metadata_uri}, "write")
+    real_pin = pins.pin
+    other_commit = []
+
+    def pin_then_other_commit(ul: Any, sink: str, first: int) -> None:
+        real_pin(ul, sink, first)
+        if sink == "query-a" and not other_commit:
+            other_commit.append(
+                sc.StreamCommit(client, opts, sid).commit(
+                    "query-b", 0, "b0", _temps(client, sid, "b0")
+                )
+            )
+
+    monkeypatch.setattr(pins, "pin", pin_then_other_commit)
+    with pytest.raises(Exception):  # noqa: B017 - A's appends meet B's takeover
+        sc.StreamCommit(client, opts, sid).commit("query-a", 0, "a0", _temps(client, sid, "a0"))
+    monkeypatch.undo()
+    assert other_commit == ["append"]
+    records = sc._records(client, sid)
+    assert not records["query-a"][0].done
+    f = client.open_unbounded(sid, takeover=False)
+    assert pins.pin_name("query-a") in f.cursors()  # the record is pinned
+
+    other = client.open_unbounded(sid)
+    for i in range(100):
+        other.append(b"app-%03d" % i)
+    other.close()
+    reader = client.open_unbounded(sid, takeover=False)
+    seen = reader.last_add_confirmed
+    reader.commit("reader", seen)
+    assert sc.StreamCommit(client, opts, sid).commit("query-a", 0, "a1", _temps(client, sid, "a1"))
+    rows = [e.data for e in reader.entries(seen + 1)]
+    one_batch = [b"p%d-%02d" % (p, i) for p in range(2) for i in range(30)]
+    assert rows == one_batch  # A's batch, once: none of it had landed
+    assert {s: r.done for s, (r, _) in sc._records(client, sid).items()} == {
+        "query-a": True,
+        "query-b": True,
+    }

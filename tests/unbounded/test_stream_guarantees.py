@@ -403,27 +403,25 @@ def test_retention_held_back_by_a_cursor_is_a_metric_and_one_warning(make_cluste
 # -- smaller ---------------------------------------------------------------------------------
 
 
-def test_a_cursor_tail_knows_its_position_before_the_first_entry(make_cluster):
+def _follower_of_ten_with_cursor_at_4(make_cluster):
+    """A follower of a stream of entries 0-9 whose cursor "c" is at 4."""
     cluster = make_cluster(3)
     ul = cluster.client("w").create_unbounded(3, 3, 2)
     for i in range(10):
         ul.append(b"%d" % i)
     ul.commit("c", 4)
-    tail = cluster.client("f").open_unbounded(ul.ledger_id, takeover=False).tail(cursor="c")
+    return cluster.client("f").open_unbounded(ul.ledger_id, takeover=False)
+
+
+def test_a_cursor_tail_knows_its_position_before_the_first_entry(make_cluster):
+    tail = _follower_of_ten_with_cursor_at_4(make_cluster).tail(cursor="c")
     assert tail.position == 5
     assert next(tail).entry_id == 5
     tail.close()
 
 
 def test_an_async_cursor_tail_knows_its_position_once_entered(make_cluster):
-    cluster = make_cluster(3)
-    ul = cluster.client("w").create_unbounded(3, 3, 2)
-    for i in range(10):
-        ul.append(b"%d" % i)
-    ul.commit("c", 4)
-    follower = AsyncUnboundedLedger(
-        cluster.client("f").open_unbounded(ul.ledger_id, takeover=False)
-    )
+    follower = AsyncUnboundedLedger(_follower_of_ten_with_cursor_at_4(make_cluster))
 
     async def main() -> tuple[int, int, int]:
         async with follower.tail(cursor="c") as tail, follower.tail("latest") as latest:

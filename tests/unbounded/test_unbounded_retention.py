@@ -99,6 +99,7 @@ class Now:
         ([], 1050.0),  # nothing counted (a stretch sealed by age): the seal
         ([("own", 10.0)], 1010.0),  # this writer's last append, acknowledged at 1010
         ([("earlier", 900.0), ("earlier", 905.0)], 905.0),  # a quiet takeover: the newest
+        ([("earlier", 905.0), ("earlier", 900.0)], 905.0),  # packed out of id order
         ([("earlier", 905.0), ("own", 20.0)], 1020.0),  # the writer appended after them
         ([("earlier", 905.0), ("earlier", None)], 1050.0),  # the newest has no time
         ([("earlier", 2000.0)], 1050.0),  # a clock ahead of this one: never after now

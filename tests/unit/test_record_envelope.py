@@ -116,3 +116,29 @@ def test_split_record_reads_term_envelope_and_payload():
     # Entries written before records existed: the term only, no envelope.
     assert record.split_record(FLAG_TERM, TERM.pack(3) + b"data") == (3, BARE, b"data")
     assert record.split_record(0, b"data") == (None, BARE, b"data")
+
+
+def _headers_for(given: int) -> dict[str, bytes]:
+    """Headers that make a timestamp-only record's fields exactly ``given`` bytes."""
+    rest = given - 8 - 2  # the timestamp, the header count
+    headers = {}
+    for i in range(64):
+        value = min(4096, rest - 6)  # 1 + 3-byte name + 2 + value
+        headers[f"h{i:02d}"] = b"v" * value
+        rest -= 6 + value
+        if rest == 0:
+            return headers
+    raise AssertionError("too large for the header limits")
+
+
+def test_the_writers_clock_always_fits_beside_the_callers_fields():
+    """A caller's fields are held to 8 bytes below the length field's limit, packed with
+    or without the writer's ``appended`` clock alike (a Spark task checks rows without
+    it, the driver's append adds it)."""
+    at_limit = _headers_for(record.CALLER_FIELDS)
+    for appended in (None, 5.0):
+        env = record.encode(1.0, None, at_limit, None, appended)
+        rec, _ = record.decode(env)
+        assert rec.headers == at_limit and rec.appended == appended
+        with pytest.raises(ValueError, match="make the key or headers smaller"):
+            record.encode(1.0, None, _headers_for(record.CALLER_FIELDS + 1), None, appended)
