@@ -81,11 +81,11 @@ class SimBookies:
 
     def _settle(self, bookie_id: str, bookie: Bookie) -> None:
         """Once per incarnation, as soon as it serves (before ``boot`` returns: a boot
-        still publishes its status): the oracle learns what a boot after lost data put
-        in limbo, before it judges any answer of it (``DiskNemesis.booted``)."""
+        still publishes its status): the oracle learns whether the history may have cost
+        it acknowledged entries, before it judges any answer of it (``DiskNemesis.booted``)."""
         if self._settled.get(bookie_id) is not bookie:
             self._settled[bookie_id] = bookie
-            self.disk_faults.booted(bookie_id, bookie)
+            self.disk_faults.booted(bookie_id)
 
     def _disk_latency(self) -> float:
         rng = self._disk_rng
@@ -146,6 +146,7 @@ class SimBookies:
             self.trace("boot-failed", bid, type(exc).__name__, exc)
             if mdisk.bitten != bitten:  # a full or failing disk: it stays down for now
                 self.counts["boot.failed_on_disk_fault"] += 1
+                self.disk_faults.happened(bid, "boot-failed-on-disk")
                 return False
             if isinstance(exc, MetadataError):
                 # As against ZooKeeper: the boot gives up, the bookie is started again.
@@ -178,10 +179,12 @@ class SimBookies:
         self.counts["bookie.registered_again"] += bookie.registration.renewals
 
     def crash(self, bid: str) -> None:
+        self.serving(bid)  # settled first: the crash is its next boot's to answer for
         self.retire(bid)
         lost = sum(d.lose_pending() for d in self.disk_threads[bid])
         self.bookies[bid].crash()
         self.disks[bid].power_cut()
+        self.disk_faults.happened(bid, "crash")
         if not self.bookie_settings["journal_write_data"]:
             self.budget.lost_data(bid)
         self.sessions.pop(bid).expire()  # type: ignore[attr-defined]
@@ -189,6 +192,7 @@ class SimBookies:
         self.trace("crash", bid, "disk-ops-lost", lost)
 
     async def stop(self, bid: str) -> None:
+        self.serving(bid)  # settled first, as before a crash
         self.retire(bid)
         self.counts["fault.clean_stop"] += 1
         self.trace("stop", bid)
@@ -197,6 +201,7 @@ class SimBookies:
         except BookieIOError as exc:  # its final flush failed (a full or failing disk)
             self.counts["stop.unclean"] += 1
             self.trace("stop-unclean", bid, exc)
+            self.disk_faults.happened(bid, "unclean-stop")
         finally:
             self.sessions.pop(bid).close()
 

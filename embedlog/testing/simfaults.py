@@ -10,7 +10,7 @@ the seed (the disks themselves are embedlog/testing/simdisk.py).
   ones; it comes back after the operator's BP-46 cookie fix (``fix_cookies``), so its
   boot is suspicious: every ledger the metadata gives it is fenced and put in limbo
   before it serves, then repaired from its peers (the oracle's rule for what it
-  acknowledged before: ``Oracle.wiped``). A wiped bookie lost entries it
+  acknowledged before: simlosses.py). A wiped bookie lost entries it
   acknowledged, like a bookie that crashed without the journal: both count against the
   same budget (``Scenario.lossy_bookies``, AQ - 1), so that every acknowledged entry
   keeps a copy somewhere and liveness is still checked. Without the journal, a full
@@ -32,12 +32,12 @@ import asyncio
 import random
 from collections.abc import Callable, Mapping
 
-from embedlog.bookie.bookie import Bookie
 from embedlog.errors import BKError
 from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.testing.simloop import seeded
+from embedlog.testing.simlosses import DiskEvent, LossRecord
 from embedlog.testing.simrot import apply_flips, draw_flips, rot_targets
 
 # The oracle's ``forget_lost``: a bookie booted after losing data; which ledgers its
@@ -64,10 +64,12 @@ class DiskNemesis:
         self.mean_gap: float | None = rng.choice((None, 0.3, 1.0, 3.0))
         self.wipe_probability = rng.choice((0.0, 0.1, 0.3))
         self._wiped: set[str] = set()  # wiped, and not booted with a cookie fix yet
-        self._unsettled: set[str] = set()  # wiped, and not booted since
         # Per bookie, the ledgers its booting incarnation owes entries of by the metadata
         # as its boot began (boot_begins).
         self._owed: dict[str, frozenset[int]] = {}
+        # What the history did to each bookie that may have cost it acknowledged entries,
+        # and which boot answers for it (simlosses.py).
+        self.losses = LossRecord(journal=ctx.budget.journal)
         # Corruption at rest (simrot.py): how likely a crashed bookie's files rot while it
         # is down, drawn per seed from a stream of its own (the other draws stay as they
         # were in scenarios without it).
@@ -104,6 +106,7 @@ class DiskNemesis:
         if not flips or not ctx.decide("disk-rot", bid, *map(str, flips)):
             return
         ctx.budget.lost_data(bid)
+        self.happened(bid, "rot")
         apply_flips(disk, flips)
         ctx.counts["fault.disk_rot"] += 1
         for f in flips:
@@ -120,7 +123,7 @@ class DiskNemesis:
         ctx.budget.lost_data(bid)
         self.disks[bid].wipe()
         self._wiped.add(bid)
-        self._unsettled.add(bid)
+        self.happened(bid, "wipe")
         ctx.counts["fault.wipe"] += 1
         ctx.trace("wipe", bid)
         return True
@@ -131,11 +134,18 @@ class DiskNemesis:
         self._downs += 1
         self.rng.random()
 
+    def happened(self, bid: str, event: DiskEvent) -> None:
+        """The history did ``event`` to ``bid`` (a crash, a stop or a boot that failed,
+        told by simbookies.py; a wipe or rot, done here): its next successful boot is
+        judged as after a loss when ``simlosses.may_lose_acked`` says so."""
+        self.losses.happened(bid, event)
+
     def boot_begins(self, bid: str) -> None:
         """``bid`` starts booting: the ledgers whose metadata lists it now, or that are
         being recovered (whose write-backs may have reached it), are those its boot must
         protect (BP-46 phase one), whatever the bookie decides: taken from the metadata
         store here, not from the bookie."""
+        self.losses.boot_begins(bid)
         truth = self.ctx.truth
         owed = set()
         for lid in truth.list_ledgers():
@@ -147,16 +157,16 @@ class DiskNemesis:
                 owed.add(lid)
         self._owed[bid] = frozenset(owed)
 
-    def booted(self, bid: str, bookie: Bookie) -> None:
-        """``bid`` booted (as ``bookie``); after a wipe, or a suspicious boot (a crash
-        without the journal lost what was not flushed), what it acknowledged before is judged
-        anew (``Oracle.forget_lost``): the ledgers the metadata gave it as its boot began
-        (``boot_begins``: from the history, never from the bookie's limbo flags) still
-        forbid a negative."""
+    def booted(self, bid: str) -> None:
+        """``bid`` booted. When the history may have cost it acknowledged entries since
+        its last successful boot (``LossRecord.booted``), what it acknowledged before is
+        judged anew (``Oracle.forget_lost``): the ledgers the metadata gave it as its
+        boot began (``boot_begins``) still forbid a negative. Both come from the
+        history, never from the bookie: neither its verdict on its boot (its BP-46
+        suspicion) nor its limbo flags decide what the oracle still checks."""
         owed = self._owed.pop(bid, frozenset())
-        if bid not in self._unsettled and not bookie.suspicion:
+        if not self.losses.booted(bid):
             return
-        self._unsettled.discard(bid)
         gone = self._forget_lost(bid, owed.__contains__)
         if gone:
             self.ctx.trace("lost-acks-forgotten", bid, gone)
