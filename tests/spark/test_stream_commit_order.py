@@ -37,16 +37,34 @@ def _temps(client: Any, stream_id: int, write_id: str) -> list[tuple[int, int]]:
     return out
 
 
-def test_a_driver_killed_between_the_record_and_the_pin_leaves_a_replay_that_lands(
-    client: Any, metadata_uri: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _target(client: Any, metadata_uri: str) -> tuple[int, WriteOptions]:
+    """A stream with tight retention to commit into (one entry in it), and the options."""
     ul = client.create_unbounded(
         3, 3, 2, fragment_max_entries=10, retention=Retention(max_entries=20)
     )
     ul.append(b"before")
     ul.close()
-    sid = ul.ledger_id
-    opts = WriteOptions.parse({"metadataUri": metadata_uri}, "write")
+    return ul.ledger_id, WriteOptions.parse({"metadataUri": metadata_uri}, "write")
+
+
+def _app_writes_past_the_limit_then_a_reader(client: Any, sid: int) -> tuple[Any, int]:
+    """The application's own writer takes the stream over and appends far past its
+    retention limit; then a consumer reads all of it and commits its cursor there, so
+    retention keeps what comes after. (the consumer's handle, its cursor)"""
+    other = client.open_unbounded(sid)
+    for i in range(100):
+        other.append(b"app-%03d" % i)
+    other.close()
+    reader = client.open_unbounded(sid, takeover=False)
+    seen = reader.last_add_confirmed
+    reader.commit("reader", seen)
+    return reader, seen
+
+
+def test_a_driver_killed_between_the_record_and_the_pin_leaves_a_replay_that_lands(
+    client: Any, metadata_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid, opts = _target(client, metadata_uri)
 
     steps: list[str] = []
     real_pin, real_store = pins.pin, sc._store
@@ -66,15 +84,7 @@ def test_a_driver_killed_between_the_record_and_the_pin_leaves_a_replay_that_lan
         sc.StreamCommit(client, opts, sid).commit("query-x", 0, "w1", _temps(client, sid, "w1"))
     monkeypatch.undo()
 
-    # The application's own writer takes over and appends far past the limit.
-    other = client.open_unbounded(sid)
-    for i in range(100):
-        other.append(b"app-%03d" % i)
-    other.close()
-    # A consumer that read all of it so far: retention keeps what comes after.
-    reader = client.open_unbounded(sid, takeover=False)
-    seen = reader.last_add_confirmed
-    reader.commit("reader", seen)
+    reader, seen = _app_writes_past_the_limit_then_a_reader(client, sid)
 
     # Spark replays the batch, then goes on with the next one.
     assert sc.StreamCommit(client, opts, sid).commit("query-x", 0, "w2", _temps(client, sid, "w2"))
@@ -96,13 +106,7 @@ def test_a_commit_whose_first_pin_another_commits_cleanup_took_keeps_its_record_
     over and, finding A's pin without a record, drops it; A stores its record and goes on
     (its appends fail: B took the stream over). A's replay must still count its rows
     after another writer appended past the limit: A's record must be pinned."""
-    ul = client.create_unbounded(
-        3, 3, 2, fragment_max_entries=10, retention=Retention(max_entries=20)
-    )
-    ul.append(b"before")
-    ul.close()
-    sid = ul.ledger_id
-    opts = WriteOptions.parse({"metadataUri": metadata_uri}, "write")
+    sid, opts = _target(client, metadata_uri)
     real_pin = pins.pin
     other_commit = []
 
@@ -125,13 +129,7 @@ def test_a_commit_whose_first_pin_another_commits_cleanup_took_keeps_its_record_
     f = client.open_unbounded(sid, takeover=False)
     assert pins.pin_name("query-a") in f.cursors()  # the record is pinned
 
-    other = client.open_unbounded(sid)
-    for i in range(100):
-        other.append(b"app-%03d" % i)
-    other.close()
-    reader = client.open_unbounded(sid, takeover=False)
-    seen = reader.last_add_confirmed
-    reader.commit("reader", seen)
+    reader, seen = _app_writes_past_the_limit_then_a_reader(client, sid)
     assert sc.StreamCommit(client, opts, sid).commit("query-a", 0, "a1", _temps(client, sid, "a1"))
     rows = [e.data for e in reader.entries(seen + 1)]
     one_batch = [b"p%d-%02d" % (p, i) for p in range(2) for i in range(30)]
