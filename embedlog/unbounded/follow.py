@@ -8,6 +8,7 @@ fragment never changes once the entry is acknowledged, so that metadata places i
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 from embedlog.errors import (
     BKError,
@@ -51,29 +52,26 @@ async def read_records(
 ) -> list[tuple[int, Record, bytes]]:
     """(entry id, record fields, payload) of the entries first..last that are not no-ops:
     what a writer reads back of earlier terms (dedup ids, retention's counts and times)."""
-    rows = await read_range(ctx, md, digester, first, last)
-    out = []
+    return list(visible_records(await read_range(ctx, md, digester, first, last)))
+
+
+def visible_records(rows: list[Row]) -> Iterator[tuple[int, Record, bytes]]:
+    """(entry id, record fields, payload) of the stored ``rows`` that are not no-ops: the
+    term stripped and the record's envelope (embedlog/wire/record.py) read."""
     for eid, header, payload in rows:
         if rules.visible(header.is_noop):
             _term, rec, data = split_record(header.flags, payload)
-            out.append((eid, rec, data))
-    return out
+            yield eid, rec, data
 
 
 def visible(md: LedgerMetadata, rows: list[Row]) -> list[Entry]:
-    """What a reader gets of the stored ``rows``: no no-ops, terms stripped."""
+    """What a reader gets of the stored ``rows``: no no-ops, terms stripped, the record's
+    fields in the Entry's."""
+    lid = md.ledger_id
     return [
-        stream_entry(md.ledger_id, eid, header.flags, payload)
-        for eid, header, payload in rows
-        if rules.visible(header.is_noop)
+        Entry(lid, eid, bytes(data), rec.timestamp, rec.key, rec.headers, rec.msg_id)
+        for eid, rec, data in visible_records(rows)
     ]
-
-
-def stream_entry(ledger_id: int, entry_id: int, flags: int, payload: bytes) -> Entry:
-    """What a reader of a stream gets for a stored entry: the term stripped and the
-    record's envelope (embedlog/wire/record.py) read into the Entry's fields."""
-    _term, rec, data = split_record(flags, payload)
-    return Entry(ledger_id, entry_id, bytes(data), rec.timestamp, rec.key, rec.headers, rec.msg_id)
 
 
 async def current_metadata(ctx: ClientContext, ledger_id: int) -> LedgerMetadata:
