@@ -41,6 +41,15 @@ STATUS = "/bookies/status"
 CLAIMS = "/bookies/claims"
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The MetadataClient methods that only read the store (``MetadataClient.call``).
+_READS: set[Callable[..., Any]] = set()
+
+
+def _read(fn: F) -> F:
+    _READS.add(fn)
+    return fn
 
 
 def ledger_path(ledger_id: int) -> str:
@@ -74,12 +83,20 @@ class MetadataClient:
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` (a call of this client) from the event loop: in a worker thread
-        when the store does network round trips (ZooKeeper), so the loop never stalls."""
+        when it may block (ZooKeeper's network round trips, the embedded store's synced
+        writes), so the loop never stalls; on the loop otherwise, saving the thread hop."""
         if self.delay is not None:
             await self._injected_delay(self.delay)
-        if self.store.blocking_io:
+        if self.blocks(fn):
             return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
         return fn(*args)
+
+    def blocks(self, fn: Callable[..., Any]) -> bool:
+        """Whether ``call`` runs ``fn`` in a thread: a read of this client's (a method
+        marked ``_read``) when the store's reads block, anything else when its calls do."""
+        if getattr(fn, "__self__", None) is self and getattr(fn, "__func__", None) in _READS:
+            return self.store.blocking_reads
+        return self.store.blocking_io
 
     @staticmethod
     async def _injected_delay(delay: Callable[[], float]) -> None:
@@ -136,6 +153,7 @@ class MetadataClient:
                 continue
             return candidate.evolve(version=version)
 
+    @_read
     def read_ledger(self, ledger_id: int) -> LedgerMetadata:
         try:
             data, version = self.store.get(ledger_path(ledger_id))
@@ -225,12 +243,15 @@ class MetadataClient:
             except NoNodeError:
                 pass
 
+    @_read
     def writable_bookies(self) -> list[str]:
         return self.store.children(AVAILABLE)
 
+    @_read
     def readonly_bookies(self) -> list[str]:
         return self.store.children(READONLY)
 
+    @_read
     def bookie_info(self, bookie_id: str) -> dict[str, object] | None:
         for base in (AVAILABLE, READONLY):
             try:
@@ -239,6 +260,7 @@ class MetadataClient:
                 continue
         return None
 
+    @_read
     def bookie_infos(self, *, readonly: bool = False) -> dict[str, dict[str, object]]:
         """Writable bookies (with ``readonly``, read-only ones too) -> their registered info
         (address, rack; {} when a bookie left meanwhile)."""
@@ -257,6 +279,7 @@ class MetadataClient:
             except NodeExistsError:
                 self.store.set(path, data, ANY_VERSION)
 
+    @_read
     def bookie_status(self, bookie_id: str) -> dict[str, object] | None:
         try:
             return dict(json.loads(self.store.get(f"{STATUS}/{bookie_id}")[0]))
@@ -290,12 +313,14 @@ class MetadataClient:
             return None
         return None if holder == owner else holder
 
+    @_read
     def known_bookies(self) -> list[str]:
         """Every bookie that ever wrote a cookie, running or not."""
         return sorted(self.store.children(COOKIES))
 
     # -- cookies ---------------------------------------------------------------------------
 
+    @_read
     def read_cookie(self, bookie_id: str) -> tuple[bytes, int] | None:
         try:
             return self.store.get(f"{COOKIES}/{bookie_id}")
@@ -325,6 +350,7 @@ class MetadataClient:
         except NodeExistsError:
             pass
 
+    @_read
     def underreplicated(self) -> dict[int, dict[str, object]]:
         out: dict[int, dict[str, object]] = {}
         for name in self.store.children(UNDERREPLICATED):

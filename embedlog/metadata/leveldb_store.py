@@ -70,8 +70,14 @@ def _child_prefix(path: str) -> str:
 
 
 class LevelDBMetadataStore(MetadataStore):
-    # Synced writes wait for the disk: an asyncio caller should use a thread.
+    # Synced writes wait for the disk: an asyncio caller should use a thread. A read is
+    # one LevelDB lookup in this process (a get, or a walk of a few keys), shorter than
+    # the thread hop it would take (a follower reads the metadata after every LAC).
     blocking_io = True
+
+    @property
+    def blocking_reads(self) -> bool:
+        return False
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)

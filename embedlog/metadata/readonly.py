@@ -37,6 +37,10 @@ class ReadOnlyStore(MetadataStore):
         self._cleanup = cleanup
         self.blocking_io = inner.blocking_io
 
+    @property
+    def blocking_reads(self) -> bool:
+        return self._inner.blocking_reads
+
     def _refuse(self, what: str, path: str) -> ReadOnlyMetadataError:
         return ReadOnlyMetadataError(f"read-only metadata: refusing to {what} {path}")
 

@@ -7,7 +7,8 @@ close) safe between competing clients. Implementations: in-memory, embedded
 LevelDB (the default for LocalCluster) and ZooKeeper.
 
 The calls are blocking. ``blocking_io`` tells the asyncio client whether a
-call may block long enough that it should run in a thread.
+call may block long enough that it should run in a thread, ``blocking_reads`` whether
+a read may (the embedded store's writes wait for the disk, its reads do not).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ DEFAULT_METADATA_TIMEOUT = 10.0
 
 class MetadataStore(abc.ABC):
     blocking_io: bool = False
+
+    @property
+    def blocking_reads(self) -> bool:
+        """Whether a read (``get``, ``children``) may block long enough to belong in a
+        thread too: as ``blocking_io`` unless the store knows its reads are local lookups."""
+        return self.blocking_io
 
     @abc.abstractmethod
     def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
@@ -143,6 +150,10 @@ class SessionView(MetadataStore):
             inner._session_owners = owners  # type: ignore[attr-defined]
         self._owners = owners
         self._on_expiry: list[Callable[[], None]] = []
+
+    @property
+    def blocking_reads(self) -> bool:
+        return self._inner.blocking_reads
 
     def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
         if not ephemeral:
