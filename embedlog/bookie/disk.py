@@ -36,8 +36,10 @@ class AppendOnlyFile(Protocol):
 
     def append(self, data: bytes) -> int: ...
 
-    def append_parts(self, parts: list[bytes]) -> int:
-        """Write ``parts`` at the end, one after the other; the offset they start at."""
+    def append_parts(self, parts: list[bytes], *, durable: bool = False) -> int:
+        """Write ``parts`` at the end, one after the other; the offset they start at.
+        ``durable``: and make them durable, as ``sync()`` would (in one system call where
+        there is one: files.py)."""
         ...
 
     def sync(self) -> None: ...

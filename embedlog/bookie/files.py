@@ -7,11 +7,21 @@ a power cut would: that is the crash model the BP-46 tests depend on.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+# A write that returns once its bytes and the file's new size are on disk (pwritev2 with
+# RWF_DSYNC, Linux 4.7+; fdatasync's guarantee, which is what BookKeeper's journal asks
+# of its force too): a durable append is then one system call, so the journal's thread
+# lets go of the GIL and takes it back once per group instead of twice, and its fsync
+# starts as soon as its write would have. Measured, 4 alternating rounds of 400 blocking
+# adds (docs/performance.md): 0.77 -> 0.66 ms p50, CPU per add 706 -> 629 µs. 0 where
+# the system lacks it, or once a file system refused it: writev, then fsync.
+_DSYNC: int = getattr(os, "RWF_DSYNC", 0) if hasattr(os, "pwritev") else 0
 
 
 class AppendFile:
@@ -37,42 +47,77 @@ class AppendFile:
         """Write ``data`` at the end; returns the offset it starts at (not yet durable)."""
         return self.append_parts([data])
 
-    def append_parts(self, parts: list[bytes]) -> int:
+    def append_parts(self, parts: list[bytes], *, durable: bool = False) -> int:
         """Write ``parts`` one after the other at the end (gathered: no joined copy of a
-        group that can be tens of MB); returns the offset they start at."""
+        group that can be tens of MB); returns the offset they start at. ``durable``: return
+        only once they and the file's new size are on disk, as ``sync()`` would make them."""
         with self.lock:
             if self.crashed:
                 raise OSError(f"{self.path}: bookie crashed")
             offset = self.size
             try:
+                if durable and _DSYNC and 0 < len(parts) <= _IOV_MAX and self._write_dsync(parts):
+                    self._synced_dir()
+                    self.synced = self._size
+                    return offset
                 for start in range(0, len(parts), _IOV_MAX):
-                    group = parts[start : start + _IOV_MAX]
-                    size = sum(map(len, group))
-                    written = os.writev(self._fd, group)
-                    if written < size:  # a short write: the rest one piece at a time
-                        view = memoryview(b"".join(group))[written:]
-                        while view:
-                            view = view[os.write(self._fd, view) :]
-                    self._size += size
+                    self._write_all(parts[start : start + _IOV_MAX], 0)
             except BaseException:
                 # Some of it may be in the file (a disk that filled up mid-write): the next
                 # append (a flush retrying) must not count on the offsets it thinks it has.
                 self._size = -1
                 raise
+            if durable:
+                self._sync_locked()
             return offset
+
+    def _write_dsync(self, parts: list[bytes]) -> bool:
+        """One durable write of ``parts``; False (nothing written) if the file system
+        refuses the flag, which is then not tried again."""
+        global _DSYNC
+        try:
+            written = os.pwritev(self._fd, parts, -1, _DSYNC)  # -1: at the end (O_APPEND)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            _DSYNC = 0
+            return False
+        size = self._write_all(parts, written)
+        if written < size:  # a short write: the rest was written without the flag
+            os.fsync(self._fd)
+        return True
+
+    def _write_all(self, group: list[bytes], written: int) -> int:
+        """Write what of ``group`` is not yet written (``written`` bytes are), one writev
+        and then one piece at a time after a short write; returns the group's size."""
+        size = sum(map(len, group))
+        if not written:
+            written = os.writev(self._fd, group)
+        if written < size:
+            view = memoryview(b"".join(group))[written:]
+            while view:
+                view = view[os.write(self._fd, view) :]
+        self._size += size
+        return size
 
     def sync(self) -> None:
         with self.lock:
             if self.crashed:
                 raise OSError(f"{self.path}: bookie crashed")
-            os.fsync(self._fd)
-            if self.synced < 0:  # a new file: make its directory entry durable too
-                dfd = os.open(self.path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
-            self.synced = self.size
+            self._sync_locked()
+
+    def _sync_locked(self) -> None:
+        os.fsync(self._fd)
+        self._synced_dir()
+        self.synced = self.size
+
+    def _synced_dir(self) -> None:
+        if self.synced < 0:  # a new file: make its directory entry durable too
+            dfd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
 
     def pread(self, offset: int, length: int) -> bytes:
         return os.pread(self._fd, length, offset)

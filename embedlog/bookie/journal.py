@@ -8,12 +8,12 @@ everything before it is already in ledger storage and its files can go.
 Record frame: length u32 | crc32c u32 | payload (never empty). Reading the files
 back (replay, and what it makes of damage) is journal_replay.py.
 
-Group commit: what is buffered is handed over at once, as one write and
-one fsync in the bookie's journal thread (never on the event loop); appends that
-arrive while that fsync runs accumulate and form the next group. So a lone add waits
-for one fsync and nothing else, and a busy journal groups as many records as arrive
-in an fsync's time (``grouping`` decides; ``journal_max_group_wait`` can add a wait
-for company, docs/performance.md).
+Group commit: what is buffered is handed over at once, as one durable write (one
+system call where the system has one: files.py) in the bookie's journal thread (never
+on the event loop); appends that arrive while it runs accumulate and form the next
+group. So a lone add waits for one fsync and nothing else, and a busy journal groups as
+many records as arrive in an fsync's time (``grouping`` decides;
+``journal_max_group_wait`` can add a wait for company, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -282,8 +282,9 @@ class Journal:
             old.close()
         started = self.clock.monotonic()
         if size:
-            self._file.append_parts(parts)
-        self._file.sync()
+            self._file.append_parts(parts, durable=True)
+        else:  # a sync() with nothing buffered
+            self._file.sync()
         # On the journal's thread, the only one that observes this histogram.
         self.metrics.journal_fsync_seconds.observe(self.clock.monotonic() - started)
 

@@ -93,7 +93,7 @@ class SimFile:
     def append(self, data: bytes) -> int:
         return self.append_parts([data])
 
-    def append_parts(self, parts: list[bytes]) -> int:
+    def append_parts(self, parts: list[bytes], *, durable: bool = False) -> int:
         self._usable()
         offset = len(self._f.data)
         data = b"".join(parts)
@@ -102,6 +102,8 @@ class SimFile:
             self._f.data += data[:room]
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
         self._f.data += data
+        if durable:  # the write, then the sync's own faults, as a real durable write has both
+            self.sync()
         return offset
 
     def sync(self) -> None:

@@ -153,10 +153,10 @@ def test_a_bookie_on_a_full_disk_does_not_keep_the_cluster_down(make_cluster, mo
     full_dir = cluster.bookie_config("bookie-2").data_dir
     real_append = AppendFile.append_parts
 
-    def append_unless_full(self, parts):
+    def append_unless_full(self, parts, **kw):
         if full_dir in self.path.parents:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_append(self, parts)
+        return real_append(self, parts, **kw)
 
     client = cluster.client()
     wh = client.create_ledger(3, 3, 3)
@@ -235,9 +235,9 @@ def test_nothing_is_journaled_after_a_group_that_filled_the_disk_part_way(tmp_pa
     writing, queued = threading.Event(), threading.Event()
     real_append = AppendFile.append_parts
 
-    def fills_up(self, parts):
+    def fills_up(self, parts, **kw):
         if b"".join(parts).find(second) < 0:
-            return real_append(self, parts)
+            return real_append(self, parts, **kw)
         writing.set()
         queued.wait()  # the third record is queued while this group is being written
         data = b"".join(parts)

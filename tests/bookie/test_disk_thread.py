@@ -206,9 +206,12 @@ class SyncLog:
             def __getattr__(self, name: str) -> Any:
                 return getattr(inner, name)
 
-            def append_parts(self, parts: list[bytes]) -> int:
+            def append_parts(self, parts: list[bytes], *, durable: bool = False) -> int:
                 log.unsynced.extend(parts)
-                return int(inner.append_parts(parts))
+                offset = int(inner.append_parts(parts))
+                if durable:
+                    self.sync()
+                return offset
 
             def sync(self) -> None:
                 time.sleep(0.03)

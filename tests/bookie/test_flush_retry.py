@@ -182,10 +182,10 @@ def test_a_failed_journal_keeps_the_bookie_read_only(harness: Any, monkeypatch) 
     real = AppendFile.append_parts
     journal_fails = failing(1, emfile, real)
 
-    def append_parts(self: AppendFile, parts: list[bytes]) -> int:
+    def append_parts(self: AppendFile, parts: list[bytes], **kw: Any) -> int:
         if self.path.suffix == journal.SUFFIX:
-            return int(journal_fails(self, parts))
-        return real(self, parts)
+            return int(journal_fails(self, parts, **kw))
+        return real(self, parts, **kw)
 
     monkeypatch.setattr(AppendFile, "append_parts", append_parts)
     assert h.add(3, 1, b"unknown").status == StatusCode.EIO

@@ -99,16 +99,18 @@ def test_records_arriving_during_an_fsync_are_the_next_group_and_wait_for_its_fs
     config.journal_dir.mkdir()
     in_fsync, release = threading.Event(), threading.Event()
     fsyncs = []
-    real_sync = AppendFile.sync
+    real_append = AppendFile.append_parts
 
-    def gated_sync(self: AppendFile) -> None:
-        fsyncs.append(self.size)
-        if len(fsyncs) == 1:  # the first group's fsync lasts until the burst is queued
-            in_fsync.set()
-            release.wait()
-        real_sync(self)
+    def gated_append(self: AppendFile, parts: list[bytes], *, durable: bool = False) -> int:
+        offset = real_append(self, parts, durable=durable)
+        if durable:  # the group's write and fsync, which lasts until the burst is queued
+            fsyncs.append(self.size)
+            if len(fsyncs) == 1:
+                in_fsync.set()
+                release.wait()
+        return offset
 
-    monkeypatch.setattr(AppendFile, "sync", gated_sync)
+    monkeypatch.setattr(AppendFile, "append_parts", gated_append)
     burst = [b"S" + bytes(8) + b'{"n": %d}' % i for i in range(9)]
 
     async def scenario() -> tuple[list[bool], list[bool], journal.Journal]:
