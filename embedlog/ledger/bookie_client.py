@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from embedlog.errors import BKTimeoutError, BookieUnavailableError
-from embedlog.transport.base import Transport, next_txn
+from embedlog.transport.base import Then, Transport, next_txn
 from embedlog.wire.messages import NO_TERM, OpCode, Request, Response
 
 # Transport failures that say nothing about the bookie's state: the outcome is unknown.
@@ -50,10 +50,12 @@ class BookieClient:
         master_key: bytes,
         body: bytes,
         lafr: int = -1,
+        then: Then | None = None,
     ) -> asyncio.Future[Response]:
-        """An ADD as a future (the writer's hot path: no coroutine per request)."""
+        """An ADD as a future (the writer's hot path: no coroutine per request); ``then``
+        is called with it once answered (``Transport.send_nowait``)."""
         return self._send_add(
-            OpCode.ADD, bookie_id, ledger_id, entry_id, flags, term, master_key, body, lafr
+            OpCode.ADD, bookie_id, ledger_id, entry_id, flags, term, master_key, body, lafr, then
         )
 
     def add_batch_nowait(
@@ -67,6 +69,7 @@ class BookieClient:
         term: int,
         master_key: bytes,
         lafr: int = -1,
+        then: Then | None = None,
     ) -> asyncio.Future[Response]:
         """Entries in one ADD_BATCH request (``body``: as ``pack_entries`` frames them); the
         answer holds one result per entry, in the same order."""
@@ -80,6 +83,7 @@ class BookieClient:
             master_key,
             body,
             lafr,
+            then,
         )
 
     def _send_add(
@@ -93,9 +97,10 @@ class BookieClient:
         master_key: bytes,
         body: bytes,
         lafr: int,
+        then: Then | None,
     ) -> asyncio.Future[Response]:
         req = Request(op, next_txn(), ledger_id, entry_id, flags, term, 0, master_key, body, lafr)
-        return self.transport.send_nowait(self.name, bookie_id, req, self.request_timeout)
+        return self.transport.send_nowait(self.name, bookie_id, req, self.request_timeout, then)
 
     def can_batch(self) -> bool:
         """Whether adds may share requests: not while network faults are configured, so

@@ -66,7 +66,7 @@ class Sender:
                     self.batch(bookie, idx, run, flags)
 
     def one(self, p: PendingAdd, idx: int, bookie: str) -> None:
-        fut = self.ctx.bookies.add_nowait(
+        self.ctx.bookies.add_nowait(
             bookie,
             self.ledger_id,
             p.entry_id,
@@ -75,11 +75,11 @@ class Sender:
             master_key=self.key,
             body=p.packed,
             lafr=self.lafr(),
+            then=AnswerFor(self.answers, p, idx, bookie),
         )
-        fut.add_done_callback(AnswerFor(self.answers, p, idx, bookie))
 
     def batch(self, bookie: str, idx: int, run: list[PendingAdd], flags: int) -> None:
-        fut = self.ctx.bookies.add_batch_nowait(
+        self.ctx.bookies.add_batch_nowait(
             bookie,
             self.ledger_id,
             run[0].entry_id,
@@ -88,5 +88,5 @@ class Sender:
             term=self.term,
             master_key=self.key,
             lafr=self.lafr(),
+            then=BatchAnswerFor(self.answers, run, idx, bookie),
         )
-        fut.add_done_callback(BatchAnswerFor(self.answers, run, idx, bookie))

@@ -37,7 +37,7 @@ from embedlog.errors import BKTimeoutError, BookieUnavailableError
 from embedlog.testing.decisions import always
 from embedlog.testing.simchanges import ChangeAims, Link
 from embedlog.testing.simraces import Gates, aimed_loss, fences
-from embedlog.transport.base import Transport
+from embedlog.transport.base import Then, Transport
 from embedlog.transport.server import RequestHandler, serve_frame
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import AddFlags, FrameError, OpCode, ReadFlags, Request, Response
@@ -273,7 +273,7 @@ class SimNetwork(Transport):
         return await self.send_nowait(src, bookie_id, req, timeout)
 
     def send_nowait(
-        self, src: str, bookie_id: str, req: Request, timeout: float
+        self, src: str, bookie_id: str, req: Request, timeout: float, then: Then | None = None
     ) -> asyncio.Future[Response]:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Response] = loop.create_future()
@@ -313,6 +313,8 @@ class SimNetwork(Transport):
             self._watch(bookie_id, req, "lost" if lost else "late" if self._late else "sent")
         timer = loop.call_later(timeout, self._time_out, answer, src, bookie_id, req, timeout)
         answer.add_done_callback(lambda _f: timer.cancel())
+        if then is not None:  # always a loop turn later: delivery is the simulator's to order
+            answer.add_done_callback(then)
         return answer
 
     def _deliver(

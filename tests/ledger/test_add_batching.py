@@ -21,9 +21,9 @@ def spy_ops(cluster, monkeypatch) -> Counter:
     transport = cluster.transport
     real = transport.send_nowait
 
-    def send_nowait(src, bookie_id, req, timeout):
+    def send_nowait(src, bookie_id, req, timeout, then=None):
         ops[req.op] += 1
-        return real(src, bookie_id, req, timeout)
+        return real(src, bookie_id, req, timeout, then)
 
     monkeypatch.setattr(transport, "send_nowait", send_nowait)
     return ops

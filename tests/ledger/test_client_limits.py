@@ -78,9 +78,9 @@ def spy_request_bodies(cluster, monkeypatch) -> list[tuple[OpCode, int]]:
     transport = cluster.transport
     real = transport.send_nowait
 
-    def send_nowait(src, bookie_id, req, timeout):
+    def send_nowait(src, bookie_id, req, timeout, then=None):
         seen.append((req.op, len(req.body)))
-        return real(src, bookie_id, req, timeout)
+        return real(src, bookie_id, req, timeout, then)
 
     monkeypatch.setattr(transport, "send_nowait", send_nowait)
     return seen
