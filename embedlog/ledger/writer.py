@@ -318,6 +318,14 @@ class LedgerWriter:
         self._carry_out()
         return out
 
+    def send_now(self) -> None:
+        """Send what was queued in this loop turn now, not at its end (the add inbox took
+        all it had: inbox.py)."""
+        if self._waiting_due:
+            self._send_queued()
+        if self._outbox_due:
+            self._flush_outbox()
+
     def _flush_outbox(self) -> None:
         self._outbox_due = False
         pl = self.pl

@@ -139,6 +139,9 @@ class StreamAppends:
         """The message ids this term knows (None until read back after a takeover)."""
         return self._window
 
+    def send_now(self) -> None:
+        self._writer.send_now()
+
     def add_to(
         self,
         future: concurrent.futures.Future[int],

@@ -63,3 +63,38 @@ def test_an_add_on_its_way_can_no_longer_be_cancelled(cluster):
         time.sleep(0.001)
     assert not fut.cancel()
     assert fut.result(30) == 0
+
+
+def test_the_requests_of_adds_taken_leave_before_the_loop_turn_ends(cluster, monkeypatch):
+    """The inbox hands over everything it had at once, so the writer sends right away
+    instead of at the end of the loop turn: a blocking add's requests (one per bookie of a
+    ledger and of a stream) go out while the inbox is still taking."""
+    from embedlog.ledger.inbox import AddInbox
+    from embedlog.wire.messages import OpCode
+
+    taking = threading.local()
+    sends: list[tuple[OpCode, bool]] = []
+    real_take, real_send = AddInbox._take, cluster.transport.send_nowait
+
+    def take(self: AddInbox) -> None:
+        taking.on = True
+        try:
+            real_take(self)
+        finally:
+            taking.on = False
+
+    def send_nowait(src, bookie_id, req, timeout, then=None):
+        sends.append((req.op, getattr(taking, "on", False)))
+        return real_send(src, bookie_id, req, timeout, then)
+
+    monkeypatch.setattr(AddInbox, "_take", take)
+    monkeypatch.setattr(cluster.transport, "send_nowait", send_nowait)
+    client = cluster.client("c1")
+    wh = client.create_ledger(3, 3, 2)
+    stream = client.create_unbounded(3, 3, 2)
+    sends.clear()
+    for i in range(5):
+        wh.add(b"entry %d" % i)
+        stream.append(b"record %d" % i)
+    adds = [inside for op, inside in sends if op in (OpCode.ADD, OpCode.ADD_BATCH)]
+    assert len(adds) == 30 and all(adds)
