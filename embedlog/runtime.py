@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from embedlog.errors import ClientClosedError
+from embedlog.eventloop import new_event_loop
 
 T = TypeVar("T")
 
@@ -25,7 +26,7 @@ T = TypeVar("T")
 class Runtime:
     def __init__(self, name: str = "embedlog") -> None:
         self.name = name
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self._closed_reason: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"{name}-loop", daemon=True)
         self._started = threading.Event()
