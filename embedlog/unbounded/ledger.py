@@ -77,7 +77,8 @@ class UnboundedLedger:
         )
         self._lac = lac
         self._closed = False
-        self._closing: asyncio.Event | None = None  # set on close (made on the loop)
+        # Called on the loop once this handle is closed: the steps of its tails under way.
+        self._on_close: set[Callable[[], None]] = set()
         self._own_wait = OwnTailWait(ctx, md.ledger_id)
 
     # -- identity ----------------------------------------------------------------------------
@@ -442,13 +443,17 @@ class UnboundedLedger:
             self._md = md
         return md
 
-    def closing(self) -> asyncio.Future[bool]:
-        """Completes once this handle is closed (on the loop)."""
-        if self._closing is None:
-            self._closing = asyncio.Event()
-            if self._closed:
-                self._closing.set()
-        return asyncio.ensure_future(self._closing.wait())
+    def on_close(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` on the loop once this handle is closed (soon, if it is now);
+        returns what forgets it. On the loop."""
+        if self._closed:
+            return asyncio.get_running_loop().call_soon(callback).cancel
+        self._on_close.add(callback)
+        return lambda: self._on_close.discard(callback)
+
+    def _closed_now(self) -> None:
+        for callback in list(self._on_close):
+            callback()
 
     async def wait_past(self, previous: int, wait: float, batch: int = 0) -> list[Row] | None:
         """Wait up to ``wait`` seconds for the LAC to pass ``previous``; with ``batch``, a
@@ -492,9 +497,11 @@ class UnboundedLedger:
         if self._closed:
             return
         self._closed = True
-        closing = self._closing
-        if closing is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(closing.set)  # active tails end now
+        if not self._loop.is_closed():
+            try:
+                self._loop.call_soon_threadsafe(self._closed_now)  # active tails end now
+            except RuntimeError:  # the loop closed meanwhile: no tail is waiting
+                pass
         # A closed client (or stopped cluster) already stopped its writers: nothing to wait for.
         closed = self._runtime.closed_reason or self._ctx.closed_reason
         if self._writer is not None and closed is None:

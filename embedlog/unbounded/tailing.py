@@ -5,7 +5,9 @@ steps: a step returns the next batch of entries, waiting (long-poll LAC reads) u
 there is one, or None when the tail ended (its idle timeout passed, or the tail or its
 ledger handle was closed). ``Tail`` iterates it from a thread, ``AsyncTail`` from any
 event loop; both let a close (or the cancellation of the task iterating) end the step
-at once instead of at the end of a long poll.
+at once instead of at the end of a long poll. A step does its work in the task that
+runs it, and a close cancels that task: the entries a wait brings reach the caller
+with no task or loop turn of the step's own in between.
 
 Entries below the trim point are skipped, never read: ``skipped`` counts their ids. A
 read that finds an entry missing is a skip only when the metadata, read after the
@@ -20,7 +22,7 @@ import asyncio
 import concurrent.futures
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
 from embedlog import validate
@@ -62,7 +64,7 @@ class Followed(Protocol):
 
     def check_open(self) -> None: ...
 
-    def closing(self) -> asyncio.Future[bool]: ...
+    def on_close(self, callback: Callable[[], None]) -> Callable[[], None]: ...
 
     async def view(self) -> tuple[LedgerMetadata, int]: ...
 
@@ -99,24 +101,13 @@ class TailCursor:
         self.skipped = 0
         self.last_skip: tuple[int, int] | None = None
         self.ended = False
-        # Made on the loop by the first step and kept for every step after it: stop() ends
-        # a waiting step through a plain future, not a waiter task per step. (The handle's
-        # close is a task per step: a task kept across steps would be left pending by a
-        # tail that is dropped without close().)
-        self._stopped: asyncio.Future[None] | None = None
+        # The tasks running a step now (on the loop), and those of them that stop() or the
+        # handle's close cancelled: such a step returns None.
+        self._steps: set[asyncio.Task[Any]] = set()
+        self._released: set[asyncio.Task[Any]] = set()
         self._trim_point = 0  # the highest trim point seen (a writer's metadata may lag)
         self._idle_since = ledger.ctx.clock.monotonic()
         self._metadata_down = False  # said once per outage
-        # A batch the position moved past whose step was cancelled before it returned it
-        # (its caller gave up at that moment): the next step returns it, so a cancelled
-        # wait never skips entries.
-        self._unhanded: list[Entry] | None = None
-
-    @property
-    def next_to_hand(self) -> int:
-        """The id of the first entry no step has returned yet (``position`` but for a
-        batch a cancelled step kept back)."""
-        return self._unhanded[0].entry_id if self._unhanded else self.position
 
     async def resolve_start(self) -> None:
         """Look up where a tail of a cursor, "earliest" or "latest" starts (once)."""
@@ -134,45 +125,43 @@ class TailCursor:
         """End the tail: a step waiting now returns None at once (any thread)."""
         self.ended = True
         loop = self.ledger.runtime.loop
-        if self._stopped is not None and not loop.is_closed():
+        if not loop.is_closed():
             try:
                 loop.call_soon_threadsafe(self._release)
             except RuntimeError:  # the loop closed meanwhile: no step is waiting
                 pass
 
     def _release(self) -> None:
-        # On the loop: wake a waiting step.
-        if self._stopped is not None and not self._stopped.done():
-            self._stopped.set_result(None)
+        # On the loop: end the steps under way (stop() or the handle's close).
+        for task in self._steps - self._released:
+            if not task.done():
+                self._released.add(task)
+                task.cancel()
 
     async def step(self, deadline: float | None = None) -> list[Entry] | None:
         """The next entries (at least one), or None once the tail ended; with a
-        ``deadline`` (``ctx.clock.monotonic()``), [] if none came by then (``poll``)."""
-        if self._stopped is None:
-            self._stopped = asyncio.get_running_loop().create_future()
+        ``deadline`` (``ctx.clock.monotonic()``), [] if none came by then (``poll``).
+
+        The work runs in the caller's task, which stop() and the handle's close cancel.
+        The position moves past a batch only where the step returns it, with no await in
+        between: a step cancelled by its caller (the runtime stops) never skips entries.
+        """
         if self.ended:
             return None
-        if self._unhanded is not None:
-            kept, self._unhanded = self._unhanded, None
-            return kept
-        work = asyncio.ensure_future(self._next_batch(deadline))
-        closing = self.ledger.closing()
+        task = asyncio.current_task()
+        assert task is not None
+        self._steps.add(task)
+        forget = self.ledger.on_close(self._release)
         try:
-            waiters: list[asyncio.Future[Any]] = [work, self._stopped, closing]
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            batch = await self._next_batch(deadline)
         except asyncio.CancelledError:
-            if work.done() and not work.cancelled() and work.exception() is None:
-                self._unhanded = work.result() or None
-            raise
+            if task not in self._released or task.uncancel() > 0:
+                raise  # cancelled by its caller as well
+            batch = None
         finally:
-            if not closing.done():
-                closing.cancel()
-            if not work.done():
-                work.cancel()
-        if not work.done() or work.cancelled():
-            self.ended = True
-            return None
-        batch = work.result()
+            forget()
+            self._steps.discard(task)
+            self._released.discard(task)
         if batch is None:
             self.ended = True
         return batch
@@ -183,7 +172,12 @@ class TailCursor:
         # Entries the last wait brought along (first id, rows): read by the metadata the
         # view now holds, so they stand for a read of their own (follow.wait_and_read).
         brought: tuple[int, list[Row]] | None = None
+        me = asyncio.current_task()
         while True:
+            if me in self._released:
+                # Released, but an await under way finished as the cancel came and let it
+                # pass (asyncio.wait_for can): end here rather than wait again.
+                return None
             ul.check_open()
             md, lac = await ul.view()
             self._trim_point = max(self._trim_point, layout.first_entry(md))
@@ -262,7 +256,7 @@ class _TailState:
     def __init__(self, cursor: TailCursor) -> None:
         self._cursor = cursor
         self._buffer: deque[Entry] = deque()
-        self._handed = cursor.next_to_hand  # position after the entries handed out
+        self._handed = cursor.position  # position after the entries handed out
 
     @property
     def skipped(self) -> int:
@@ -275,7 +269,7 @@ class _TailState:
     @property
     def position(self) -> int:
         if not self._buffer:
-            return self._cursor.next_to_hand
+            return self._cursor.position
         return self._handed
 
     def _take(self, max_entries: int) -> list[Entry]:

@@ -122,7 +122,7 @@ SYNC_ONLY = {
     "ctx": None,
     "digester": None,
     "check_open": None,
-    "closing": None,
+    "on_close": None,
     "view": None,
     "reread_metadata": None,
     "wait_past": None,

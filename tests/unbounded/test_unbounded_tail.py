@@ -73,10 +73,10 @@ def test_tail_across_rollovers_and_takeovers(make_cluster):
     assert received == acked  # every acked entry, in order, no no-ops, ids as acked
 
 
-def test_a_step_cancelled_once_its_batch_is_read_hands_the_batch_to_the_next_step(cluster):
-    """The step's caller gives up (its task is cancelled) just as the batch is read and
-    the tail's position has moved past it: the next step returns that batch, so a
-    cancelled wait never skips entries."""
+def test_a_step_cancelled_at_any_turn_leaves_the_position_where_it_was(cluster):
+    """The step's caller gives up (its task is cancelled) at any loop turn of the step: the
+    position moves past a batch only where the step returns it, so a cancelled step has
+    moved it past nothing (no-ops aside) and the next step returns the batch."""
     import asyncio
 
     writer = cluster.client("w").create_unbounded(3, 3, 2)
@@ -84,22 +84,33 @@ def test_a_step_cancelled_once_its_batch_is_read_hands_the_batch_to_the_next_ste
         writer.append(b"e%d" % i)
     writer.close()  # the bookies learn the final LAC
     follower = cluster.client("f").open_unbounded(writer.ledger_id, takeover=False)
-    cursor = follower._tail_cursor(0, IDLE, None)
 
-    async def cancel_as_the_batch_is_read() -> list[bytes]:
+    async def cancel_after(turns: int) -> tuple[bool, int, list[bytes]]:
+        cursor = follower._tail_cursor(0, IDLE, None)
         step = asyncio.ensure_future(cursor.step())
-        while cursor.position == 0:  # loop turns until the read moved the position
+        for _ in range(turns):
             await asyncio.sleep(0)
         step.cancel()
         try:
-            await step
+            got = [e.data for e in await step or []]
         except asyncio.CancelledError:
-            pass
-        assert step.cancelled(), "the step returned before the cancel: nothing was tested"
-        again = await cursor.step()
-        return [e.data for e in again or []]
+            got = []
+        at = cursor.position
+        while len(got) < 3:
+            got += [e.data for e in await cursor.step() or []]
+        return step.cancelled(), at, got
 
-    assert cluster.runtime.run(cancel_as_the_batch_is_read()) == [b"e0", b"e1", b"e2"]
+    cancelled = 0
+    for turns in range(200):
+        was_cancelled, at, got = cluster.runtime.run(cancel_after(turns))
+        assert got == [b"e0", b"e1", b"e2"], turns
+        if not was_cancelled:
+            break  # the step returned before this many turns passed
+        cancelled += 1
+        assert at == 0, f"a step cancelled after {turns} turns moved the position to {at}"
+    else:
+        raise AssertionError("the step never returned")
+    assert cancelled > 3  # the step waits several turns: the cancels hit inside it
 
 
 def test_an_async_tail_cancelled_as_its_batch_arrives_hands_it_out_next(cluster):
