@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -56,6 +57,10 @@ def ledger_path(ledger_id: int) -> str:
     return f"{LEDGERS}/{ledger_id:020d}"
 
 
+# How many ledgers' last parsed metadata a client keeps (``read_ledger``): a follower
+# re-reads its stream's after every LAC it sees, and it is mostly unchanged.
+PARSED_KEPT = 256
+
 # How often an operation held back by an injected delay looks at the setting again, so
 # that ``heal()`` releases operations that are already waiting.
 _DELAY_RECHECK = 0.05
@@ -80,6 +85,9 @@ class MetadataClient:
         # Fault injection (LocalCluster's ``network.delay_metadata``): seconds every
         # operation made through ``call`` waits before it reaches the store.
         self.delay = delay
+        # Ledger id -> (stored bytes, the metadata parsed from them), oldest first.
+        self._parsed: dict[int, tuple[bytes, LedgerMetadata]] = {}
+        self._parsed_lock = threading.Lock()  # calls run in worker threads too
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` (a call of this client) from the event loop: in a worker thread
@@ -159,7 +167,22 @@ class MetadataClient:
             data, version = self.store.get(ledger_path(ledger_id))
         except NoNodeError:
             raise NoSuchLedgerInMetadataError(f"ledger {ledger_id} does not exist") from None
-        return LedgerMetadata.from_bytes(data, version)
+        return self._parse(ledger_id, data, version)
+
+    def _parse(self, ledger_id: int, data: bytes, version: int) -> LedgerMetadata:
+        """``LedgerMetadata.from_bytes``, or the (immutable) metadata parsed last time when
+        the store gave the same bytes at the same version: parsing cost a follower's
+        re-read as much as the rest of it."""
+        kept = self._parsed.get(ledger_id)
+        if kept is not None and kept[1].version == version and kept[0] == data:
+            return kept[1]
+        md = LedgerMetadata.from_bytes(data, version)
+        with self._parsed_lock:
+            self._parsed.pop(ledger_id, None)
+            self._parsed[ledger_id] = (data, md)
+            if len(self._parsed) > PARSED_KEPT:
+                del self._parsed[next(iter(self._parsed))]
+        return md
 
     def write_ledger(self, md: LedgerMetadata) -> LedgerMetadata:
         """Compare-and-swap ``md`` over the version it was read at; returns it with the new version.

@@ -155,6 +155,33 @@ def test_concurrent_ledger_writers_one_wins(store: MetadataStore) -> None:
     assert mc.read_ledger(md.ledger_id) == winners[0]
 
 
+def test_a_ledger_read_again_unchanged_is_not_parsed_again(
+    mc: MetadataClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower re-reads its stream's metadata after every LAC: the client parses the
+    stored bytes only when they or their version changed (another client's write, a
+    delete and a create of the same id at version 0 again)."""
+    md = mc.create_ledger(sample(ledger_id=5))
+    parsed: list[int] = []
+    real = LedgerMetadata.from_bytes
+
+    def from_bytes(data: bytes, version: int = -1) -> LedgerMetadata:
+        parsed.append(version)
+        return real(data, version)
+
+    monkeypatch.setattr(LedgerMetadata, "from_bytes", from_bytes)
+    first = mc.read_ledger(5)
+    assert mc.read_ledger(5) is first and parsed == [0]
+    other = MetadataClient(mc.store)
+    other.write_ledger(md.evolve(last_entry_id=3))
+    assert mc.read_ledger(5).last_entry_id == 3 and parsed == [0, 1]
+    other.delete_ledger(5)
+    other.create_ledger(sample(ledger_id=5, ensemble_size=4, write_quorum=2))
+    again = mc.read_ledger(5)
+    assert (again.version, again.ensemble_size, again.write_quorum) == (0, 4, 2)
+    assert parsed == [0, 1, 0]
+
+
 def test_missing_ledger(mc: MetadataClient) -> None:
     with pytest.raises(NoSuchLedgerInMetadataError):
         mc.read_ledger(12345)
