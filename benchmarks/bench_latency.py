@@ -118,6 +118,7 @@ def one_round(directory: Path) -> dict[str, float]:
         r["add_cpu_us"] = (time.process_time() - cpu0) / BLOCKING * 1e6
         for role, cpu in by_role(threads0, thread_cpu()).items():
             r[f"add_cpu_us_{role}"] = cpu / BLOCKING * 1e6
+        r.update(_loop_work(wh, data))
 
         threads0, cpu0 = thread_cpu(), time.process_time()
         start = time.perf_counter()
@@ -138,6 +139,48 @@ def one_round(directory: Path) -> dict[str, float]:
         r["follow_p50"], r["follow_p99"] = pct(follow, 0.5), pct(follow, 0.99)
         r.update(_fresh_tail(cluster))
     return r
+
+
+def _loop_work(wh: Any, data: bytes) -> dict[str, float]:
+    """Per blocking add, what the runtime's loop does: iterations, callbacks run and
+    ``recv`` calls on its self-pipe (each one lets go of the GIL). Counted by wrapping the
+    loop's own methods in this round's process only."""
+    import asyncio.events
+
+    runtime = wh._runtime  # the writer's runtime: its loop serves the bookies too
+    loop = runtime.loop
+    counts = {"iterations": 0, "callbacks": 0, "recvs": 0}
+    run_once, handle_run, ssock = loop._run_once, asyncio.events.Handle._run, loop._ssock
+
+    def counted_run_once() -> None:
+        counts["iterations"] += 1
+        run_once()
+
+    def counted_run(handle: Any) -> None:
+        counts["callbacks"] += 1
+        handle_run(handle)
+
+    class CountedSocket:
+        def recv(self, n: int) -> bytes:
+            counts["recvs"] += 1
+            return bytes(ssock.recv(n))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(ssock, name)
+
+    def install(on: bool) -> None:
+        loop._run_once = counted_run_once if on else run_once
+        loop._ssock = CountedSocket() if on else ssock
+
+    asyncio.events.Handle._run = counted_run  # type: ignore[method-assign, assignment]
+    runtime.call(install, True)
+    for key in counts:
+        counts[key] = 0
+    for _ in range(BLOCKING):
+        wh.add(data)
+    runtime.call(install, False)
+    asyncio.events.Handle._run = handle_run  # type: ignore[method-assign]
+    return {f"loop_{key}": n / BLOCKING for key, n in counts.items()}
 
 
 def _follower(cluster: Any) -> list[float]:
@@ -208,6 +251,9 @@ LINES: list[tuple[str, str, Callable[[dict[str, float]], float]]] = [
     ("  of it the loop thread", "{:.0f}", lambda r: r.get("add_cpu_us_loop", 0.0)),
     ("  the three journal threads", "{:.0f}", lambda r: r.get("add_cpu_us_journals", 0.0)),
     ("  the caller (add)", "{:.0f}", lambda r: r.get("add_cpu_us_caller", 0.0)),
+    ("  loop iterations per add", "{:.2f}", lambda r: r.get("loop_iterations", 0.0)),
+    ("  loop callbacks per add", "{:.2f}", lambda r: r.get("loop_callbacks", 0.0)),
+    ("  self-pipe recv calls per add", "{:.2f}", lambda r: r.get("loop_recvs", 0.0)),
     ("append -> follower, p50 ms", "{:.2f}", lambda r: r["follow_p50"]),
     ("append -> follower, p99 ms", "{:.2f}", lambda r: r["follow_p99"]),
     ("fresh tail's first entry, p50 ms", "{:.2f}", lambda r: r["fresh_tail_p50"]),
