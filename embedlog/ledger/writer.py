@@ -102,8 +102,10 @@ class LedgerWriter:
         self.explicit_lac = ExplicitLac(
             ctx, self.pl, term, self.key, self._spawn, enabled=not recovery
         )
-        self._outbox_due = False
-        self._waiting_due = False
+        # The loop callbacks that send this turn's outbox and queued adds, once scheduled
+        # (send_now runs them early and cancels them).
+        self._outbox_due: asyncio.Handle | None = None
+        self._waiting_due: asyncio.Handle | None = None
         self._sender = Sender(ctx, md.ledger_id, term, self.key, self.policy.lafr_for_adds, self)
 
     # The pipeline's state that callers read.
@@ -191,14 +193,13 @@ class LedgerWriter:
         # AddPipeline.queue, inlined: this is per entry.
         pending.append(p)
         pl.waiting.append(p)
-        if not self._waiting_due:
+        if self._waiting_due is None:
             # Sent at the end of this loop iteration, together with every entry queued
             # meanwhile: one pass over the write sets for the whole run.
-            self._waiting_due = True
-            asyncio.get_running_loop().call_soon(self._send_queued)
+            self._waiting_due = asyncio.get_running_loop().call_soon(self._send_queued)
 
     def _send_queued(self) -> None:
-        self._waiting_due = False
+        self._waiting_due = None
         self.pl.send_queued()
         self._carry_out()
 
@@ -218,9 +219,8 @@ class LedgerWriter:
             direct, pl.direct = pl.direct, []
             for p, idx, bookie in direct:
                 self._send_one(p, idx, bookie)
-        if pl.outbox and not self._outbox_due:
-            self._outbox_due = True
-            asyncio.get_running_loop().call_soon(self._flush_outbox)
+        if pl.outbox and self._outbox_due is None:
+            self._outbox_due = asyncio.get_running_loop().call_soon(self._flush_outbox)
         if pl.start_change:
             pl.start_change = False
             self._changing = asyncio.get_running_loop().create_task(self._change_ensemble())
@@ -321,13 +321,15 @@ class LedgerWriter:
     def send_now(self) -> None:
         """Send what was queued in this loop turn now, not at its end (the add inbox took
         all it had: inbox.py)."""
-        if self._waiting_due:
+        if self._waiting_due is not None:
+            self._waiting_due.cancel()
             self._send_queued()
-        if self._outbox_due:
+        if self._outbox_due is not None:
+            self._outbox_due.cancel()
             self._flush_outbox()
 
     def _flush_outbox(self) -> None:
-        self._outbox_due = False
+        self._outbox_due = None
         pl = self.pl
         outbox, pl.outbox = pl.outbox, {}
         resends, pl.outbox_resends = pl.outbox_resends, False
