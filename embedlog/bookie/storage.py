@@ -268,8 +268,8 @@ class LedgerStorage:
         return sorted(ids | held)
 
     def last_entry(self, ledger_id: int) -> int:
-        held = self._held(ledger_id)
-        best = max(held) if held else -1
+        held = (self.cache.get(ledger_id), self._flushing.get(ledger_id))
+        best = max((max(entries) for entries in held if entries), default=-1)
         if ledger_id not in self._deleted:
             best = max(best, self.index.last_entry(ledger_id))
         return best
