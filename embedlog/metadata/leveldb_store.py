@@ -31,7 +31,7 @@ import contextlib
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from embedlog import leveldb
@@ -51,6 +51,8 @@ _NODE = b"n"
 _EPHEMERAL = b"e"
 _VERSION = struct.Struct(">q")
 _SYNC = {"sync": True}
+# How many nodes the store keeps as last read (the ledgers that followers re-read).
+KEPT_NODES = 1024
 
 
 class MetadataStoreInUseError(MetadataError):
@@ -89,6 +91,15 @@ class LevelDBMetadataStore(MetadataStore):
         self._reads_done = threading.Condition(threading.Lock())
         self._closing = False
         self._last_session = 0  # 0 is the store's own session
+        # Path -> (data, version) of nodes read lately, oldest first. This object alone has
+        # the directory open (the lock below), so every change goes through it and drops
+        # the node here (``_forget``): a read of a kept node needs no LevelDB get, which lets
+        # go of the GIL and waits for it back (a follower re-reads its stream's metadata
+        # after every LAC). ``_changes`` counts the drops, so that a read a change overtook
+        # is not kept.
+        self._kept: dict[str, tuple[bytes, int]] = {}
+        self._kept_lock = threading.Lock()
+        self._changes = 0
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -174,24 +185,48 @@ class LevelDBMetadataStore(MetadataStore):
         with self._lock:
             if self._db.get(_node_key(path)) is not None:
                 raise NodeExistsError(f"{path} exists")
-            with self._db.write_batch(**_SYNC) as batch:
-                batch.put(_node_key(path), _VERSION.pack(0) + bytes(data))
-                if owner is not None:
-                    batch.put(_ephemeral_key(path), _VERSION.pack(owner))
+            try:
+                with self._db.write_batch(**_SYNC) as batch:
+                    batch.put(_node_key(path), _VERSION.pack(0) + bytes(data))
+                    if owner is not None:
+                        batch.put(_ephemeral_key(path), _VERSION.pack(owner))
+            finally:
+                self._forget((path,))
         return 0
 
     def get(self, path: str) -> tuple[bytes, int]:
         path = normalize(path)
+        kept = self._kept.get(path)
+        if kept is not None and not self._closing:
+            return kept
+        changes = self._changes
         node = self._read(path)  # a single LevelDB get is atomic: no lock needed
         if node is None:
             raise NoNodeError(f"{path} does not exist")
+        with self._kept_lock:
+            if self._changes == changes:
+                self._kept[path] = node
+                if len(self._kept) > KEPT_NODES:
+                    del self._kept[next(iter(self._kept))]
         return node
+
+    def _forget(self, paths: Iterable[str] | None) -> None:
+        """After a write (done or failed) of ``paths`` (None: any)."""
+        with self._kept_lock:
+            self._changes += 1
+            if paths is None:
+                self._kept.clear()
+            for path in paths or ():
+                self._kept.pop(path, None)
 
     def set(self, path: str, data: bytes, version: int) -> int:
         path = normalize(path)
         with self._lock:
             new = self._check(path, version) + 1
-            self._db.put(_node_key(path), _VERSION.pack(new) + bytes(data), **_SYNC)
+            try:
+                self._db.put(_node_key(path), _VERSION.pack(new) + bytes(data), **_SYNC)
+            finally:
+                self._forget((path,))
             return new
 
     def delete(self, path: str, version: int = ANY_VERSION) -> None:
@@ -205,10 +240,13 @@ class LevelDBMetadataStore(MetadataStore):
                 for key in self._db.iterator(prefix=prefix, include_value=False)
             ]
             # One batch: a crash never leaves half a subtree.
-            with self._db.write_batch(**_SYNC) as batch:
-                for p in doomed:
-                    batch.delete(_node_key(p))
-                    batch.delete(_ephemeral_key(p))
+            try:
+                with self._db.write_batch(**_SYNC) as batch:
+                    for p in doomed:
+                        batch.delete(_node_key(p))
+                        batch.delete(_ephemeral_key(p))
+            finally:
+                self._forget(doomed)
 
     def sync(self, path: str) -> None:
         """Reads are served by this process from the store itself: never behind."""
@@ -249,11 +287,14 @@ class LevelDBMetadataStore(MetadataStore):
             if self._db.closed:
                 return  # close() already removed every ephemeral
             mine = _VERSION.pack(owner)
-            with self._db.write_batch(**_SYNC) as batch:
-                for path in paths:
-                    if self._db.get(_ephemeral_key(path)) == mine:
-                        batch.delete(_ephemeral_key(path))
-                        batch.delete(_node_key(path))
+            try:
+                with self._db.write_batch(**_SYNC) as batch:
+                    for path in paths:
+                        if self._db.get(_ephemeral_key(path)) == mine:
+                            batch.delete(_ephemeral_key(path))
+                            batch.delete(_node_key(path))
+            finally:
+                self._forget(paths)
 
     def close(self) -> None:
         """Release the database. Every session ends with it, so every ephemeral node vanishes."""
@@ -266,6 +307,7 @@ class LevelDBMetadataStore(MetadataStore):
             try:
                 self._sweep_ephemerals()
             finally:
+                self._forget(None)
                 self._db.close()
                 self._dir_lock.release()  # only now: LevelDB has let go of every file
 
