@@ -33,6 +33,10 @@ class AppendFile:
         # A file we just created is not durable until its first fsync: after a crash
         # it is deleted, as its directory entry would be.
         self.synced = self.size if existed else -1
+        # Whether this file's directory entry is known to be durable: fsync'd at the first
+        # sync after open, also for a file found there (a process that created it may have
+        # died before its first sync, and what goes into it now is acknowledged).
+        self._dir_durable = False
         self.lock = threading.Lock()  # writer thread vs crash()
         self.crashed = False
 
@@ -56,7 +60,7 @@ class AppendFile:
                 raise OSError(f"{self.path}: bookie crashed")
             offset = self.size
             try:
-                if durable and _DSYNC and 0 < len(parts) <= _IOV_MAX and self._write_dsync(parts):
+                if durable and self._dsync_covers(parts) and self._write_dsync(parts, offset):
                     self._synced_dir()
                     self.synced = self._size
                     return offset
@@ -71,14 +75,29 @@ class AppendFile:
                 self._sync_locked()
             return offset
 
-    def _write_dsync(self, parts: list[bytes]) -> bool:
-        """One durable write of ``parts``; False (nothing written) if the file system
-        refuses the flag, which is then not tried again."""
+    def _dsync_covers(self, parts: list[bytes]) -> bool:
+        """Whether one durable write makes the whole file durable: it covers its own bytes
+        only, so everything before it must be durable already (or the file be new and
+        empty)."""
+        if not _DSYNC or not 0 < len(parts) <= _IOV_MAX:
+            return False
+        return self.synced == self._size or (self.synced < 0 and self._size == 0)
+
+    def _write_dsync(self, parts: list[bytes], offset: int) -> bool:
+        """One durable write of ``parts``; False (nothing written) if the system refuses
+        the flag, which is then not tried again."""
         global _DSYNC
         try:
             written = os.pwritev(self._fd, parts, -1, _DSYNC)  # -1: at the end (O_APPEND)
+        except NotImplementedError:  # a Python without pwritev2: the flag cannot be passed
+            _DSYNC = 0
+            return False
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            if os.fstat(self._fd).st_size != offset:
+                # The data went in and only the sync half failed (a file system without
+                # fsync): not "refused", and writing the group again would double it.
                 raise
             _DSYNC = 0
             return False
@@ -112,12 +131,13 @@ class AppendFile:
         self.synced = self.size
 
     def _synced_dir(self) -> None:
-        if self.synced < 0:  # a new file: make its directory entry durable too
+        if not self._dir_durable:  # its directory entry, once
             dfd = os.open(self.path.parent, os.O_RDONLY)
             try:
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
+            self._dir_durable = True
 
     def pread(self, offset: int, length: int) -> bytes:
         return os.pread(self._fd, length, offset)

@@ -96,3 +96,61 @@ def test_a_short_durable_write_writes_the_rest_and_fsyncs(tmp_path, monkeypatch)
     assert calls.counts == {"pwritev": 1, "write": 1, "fsync": 1}
     assert f.synced == f.size == 8
     assert f.pread(0, 8) == b"0abcdefg"
+
+
+@needs_dsync
+def test_a_durable_append_after_a_plain_one_fsyncs_the_whole_file(tmp_path, monkeypatch):
+    """One durable write covers its own bytes only: after a plain append (not yet
+    durable) the durable one is a write and an fsync, so that ``synced`` never counts
+    bytes no sync covered."""
+    f = AppendFile(tmp_path / "j")
+    f.append_parts([b"head"], durable=True)
+    f.append_parts([b"plain"])
+    calls = Calls(monkeypatch)
+    f.append_parts([b"tail"], durable=True)
+    assert calls.counts == {"writev": 1, "fsync": 1}
+    assert f.synced == f.size == 13
+    calls.counts.clear()
+    f.append_parts([b"next"], durable=True)  # everything before is durable again
+    assert calls.counts == {"pwritev": 1}
+
+
+def test_a_sync_half_that_fails_after_the_data_went_in_is_not_taken_for_a_refusal(
+    tmp_path, monkeypatch
+):
+    """EINVAL from a file system without fsync comes after the write: the group is in the
+    file, so it is not written again, and the append fails (nothing durable moved)."""
+    monkeypatch.setattr(files, "_DSYNC", getattr(os, "RWF_DSYNC", 2))
+    f = AppendFile(tmp_path / "j")
+    f.append_parts([b"x"])
+    f.sync()
+
+    def wrote_then_einval(fd: int, parts: list[bytes], offset: int, flags: int) -> int:
+        os.write(fd, b"".join(parts))
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(files.os, "pwritev", wrote_then_einval)
+    with pytest.raises(OSError):
+        f.append_parts([b"GROUP"], durable=True)
+    assert (tmp_path / "j").read_bytes() == b"xGROUP"
+    assert f.synced == 1 and f.size == 6  # the size read back from the file
+    assert files._DSYNC  # not given up on: the flag was not what failed
+
+
+def test_a_file_found_at_open_gets_its_directory_entry_fsynced_once(tmp_path, monkeypatch):
+    """A process may have created the file and died before its first sync: its directory
+    entry is made durable at the first sync after this open, as for a new file."""
+    (tmp_path / "j").write_bytes(b"")
+    f = AppendFile(tmp_path / "j")
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: Any, flags: int, *args: Any) -> int:
+        opened.append(str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(files.os, "open", counting_open)
+    f.append_parts([b"a"], durable=True)
+    f.append_parts([b"b"], durable=True)
+    f.sync()
+    assert opened == [str(tmp_path)]  # the directory, once
