@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections import deque
 from typing import Any, Protocol
 
 from embedlog.errors import ClientClosedError
 from embedlog.ledger.admission import AddBudget
 from embedlog.ledger.future import new_future
+
+log = logging.getLogger(__name__)
 
 
 class AddTarget(Protocol):
@@ -75,7 +78,7 @@ class AddInbox:
         # deque are atomic, so no lock is needed.
         self._scheduled = False
         queue = self._queue
-        last: Any = None
+        takers: list[Any] = []
         while queue:
             writer, payload, future, cost, msg_id = queue.popleft()
             # RUNNING from here on: the caller can no longer cancel it under the writer.
@@ -87,12 +90,14 @@ class AddInbox:
                     writer.add_to(future, payload, cost=cost, msg_id=msg_id)
             elif cost >= 0:
                 writer.budget.release(1, cost)
-            if writer is not last:
-                if last is not None:
-                    last.send_now()
-                last = writer
+            if not takers or takers[-1] is not writer:
+                takers.append(writer)
         # The adds just taken are all there will be in this wake-up: their requests go out
         # now rather than at the end of the loop turn, which other callbacks may hold up
-        # (one loop turn less between a blocking add and its journals' fsyncs).
-        if last is not None:
-            last.send_now()
+        # (one loop turn less between a blocking add and its journals' fsyncs). After the
+        # queue is empty: a send that fails must not leave adds behind in it.
+        for writer in dict.fromkeys(takers):
+            try:
+                writer.send_now()
+            except Exception:  # the writer's own turn-end send would meet it again
+                log.exception("sending the adds just taken failed")

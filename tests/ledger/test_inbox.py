@@ -98,3 +98,40 @@ def test_the_requests_of_adds_taken_leave_before_the_loop_turn_ends(cluster, mon
         stream.append(b"record %d" % i)
     adds = [inside for op, inside in sends if op in (OpCode.ADD, OpCode.ADD_BATCH)]
     assert len(adds) == 30 and all(adds)
+
+
+def test_a_send_that_fails_leaves_no_add_behind_in_the_inbox(caplog):
+    """The inbox empties its queue before it asks the writers to send: one writer's
+    failing send does not keep the adds queued after it from their writers."""
+    import asyncio
+
+    from embedlog.ledger.admission import AddBudget
+    from embedlog.ledger.inbox import AddInbox
+
+    class Target:
+        def __init__(self, fails: bool) -> None:
+            self.fails = fails
+            self.taken: list[bytes] = []
+            self.budget = AddBudget(1000, 1 << 20, None, "test")
+
+        def add_to(self, future, payload, *, cost=-1):  # type: ignore[no-untyped-def]
+            self.taken.append(payload)
+
+        def send_now(self) -> None:
+            if self.fails:
+                raise RuntimeError("a bug in a writer's send")
+
+    async def main() -> tuple[Target, Target, int]:
+        inbox = AddInbox(asyncio.get_running_loop())
+        a, b = Target(fails=True), Target(fails=False)
+        for i in range(3):
+            inbox.submit(a, b"a%d" % i)
+            inbox.submit(b, b"b%d" % i)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return a, b, len(inbox._queue)
+
+    a, b, left = asyncio.run(main())
+    assert left == 0
+    assert a.taken == [b"a0", b"a1", b"a2"] and b.taken == [b"b0", b"b1", b"b2"]
+    assert "sending the adds just taken failed" in caplog.text
