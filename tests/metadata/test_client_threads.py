@@ -44,7 +44,7 @@ def hops(mc: MetadataClient, fn: Callable[..., Any], *args: Any) -> tuple[Any, i
         calls += 1
         return real(*a)
 
-    loop.run_in_executor = counted  # type: ignore[method-assign]
+    loop.run_in_executor = counted  # type: ignore[method-assign,assignment]
     try:
         result = loop.run_until_complete(mc.call(fn, *args))
     finally:

@@ -22,7 +22,7 @@ class CountedGets:
     def __init__(self, db: Any) -> None:
         self.db = db
         self.gets = 0
-        self.during_get: Callable[[], None] | None = None
+        self.during_get: Callable[[], object] | None = None
 
     def get(self, key: bytes, *args: Any, **kwargs: Any) -> Any:
         self.gets += 1
