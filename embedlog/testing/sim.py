@@ -272,6 +272,7 @@ class Simulation:
             spare=seeded(seed, "network-spared"),
             corrupting=seeded(seed, "network-corrupt"),
             aiming=seeded(seed, "change-aims"),
+            loop=loop,
         )
         self.runtime = SimRuntime(loop)
         self.fleet = SimBookies(

@@ -100,8 +100,13 @@ class SimNetwork(Transport):
         spare: random.Random | None = None,
         corrupting: random.Random | None = None,
         aiming: random.Random | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self._lookup = lookup
+        # The loop it runs on, if known when it is made (a simulation's): asked of asyncio
+        # otherwise, at each use. Each asking is a system call (asyncio checks the pid),
+        # and every message asks three to five times.
+        self._loop = loop
         self._rng = rng
         # Draws of the corruption fault, a stream of its own: a history without it draws
         # nothing from it.
@@ -188,7 +193,7 @@ class SimNetwork(Transport):
         """Hold the writes for ``ledger`` that reach ``bookie`` until it answered a recovery
         read of ``ledger`` (or until virtual time ``until``)."""
         self.gates.close(bookie, ledger, until)
-        asyncio.get_running_loop().call_at(until, self._open_gate, bookie, ledger)
+        (self._loop or asyncio.get_running_loop()).call_at(until, self._open_gate, bookie, ledger)
 
     def _open_gate(self, bookie: str, ledger: int) -> None:
         for deliver in self.gates.open(bookie, ledger):
@@ -201,7 +206,7 @@ class SimNetwork(Transport):
         if spot is None:
             return None
         bookie, what, until = spot
-        if asyncio.get_running_loop().time() > until:
+        if (self._loop or asyncio.get_running_loop()).time() > until:
             del self._blind[(src, ledger)]
             return None
         return bookie, what
@@ -230,7 +235,7 @@ class SimNetwork(Transport):
         rng: random.Random | None = None,
         late: float = 0.0,
     ) -> float:
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         prof = self.profile
         rng = rng or self._rng
         delay = rng.uniform(*prof.delay) + late
@@ -275,16 +280,15 @@ class SimNetwork(Transport):
     def send_nowait(
         self, src: str, bookie_id: str, req: Request, timeout: float, then: Then | None = None
     ) -> asyncio.Future[Response]:
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         answer: asyncio.Future[Response] = loop.create_future()
         self._observer.sent(src, bookie_id, req)
         path = protocol_path(req)
         if path is not None:
             self._count(path)
         lost = spared = False
-        what = (bookie_id, req.op.name, req.ledger_id, req.entry_id)
         if self._lost():
-            lost = self._decide("request-lost", src, *what)
+            lost = self._decide("request-lost", src, *_what(bookie_id, req))
             spared = not lost
             if lost:
                 self._count("net.request_lost")
@@ -296,13 +300,13 @@ class SimNetwork(Transport):
             (self._blind and self._blind_spot(src, req.ledger_id) is not None)
             or (src, req.ledger_id) in self.spared
         ):
-            lost = self._decide("aimed-loss", src, *what)
+            lost = self._decide("aimed-loss", src, *_what(bookie_id, req))
             spared = not lost
             if lost:
                 self._count(f"net.aimed_loss.{req.kind}")
         incarnation = 0 if self._aims is None else self._aims.sent(src, bookie_id, req, answer)
         if lost:
-            self._trace("lost", src, *what)
+            self._trace("lost", src, *_what(bookie_id, req))
         else:
             if self.profile.hold_fenced and fences(req):
                 self._fenced.add((bookie_id, req.ledger_id))
@@ -325,7 +329,8 @@ class SimNetwork(Transport):
         answer: asyncio.Future[Response],
         incarnation: int = 0,
     ) -> None:
-        if self.gates and self.gates.holds(asyncio.get_running_loop().time(), bookie_id, req):
+        loop = self._loop or asyncio.get_running_loop()
+        if self.gates and self.gates.holds(loop.time(), bookie_id, req):
             self._count("net.gate_held")
             self.gates.hold(
                 bookie_id,
@@ -362,7 +367,7 @@ class SimNetwork(Transport):
             self._observer.answered(src, bookie_id, req, resp)
             if self.gates and req.kind == "recovery_read":
                 # The bookie served the recovery's read: what its gate held lands now.
-                asyncio.get_running_loop().call_soon(self._open_gate, bookie_id, req.ledger_id)
+                loop.call_soon(self._open_gate, bookie_id, req.ledger_id)
             self._trace(
                 "answer", src, bookie_id, req.op.name, req.ledger_id, req.entry_id, resp.status
             )
@@ -370,7 +375,7 @@ class SimNetwork(Transport):
                 resp = self._corrupted(src, bookie_id, req, resp)
             spared = False
             if self._lost():
-                what = (bookie_id, req.op.name, req.ledger_id, req.entry_id)
+                what = _what(bookie_id, req)
                 if self._decide("answer-lost", src, *what):
                     self._count("net.answer_lost")
                     self._trace("lost-answer", src, *what)
@@ -378,7 +383,7 @@ class SimNetwork(Transport):
                 spared = True
             late = 0.0
             if self._aims is not None:
-                late = self._aims.answer_delay(src, req, asyncio.get_running_loop().time())
+                late = self._aims.answer_delay(src, req, loop.time())
             self._reply_later(src, bookie_id, answer, resp, self._spare if spared else None, late)
 
         self._observer.arrived(src, bookie_id, req)
@@ -419,7 +424,7 @@ class SimNetwork(Transport):
         rng: random.Random | None = None,
         late: float = 0.0,
     ) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         at = self._arrival(bookie_id, src, None, rng, late)
         loop.call_at(at, self._complete, answer, outcome)
 
@@ -445,12 +450,19 @@ class SimNetwork(Transport):
         if not answer.done():
             self._count("net.timeout")
             if self._aims is not None:
-                self._aims.timed_out(src, bookie_id, req, asyncio.get_running_loop().time())
+                loop = self._loop or asyncio.get_running_loop()
+                self._aims.timed_out(src, bookie_id, req, loop.time())
             answer.set_exception(BKTimeoutError(f"bookie {bookie_id}: no answer in {timeout}s"))
 
     async def close(self) -> None:
         for task in list(self._serving):
             task.cancel()
+
+
+def _what(bookie_id: str, req: Request) -> tuple[str, str, int, int]:
+    """How a lost request or answer is named in its decision and the trace (only then:
+    an opcode's name is a Python property)."""
+    return (bookie_id, req.op.name, req.ledger_id, req.entry_id)
 
 
 def protocol_path(req: Request) -> str | None:

@@ -177,3 +177,51 @@ def test_a_callback_that_raises_goes_to_the_exception_handler_as_in_asyncio():
     assert seen[0]["handle"] is handle
     assert str(seen[0]["message"]).startswith("Exception in callback ")
     assert "boom" in str(seen[0]["message"])
+
+
+def _cancellations(loop: asyncio.AbstractEventLoop) -> list[object]:
+    """What cancelling timers does to the loop's count of cancelled timers (which decides
+    when the heap is swept) and to the handles, pending, cancelled twice and already run;
+    and the arguments callbacks of every arity run with."""
+    seen: list[object] = []
+
+    def count() -> int:
+        return loop._timer_cancelled_count  # type: ignore[attr-defined,no-any-return]
+
+    async def main() -> None:
+        ran = loop.call_later(0.001, seen.append, "ran")
+        await asyncio.sleep(0.01)
+        pending = loop.call_later(5.0, seen.append, "never")
+        before = count()
+        pending.cancel()
+        after_one = count()
+        pending.cancel()
+        ran.cancel()
+        seen.append((after_one - before, count() - after_one, pending.cancelled()))
+        seen.append((ran.cancelled(), pending._callback, pending._args))  # type: ignore[attr-defined]
+        for args in ((), ("a",), ("a", "b"), ("a", "b", "c")):
+            loop.call_soon(lambda *got: seen.append(got), *args)
+            loop.call_later(0.001, lambda *got: seen.append(("later", *got)), *args)
+        await asyncio.sleep(0.01)
+
+    loop.run_until_complete(main())
+    return seen
+
+
+def test_timer_cancellation_and_callback_arguments_as_in_asyncio():
+    # The virtual loop cancels its timers in one call and runs callbacks of up to one
+    # argument without a starred call: the same effects as asyncio's, or the heap's
+    # sweeps and the callbacks' arguments would differ.
+    expected = asyncio.SelectorEventLoop()
+    try:
+        want = _cancellations(expected)
+    finally:
+        expected.close()
+    loop = VirtualClockLoop()
+    try:
+        got = _cancellations(loop)
+    finally:
+        loop.close()
+    assert want[:3] == ["ran", (1, 0, True), (True, None, None)]
+    assert ("a", "b", "c") in want and ("later",) in want
+    assert got == want
