@@ -24,7 +24,9 @@ class LedgerTable:
         # Per ledger, the journal record of its newest state change until that record is
         # durable; kept failed if it never became durable (``durable``).
         self._unsynced: dict[int, asyncio.Future[None]] = {}
-        self._lac_changed: dict[int, asyncio.Event] = {}  # READ_LAC long polls waiting
+        # Per ledger, a future for each READ_LAC long poll waiting, in the order they came
+        # (a dict for its order: the polls wake in that order).
+        self._lac_waiters: dict[int, dict[asyncio.Future[bool], None]] = {}
         # Limbo ledger -> the first entry a writer sent after this boot (kept only under
         # the bookie setting unsafe_limbo_clears_at_first_resend; repair.py reads it).
         self.first_live: dict[int, int] = {}
@@ -94,19 +96,34 @@ class LedgerTable:
 
     # -- LAC long polls -----------------------------------------------------------------------
 
-    def lac_changed(self, ledger_id: int) -> asyncio.Event:
-        """The event a long poll on the ledger's LAC waits for (set once it moves)."""
-        event = self._lac_changed.get(ledger_id)
-        if event is None:
-            event = self._lac_changed[ledger_id] = asyncio.Event()
-        return event
+    def lac_waiter(self, ledger_id: int) -> asyncio.Future[bool]:
+        """A future a long poll on the ledger's LAC awaits: True once the LAC moves (or the
+        bookie goes); the poll completes it False when its time is up, and forgets it
+        (``forget_waiter``). A plain future, not an Event's wait under ``wait_for``: on
+        Python 3.11 that wraps the wait in a task, and the answer came three loop turns
+        after the LAC moved instead of one."""
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._lac_waiters.setdefault(ledger_id, {})[waiter] = None
+        return waiter
+
+    def forget_waiter(self, ledger_id: int, waiter: asyncio.Future[bool]) -> None:
+        waiters = self._lac_waiters.get(ledger_id)
+        if waiters is not None:
+            waiters.pop(waiter, None)
+            if not waiters:
+                del self._lac_waiters[ledger_id]
 
     def lac_moved(self, ledger_id: int) -> None:
-        event = self._lac_changed.pop(ledger_id, None)
-        if event is not None:
-            event.set()
+        _wake(self._lac_waiters.pop(ledger_id, {}))
 
     def wake_all(self) -> None:
         """The bookie stops or crashes: every long poll ends now."""
-        for event in self._lac_changed.values():
-            event.set()
+        waiting, self._lac_waiters = self._lac_waiters, {}
+        for waiters in waiting.values():
+            _wake(waiters)
+
+
+def _wake(waiters: dict[asyncio.Future[bool], None]) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(True)

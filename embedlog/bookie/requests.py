@@ -204,15 +204,19 @@ class Requests:
         if req.timeout_ms > 0 and info.known_lac <= req.entry_id:
             wait = min(req.timeout_ms / 1000.0, self.config.long_poll_max)
             deadline = self.clock.monotonic() + wait
+            loop = asyncio.get_running_loop()
             while info.known_lac <= req.entry_id and self.bookie.state is BookieState.SERVING:
-                ev = self.ledgers.lac_changed(lid)
                 remaining = deadline - self.clock.monotonic()
                 if remaining <= 0:
                     break
+                moved = self.ledgers.lac_waiter(lid)
+                timer = loop.call_later(remaining, _time_up, moved)
                 try:
-                    await asyncio.wait_for(ev.wait(), remaining)
-                except TimeoutError:
-                    break
+                    if not await moved:
+                        break
+                finally:
+                    timer.cancel()
+                    self.ledgers.forget_waiter(lid, moved)
                 info = storage.info(lid) or info
         state = self.bookie.state
         if state is not BookieState.SERVING:
@@ -322,3 +326,8 @@ class Requests:
         elif cut is not Cut.MADE:
             return self.adds.cut_refused(req, cut)
         return Response.to(req, StatusCode.EOK, term=req.term)
+
+
+def _time_up(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)

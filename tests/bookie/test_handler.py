@@ -155,6 +155,60 @@ def test_long_poll_lac_returns_when_the_lac_advances(harness):
     assert resp.status == StatusCode.EOK and resp.lac == 0
 
 
+def test_a_long_poll_waits_without_a_task_of_its_own(harness, monkeypatch):
+    """A waiting READ_LAC awaits a plain future the LAC's move completes: it makes the
+    tasks a READ_LAC answered at once makes, and the WRITE_LAC that ends it its own."""
+    h = harness()
+    h.boot()
+    from harness import DIGEST, KEY
+
+    for lid in (8, 9):
+        h.request(OpCode.ADD, lid, 0, body=DIGEST.pack(lid, 0, -1, b"a"))
+    made: list[str] = []
+    real = type(h.loop).create_task
+
+    def create_task(self, coro, **kwargs):
+        made.append(getattr(coro, "__qualname__", "?"))
+        return real(self, coro, **kwargs)
+
+    monkeypatch.setattr(type(h.loop), "create_task", create_task)
+
+    def tasks(coro) -> int:
+        made.clear()
+        h.run(coro)
+        return len(made)
+
+    async def write_lac(lid: int) -> None:
+        resp = await h.serve(Request(OpCode.WRITE_LAC, 2, lid, 0, master_key=KEY))
+        assert resp.status == StatusCode.EOK
+
+    async def answered_at_once() -> None:
+        resp = await h.serve(Request(OpCode.READ_LAC, 1, 8, -2, timeout_ms=60_000))
+        assert resp.lac == -1
+
+    async def waiting_until_the_lac_moves() -> None:
+        poll = asyncio.ensure_future(h.serve(Request(OpCode.READ_LAC, 1, 9, -1, timeout_ms=60_000)))
+        await asyncio.sleep(0.05)
+        assert not poll.done()  # nothing new yet: it waits
+        await write_lac(9)
+        assert (await poll).lac == 0
+
+    once, write = tasks(answered_at_once()), tasks(write_lac(8))
+    # Each count has the task ``run`` makes; the poll's ensure_future here is the second.
+    assert tasks(waiting_until_the_lac_moves()) == once + write, made
+
+
+def test_a_long_poll_whose_time_is_up_answers_and_leaves_no_waiter(harness):
+    h = harness()
+    h.boot()
+    from harness import DIGEST
+
+    h.request(OpCode.ADD, 8, 0, body=DIGEST.pack(8, 0, -1, b"a"))
+    resp = h.request(OpCode.READ_LAC, 8, -1, timeout_ms=50)
+    assert resp.status == StatusCode.EOK and resp.lac == -1
+    assert h.bookie.ledgers._lac_waiters == {}
+
+
 def test_list_entries_uses_the_bp34_encoding(harness):
     h = harness()
     h.boot()

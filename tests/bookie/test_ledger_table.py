@@ -73,13 +73,21 @@ def test_a_waiter_cancelled_does_not_cancel_the_record():
 def test_lac_long_polls_wake_when_the_lac_moves_and_when_the_bookie_goes():
     async def main() -> None:
         table = LedgerTable()
-        first, other = table.lac_changed(1), table.lac_changed(2)
-        assert table.lac_changed(1) is first  # one event per ledger while it waits
+        first, second, other = table.lac_waiter(1), table.lac_waiter(1), table.lac_waiter(2)
+        woke: list[str] = []
+        first.add_done_callback(lambda _: woke.append("first"))
+        second.add_done_callback(lambda _: woke.append("second"))
         table.lac_moved(1)
-        assert first.is_set() and not other.is_set()
-        assert table.lac_changed(1) is not first  # the next poll waits for the next move
+        await asyncio.sleep(0)
+        assert woke == ["first", "second"]  # in the order the polls came
+        assert first.result() and second.result() and not other.done()
         table.lac_moved(3)  # nobody waiting: nothing to do
+        gone = table.lac_waiter(2)
+        gone.cancel()  # a poll cancelled while it waited
+        later = table.lac_waiter(1)
+        table.forget_waiter(1, later)  # its time was up
         table.wake_all()
-        assert other.is_set() and table.lac_changed(1).is_set()
+        assert other.result() and not later.done()
+        assert table.lac_waiter(1) is not later  # the next poll waits for the next move
 
     asyncio.run(main())
