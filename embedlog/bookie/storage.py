@@ -243,9 +243,14 @@ class LedgerStorage:
             out.append((entry_id, data))
         return out
 
+    def _in_memory(self, ledger_id: int) -> list[dict[int, bytes]]:
+        """The ledger's entries in memory, by id: in the cache and in the flush in
+        progress (those of the two that hold any)."""
+        return [m for m in (self.cache.get(ledger_id), self._flushing.get(ledger_id)) if m]
+
     def _held(self, ledger_id: int) -> set[int]:
-        """Ids of the ledger's entries in memory (the cache and the flush in progress)."""
-        return set(self.cache.get(ledger_id, ())) | set(self._flushing.get(ledger_id, ()))
+        """Ids of the ledger's entries in memory."""
+        return set().union(*self._in_memory(ledger_id))
 
     def entry_ids(self, ledger_id: int) -> list[int]:
         """The ids of the entries held: cached or indexed, less those a damaged entry log
@@ -268,8 +273,7 @@ class LedgerStorage:
         return sorted(ids | held)
 
     def last_entry(self, ledger_id: int) -> int:
-        held = (self.cache.get(ledger_id), self._flushing.get(ledger_id))
-        best = max((max(entries) for entries in held if entries), default=-1)
+        best = max((max(entries) for entries in self._in_memory(ledger_id)), default=-1)
         if ledger_id not in self._deleted:
             best = max(best, self.index.last_entry(ledger_id))
         return best

@@ -78,7 +78,7 @@ class AddInbox:
         # deque are atomic, so no lock is needed.
         self._scheduled = False
         queue = self._queue
-        takers: list[Any] = []
+        takers: dict[Any, None] = {}  # the writers that took adds, in order
         while queue:
             writer, payload, future, cost, msg_id = queue.popleft()
             # RUNNING from here on: the caller can no longer cancel it under the writer.
@@ -90,13 +90,12 @@ class AddInbox:
                     writer.add_to(future, payload, cost=cost, msg_id=msg_id)
             elif cost >= 0:
                 writer.budget.release(1, cost)
-            if not takers or takers[-1] is not writer:
-                takers.append(writer)
+            takers[writer] = None
         # The adds just taken are all there will be in this wake-up: their requests go out
         # now rather than at the end of the loop turn, which other callbacks may hold up
         # (one loop turn less between a blocking add and its journals' fsyncs). After the
         # queue is empty: a send that fails must not leave adds behind in it.
-        for writer in dict.fromkeys(takers):
+        for writer in takers:
             try:
                 writer.send_now()
             except Exception:  # the writer's own turn-end send would meet it again
