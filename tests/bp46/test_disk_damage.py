@@ -30,9 +30,11 @@ NO_FLUSH = 3600.0  # entries stay in the journal and the write cache until the t
 ENTRIES = 30
 
 
-def _write(cluster, name="writer", *, close=False, entries=ENTRIES):
-    """One ledger (E3 WQ3 AQ2) of ``entries`` acknowledged entries; returns its handle."""
-    wh = cluster.client(name).create_ledger(3, 3, 2)
+def _write(cluster, name="writer", *, close=False, entries=ENTRIES, ack_quorum=2):
+    """One ledger (E3 WQ3, AQ2 by default) of ``entries`` acknowledged entries; returns
+    its handle. With AQ2 an add returns before the third bookie's ack, so that bookie may
+    not hold the last entries yet: ack_quorum=3 when a test needs every bookie to."""
+    wh = cluster.client(name).create_ledger(3, 3, ack_quorum)
     for i in range(entries):
         assert wh.add(b"%s-%d" % (name.encode(), i)) == i
     if close:
@@ -175,7 +177,7 @@ def test_a_journal_file_deleted_between_two_others_makes_a_suspicious_boot(make_
 )
 def test_a_torn_journal_tail_is_cut_and_the_boot_is_not_suspicious(make_cluster, caplog, tail):
     cluster = make_cluster(3, flush_interval=NO_FLUSH)
-    wh = _write(cluster)
+    wh = _write(cluster, ack_quorum=3)  # the crashed bookie acknowledged every entry
     bid = cluster.bookie_ids[0]
     cluster.crash_bookie(bid)
     _start, path = journal_files(cluster.bookie_config(bid).journal_dir)[-1]
