@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import struct
-import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import repeat
@@ -47,6 +46,7 @@ from attrs import define
 from embedlog.bookie.disk import REAL_DISK, Disk
 from embedlog.bookie.entrylog import LOCATION, RECORD, entry_readable
 from embedlog.bookie.leveldb import damaged_index
+from embedlog.readcache import ReadCache
 
 __all__ = ["LedgerIndex", "LedgerInfo", "damaged_index"]
 
@@ -120,13 +120,10 @@ class LedgerIndex:
         directory that lost it is damaged, not new (BookieIOError)."""
         self.path = path
         self.db = disk.open_index(path, create=create)
-        # Ledger -> its highest indexed entry id, as ``last_entry`` found it and ``commit``
-        # (the one writer of entry keys) kept it since: every READ_LAC answer asks, a long
-        # poll's on a follower's path. ``_commits`` counts commits, so that a scan a commit
-        # overtook is not kept; the lock, because flushes commit from a worker thread.
-        self._last: dict[int, int] = {}
-        self._commits = 0
-        self._last_lock = threading.Lock()
+        # Ledger -> its highest indexed entry id, as ``last_entry`` found it: every
+        # READ_LAC answer asks, a long poll's on a follower's path. A commit (the one
+        # writer of entry keys, from a flush's worker thread) forgets the ledgers it wrote.
+        self._last: ReadCache[int, int] = ReadCache()
 
     def _get(self, key: bytes) -> bytes | None:
         return self.db.get(key)
@@ -247,34 +244,16 @@ class LedgerIndex:
             self.set_log_ends({}, stale)
 
     def last_entry(self, ledger_id: int) -> int:
-        with self._last_lock:
-            last = self._last.get(ledger_id)
-            commits = self._commits
+        last = self._last.get(ledger_id)
         if last is not None:
             return last
+        ticket = self._last.ticket()
         last = -1
         for key in self.db.scan(b"E" + LEDGER.pack(ledger_id), reverse=True, include_value=False):
             last = ENTRY.unpack(key[1:])[1]
             break
-        with self._last_lock:
-            if self._commits == commits:
-                self._last[ledger_id] = last
+        self._last.keep(ledger_id, last, ticket)
         return last
-
-    def _committed(self, tops: dict[int, int], gone: set[int] | None) -> None:
-        """A commit wrote entry keys up to ``tops`` (ledger -> highest id written) and
-        deleted some of ``gone``'s (None: it failed, any may have changed): the kept
-        last entries follow."""
-        with self._last_lock:
-            self._commits += 1
-            if gone is None:
-                self._last.clear()
-            for lid in gone or ():
-                self._last.pop(lid, None)
-            for lid, top in tops.items():
-                last = self._last.get(lid)
-                if last is not None and top > last:
-                    self._last[lid] = top
 
     def commit(
         self,
@@ -289,27 +268,25 @@ class LedgerIndex:
         locations), ledger states (None deletes), entry deletions, how far into the
         entry logs they were written the locations now reach (``log_ends``), and the
         tombstones of dropped ledgers (ledger -> its master key)."""
-        tops: dict[int, int] = {}
-        gone: set[int] = set()
+        changed: set[int] = set()  # ledgers whose entry keys (or state) this writes
         try:
             with self.db.batch() as batch:
                 for log_id, end in (log_ends or {}).items():
                     batch.put(_LOG_KEY.pack(b"G", log_id), _LOG_END.pack(end))
                 for lid, eid in deletes:
-                    gone.add(lid)
+                    changed.add(lid)
                     batch.delete(entry_key(lid, eid))
                 for lid, entry_ids, where in locations:
                     if len(entry_ids) != len(where):
                         raise ValueError(f"{len(entry_ids)} entry ids for {len(where)} locations")
-                    if entry_ids:
-                        tops[lid] = max(tops.get(lid, -1), max(entry_ids))
+                    changed.add(lid)
                     # Consumed in C (a deque that keeps nothing): a flush holds the GIL for
                     # this loop, beside the adds it would slow down.
                     keys = map(_ENTRY_KEY.pack, repeat(b"E"), repeat(lid), entry_ids)
                     deque(map(batch.put, keys, where), maxlen=0)
                 for lid, info in infos:
                     if info is None:
-                        gone.add(lid)
+                        changed.add(lid)
                         batch.delete(ledger_key(lid))
                     else:
                         batch.put(ledger_key(lid), info.to_json())
@@ -318,6 +295,6 @@ class LedgerIndex:
                 if checkpoint is not None:
                     batch.put(CHECKPOINT, struct.pack(">Q", checkpoint))
         except BaseException:
-            self._committed({}, None)
+            self._last.forget(None)  # it may have written any part
             raise
-        self._committed(tops, gone)
+        self._last.forget(changed)

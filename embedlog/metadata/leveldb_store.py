@@ -31,7 +31,7 @@ import contextlib
 import os
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from embedlog import leveldb
@@ -46,6 +46,7 @@ from embedlog.metadata.store import (
     NoNodeError,
     SessionView,
 )
+from embedlog.readcache import ReadCache
 
 _NODE = b"n"
 _EPHEMERAL = b"e"
@@ -91,15 +92,12 @@ class LevelDBMetadataStore(MetadataStore):
         self._reads_done = threading.Condition(threading.Lock())
         self._closing = False
         self._last_session = 0  # 0 is the store's own session
-        # Path -> (data, version) of nodes read lately, oldest first. This object alone has
-        # the directory open (the lock below), so every change goes through it and drops
-        # the node here (``_forget``): a read of a kept node needs no LevelDB get, which lets
-        # go of the GIL and waits for it back (a follower re-reads its stream's metadata
-        # after every LAC). ``_changes`` counts the drops, so that a read a change overtook
-        # is not kept.
-        self._kept: dict[str, tuple[bytes, int]] = {}
-        self._kept_lock = threading.Lock()
-        self._changes = 0
+        # (data, version) of the nodes read lately. This object alone has the directory
+        # open (the lock below), so every change goes through it and forgets the node
+        # (``forget``): a read of a kept node needs no LevelDB get, which lets go of the
+        # GIL and waits for it back (a follower re-reads its stream's metadata after
+        # every LAC).
+        self._kept: ReadCache[str, tuple[bytes, int]] = ReadCache(KEPT_NODES)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -191,7 +189,7 @@ class LevelDBMetadataStore(MetadataStore):
                     if owner is not None:
                         batch.put(_ephemeral_key(path), _VERSION.pack(owner))
             finally:
-                self._forget((path,))
+                self._kept.forget((path,))
         return 0
 
     def get(self, path: str) -> tuple[bytes, int]:
@@ -199,25 +197,12 @@ class LevelDBMetadataStore(MetadataStore):
         kept = self._kept.get(path)
         if kept is not None and not self._closing:
             return kept
-        changes = self._changes
+        ticket = self._kept.ticket()
         node = self._read(path)  # a single LevelDB get is atomic: no lock needed
         if node is None:
             raise NoNodeError(f"{path} does not exist")
-        with self._kept_lock:
-            if self._changes == changes:
-                self._kept[path] = node
-                if len(self._kept) > KEPT_NODES:
-                    del self._kept[next(iter(self._kept))]
+        self._kept.keep(path, node, ticket)
         return node
-
-    def _forget(self, paths: Iterable[str] | None) -> None:
-        """After a write (done or failed) of ``paths`` (None: any)."""
-        with self._kept_lock:
-            self._changes += 1
-            if paths is None:
-                self._kept.clear()
-            for path in paths or ():
-                self._kept.pop(path, None)
 
     def set(self, path: str, data: bytes, version: int) -> int:
         path = normalize(path)
@@ -226,7 +211,7 @@ class LevelDBMetadataStore(MetadataStore):
             try:
                 self._db.put(_node_key(path), _VERSION.pack(new) + bytes(data), **_SYNC)
             finally:
-                self._forget((path,))
+                self._kept.forget((path,))
             return new
 
     def delete(self, path: str, version: int = ANY_VERSION) -> None:
@@ -246,7 +231,7 @@ class LevelDBMetadataStore(MetadataStore):
                         batch.delete(_node_key(p))
                         batch.delete(_ephemeral_key(p))
             finally:
-                self._forget(doomed)
+                self._kept.forget(doomed)
 
     def sync(self, path: str) -> None:
         """Reads are served by this process from the store itself: never behind."""
@@ -294,7 +279,7 @@ class LevelDBMetadataStore(MetadataStore):
                             batch.delete(_ephemeral_key(path))
                             batch.delete(_node_key(path))
             finally:
-                self._forget(paths)
+                self._kept.forget(paths)
 
     def close(self) -> None:
         """Release the database. Every session ends with it, so every ephemeral node vanishes."""
@@ -307,7 +292,7 @@ class LevelDBMetadataStore(MetadataStore):
             try:
                 self._sweep_ephemerals()
             finally:
-                self._forget(None)
+                self._kept.forget(None)
                 self._db.close()
                 self._dir_lock.release()  # only now: LevelDB has let go of every file
 
