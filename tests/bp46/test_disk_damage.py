@@ -88,7 +88,7 @@ def test_a_spoilt_journal_record_with_intact_ones_after_it_makes_a_suspicious_bo
     make_cluster, where
 ):
     cluster = make_cluster(3, flush_interval=NO_FLUSH, repair_retry_interval=0.2)
-    wh = _write(cluster)
+    wh = _write(cluster, ack_quorum=3)  # the crashed bookie journaled every entry
     bid = cluster.bookie_ids[0]
     cluster.crash_bookie(bid)
     offset = _spoil_journal(cluster, bid, where)
@@ -115,6 +115,11 @@ def test_two_spoilt_journals_and_the_third_bookie_down_do_not_truncate_the_ledge
     cluster = make_cluster(3, flush_interval=NO_FLUSH, repair_retry_interval=0.2)
     wh = _write(cluster)
     b1, b2, b3 = cluster.bookie_ids
+    # AQ2 (the recoveries below rely on it): an add returns before the slowest bookie's
+    # ack, so B1 or B2 may not have journaled the last entries yet. Both must have, or an
+    # entry the other's spoilt record covers would be on neither.
+    for bid in (b1, b2):
+        cluster.runtime.run(cluster.bookie(bid).journal.sync())
     cluster.crash_bookie(b1)
     cluster.crash_bookie(b2)
     cluster.stop_bookie(b3)
@@ -154,7 +159,7 @@ def test_a_journal_file_deleted_between_two_others_makes_a_suspicious_boot(make_
     cluster = make_cluster(
         3, flush_interval=NO_FLUSH, repair_retry_interval=0.2, journal_max_file_size=400
     )
-    wh = _write(cluster)
+    wh = _write(cluster, ack_quorum=3)  # the crashed bookie journaled every entry
     bid = cluster.bookie_ids[0]
     cluster.crash_bookie(bid)
     files = journal_files(cluster.bookie_config(bid).journal_dir)
@@ -275,7 +280,9 @@ def test_an_index_that_lost_its_latest_writes_makes_a_suspicious_boot(make_clust
     )
     _in_tables(cluster)
     bid = cluster.bookie_ids[0]
-    wh = _write(cluster, "second", close=True)
+    # AQ3: that bookie journaled every entry before the flush below, which deletes the
+    # journal files they are in (with AQ2 the last ones could come after it).
+    wh = _write(cluster, "second", close=True, ack_quorum=3)
     cluster.runtime.run(cluster.bookie(bid).flush())
     cluster.stop_bookie(bid)
     for wal in _index_files(cluster, bid, ".log"):
