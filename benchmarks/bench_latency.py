@@ -8,6 +8,9 @@ process and a fresh cluster:
 * the same blocking adds unpaired, for the CPU of the whole process per add
   (``time.process_time``) and of each thread (``/proc/self/task``): the caller, the
   runtime's loop, the three journals;
+* the floor under them: three threads appending 1 KiB durably (as three journals do for
+  one add, with nothing else around), released together: the time until two are done
+  and the three threads' CPU per round;
 * append -> follower: a writer appends every 5 ms, a follower's ``tail()`` yields each
   entry; from the append call to the follower having it (once the bookies have flushed
   what the phases before wrote);
@@ -120,6 +123,7 @@ def one_round(directory: Path) -> dict[str, float]:
         for role, cpu in by_role(threads0, thread_cpu()).items():
             r[f"add_cpu_us_{role}"] = cpu / BLOCKING * 1e6
         r.update(_loop_work(wh, data))
+        r.update(_durable_floor(directory, data))
 
         threads0, cpu0 = thread_cpu(), time.process_time()
         start = time.perf_counter()
@@ -189,6 +193,59 @@ def _loop_work(wh: Any, data: bytes) -> dict[str, float]:
     return {f"loop_{key}": n / BLOCKING for key, n in counts.items()}
 
 
+def _durable_floor(directory: Path, data: bytes) -> dict[str, float]:
+    """The floor under a lone add: what its three journals' durable writes cost with no
+    protocol around them. Three threads, each appending ``data`` durably to a file of
+    its own on the same disk (one ``pwritev`` with ``RWF_DSYNC``, as a journal's group;
+    write + fdatasync where the flag is missing), released together each round: the
+    time until the second of them is done (what an ack quorum of 2 waits for at least)
+    and the CPU of the three threads per round."""
+    flag = getattr(os, "RWF_DSYNC", 0)
+    fds = [
+        os.open(directory / f"floor-{i}.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        for i in range(3)
+    ]
+    start, end, leave = threading.Barrier(4), threading.Barrier(4), threading.Barrier(4)
+    done: list[list[float]] = [[] for _ in fds]
+    ids: list[int] = []
+
+    def writer(i: int) -> None:
+        ids.append(threading.get_native_id())
+        for _ in range(BLOCKING):
+            start.wait()
+            if flag:
+                os.pwritev(fds[i], [data], -1, flag)
+            else:
+                os.write(fds[i], data)
+                os.fdatasync(fds[i])
+            done[i].append(time.perf_counter())
+            end.wait()
+        leave.wait()  # alive until their CPU is read
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    second: list[float] = []
+    cpu0: dict[int, float] = {}
+    try:
+        for n in range(BLOCKING):
+            if n == 0:
+                cpu0 = thread_cpu()
+            t0 = time.perf_counter()
+            start.wait()
+            end.wait()
+            second.append(sorted(d[n] for d in done)[1] - t0)
+        cpu1 = thread_cpu()
+        leave.wait()
+    finally:
+        for t in threads:
+            t.join()
+        for fd in fds:
+            os.close(fd)
+    cpu = sum(cpu1.get(t, 0.0) - cpu0.get(t, 0.0) for t in ids)
+    return {"floor_second_p50": pct(second, 0.5), "floor_cpu_us": cpu / BLOCKING * 1e6}
+
+
 def _follower(cluster: Any) -> list[float]:
     return follow_latencies(cluster, FOLLOW, GAP)
 
@@ -253,7 +310,10 @@ LINES: list[tuple[str, str, Callable[[dict[str, float]], float]]] = [
     ("blocking add, p50 / p99 ms", "{:.3f} / {:.2f}", lambda r: r["add_p50"]),
     ("blocking add / fsync, p50", "{:.1f}x", lambda r: r["add_p50"] / r["fsync_p50"]),
     ("blocking add / fsync, p99", "{:.1f}x", lambda r: r["add_p99"] / r["fsync_p99"]),
+    ("floor: 2nd of 3 durable writes done, p50 ms", "{:.3f}", lambda r: r["floor_second_p50"]),
+    ("blocking add / floor, p50", "{:.1f}x", lambda r: r["add_p50"] / r["floor_second_p50"]),
     ("CPU per blocking add, µs (process)", "{:.0f}", lambda r: r["add_cpu_us"]),
+    ("floor: CPU of 3 durable writes, µs", "{:.0f}", lambda r: r["floor_cpu_us"]),
     ("  of it the loop thread", "{:.0f}", lambda r: r.get("add_cpu_us_loop", 0.0)),
     ("  the three journal threads", "{:.0f}", lambda r: r.get("add_cpu_us_journals", 0.0)),
     ("  the caller (add)", "{:.0f}", lambda r: r.get("add_cpu_us_caller", 0.0)),
