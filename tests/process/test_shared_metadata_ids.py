@@ -21,7 +21,9 @@ def test_two_clusters_on_one_zookeeper_choose_different_ids(tmp_path: Path, zk_u
             assert two.failed_bookies == {}
             # One cluster now: a client of the shared metadata writes across all three.
             with embedlog.connect(zk_uri, name="app") as app:
-                wh = app.create_ledger(3, 3, 2)
+                # AQ3: each add waits for every bookie, so each one holds the entries
+                # read from it below (with AQ2 the slowest one may not have them yet).
+                wh = app.create_ledger(3, 3, 3)
                 for p in PAYLOADS:
                     wh.add(p)
                 wh.close()
