@@ -21,6 +21,7 @@ from pathlib import Path
 import crc32c
 
 from embedlog.bookie.disk import REAL_DISK, AppendOnlyFile, Disk
+from embedlog.bookie.gilsteps import map_in_steps
 from embedlog.errors import BookieIOError
 
 RECORD = struct.Struct(">IIqq")
@@ -123,11 +124,11 @@ class EntryLogs:
         in that order, with one write per log file; their locations, packed
         (``LOCATION``) as the index keeps them.
 
-        Each step is a ``map`` over the whole flush rather than a Python loop over its
-        entries: the flush runs under the GIL, beside the adds it would slow down.
+        Each step is a ``map`` over the flush rather than a Python loop over its
+        entries, made in steps the event loop can come in between (``gilsteps``).
         """
-        datas = list(map(entries.__getitem__, entry_ids))
-        lens = list(map(len, datas))
+        datas = map_in_steps(entries.__getitem__, len(entry_ids), entry_ids)
+        lens = map_in_steps(len, len(datas), datas)
         locations: list[bytes] = []
         done = 0
         while done < len(datas):
@@ -149,8 +150,9 @@ class EntryLogs:
                 stop = done + fit
                 chunk, sizes = datas[done:stop], lens[done:stop]
                 parts: list[bytes] = [b""] * (2 * fit)
-                parts[::2] = map(
+                parts[::2] = map_in_steps(
                     RECORD.pack,
+                    fit,
                     sizes,
                     map(crc32c.crc32c, chunk),
                     repeat(ledger_id),
@@ -158,7 +160,9 @@ class EntryLogs:
                 )
                 parts[1::2] = chunk
                 current.append_parts(parts)
-                locations += map(LOCATION.pack, repeat(self.current_id), starts[:fit], sizes)
+                locations += map_in_steps(
+                    LOCATION.pack, fit, repeat(self.current_id), starts[:fit], sizes
+                )
                 done = stop
             if done < len(datas):
                 current.sync()

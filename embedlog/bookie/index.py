@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import struct
-from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import repeat
 from pathlib import Path
@@ -45,6 +44,7 @@ from attrs import define
 
 from embedlog.bookie.disk import REAL_DISK, Disk
 from embedlog.bookie.entrylog import LOCATION, RECORD, entry_readable
+from embedlog.bookie.gilsteps import consume_in_steps
 from embedlog.bookie.leveldb import damaged_index
 from embedlog.readcache import ReadCache
 
@@ -280,10 +280,9 @@ class LedgerIndex:
                     if len(entry_ids) != len(where):
                         raise ValueError(f"{len(entry_ids)} entry ids for {len(where)} locations")
                     changed.add(lid)
-                    # Consumed in C (a deque that keeps nothing): a flush holds the GIL for
-                    # this loop, beside the adds it would slow down.
+                    # In C, in steps the event loop can come in between (gilsteps).
                     keys = map(_ENTRY_KEY.pack, repeat(b"E"), repeat(lid), entry_ids)
-                    deque(map(batch.put, keys, where), maxlen=0)
+                    consume_in_steps(batch.put, len(entry_ids), keys, where)
                 for lid, info in infos:
                     if info is None:
                         changed.add(lid)
