@@ -20,16 +20,14 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_latency import export  # noqa: E402
+from rounds import alternate  # noqa: E402
 
 ENTRIES = 20_000
 WINDOW = 1_000
@@ -92,15 +90,6 @@ def one_round(directory: Path, entries: int) -> dict[str, float]:
     return r
 
 
-def run_round(tree: Path | None, directory: Path, entries: int) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(tree if tree is not None else HERE.parent))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--one-round", str(directory)]
-    out = subprocess.run(
-        [*cmd, "--entries", str(entries)], env=env, check=True, capture_output=True, text=True
-    ).stdout
-    return dict(json.loads(out.strip().splitlines()[-1]))
-
-
 LINES = [
     ("flush of the burst, ms", "flush_ms", "{:.0f}"),
     ("loop lateness while flushing, p50 ms", "flush_p50", "{:.2f}"),
@@ -135,25 +124,8 @@ def main() -> None:
     if args.one_round:
         print(json.dumps(one_round(Path(args.one_round), args.entries)))
         return
-    load = [os.getloadavg()[0]]
-    with tempfile.TemporaryDirectory() as d:
-        base = Path(d)
-        trees: dict[str, Path | None] = {}
-        for n, rev in enumerate(args.compare):
-            (base / f"rev{n}").mkdir()
-            trees[rev] = export(rev, base / f"rev{n}")
-        trees["this tree"] = None
-        columns: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-        for i in range(args.rounds):
-            order = list(trees.items())
-            if i % 2:
-                order.reverse()
-            for name, tree in order:
-                work = base / f"round-{i}-{name.replace(' ', '-')}"
-                work.mkdir()
-                columns[name].append(run_round(tree, work, args.entries))
-                load.append(os.getloadavg()[0])
-                print(f"round {i + 1}/{args.rounds} {name}: done", file=sys.stderr)
+    script = Path(__file__).resolve()
+    columns, load = alternate(script, args.compare, args.rounds, "--entries", str(args.entries))
     print(table(columns))
     print(
         f"\n{args.rounds} rounds of {args.entries:,} entries; load average (1 min) "

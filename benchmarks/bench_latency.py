@@ -33,10 +33,7 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tarfile
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +43,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "peers"))
 from follow import follow_latencies, payload  # noqa: E402  (the peers' entries and follower)
+
+sys.path.insert(0, str(HERE))
+from rounds import alternate, export  # noqa: E402, F401  (export: bench_tcp_latency takes it from here)
 
 BLOCKING = 400
 FOLLOW = 300
@@ -281,30 +281,6 @@ def _fresh_tail(cluster: Any, samples: int = 30) -> dict[str, float]:
 # -- rounds in processes of their own, alternating between trees -----------------------
 
 
-def export(rev: str, into: Path) -> Path:
-    """``rev``'s tree (embedlog only) in ``into``, via git archive."""
-    repo = HERE.parent
-    tar = into / "tree.tar"
-    with tar.open("wb") as f:
-        subprocess.run(["git", "archive", rev, "embedlog"], cwd=repo, stdout=f, check=True)
-    with tarfile.open(tar) as t:
-        t.extractall(into / "tree", filter="data")
-    return into / "tree"
-
-
-def run_round(tree: Path | None, directory: Path) -> dict[str, float]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(tree if tree is not None else HERE.parent)
-    out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--one-round", str(directory)],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return dict(json.loads(out.strip().splitlines()[-1]))
-
-
 LINES: list[tuple[str, str, Callable[[dict[str, float]], float]]] = [
     ("write+fsync 1 KiB, p50 / p99 ms", "{:.3f} / {:.2f}", lambda r: r["fsync_p50"]),
     ("blocking add, p50 / p99 ms", "{:.3f} / {:.2f}", lambda r: r["add_p50"]),
@@ -373,26 +349,9 @@ def main() -> None:
     if args.one_round:
         print(json.dumps(one_round(Path(args.one_round))))
         return
-    load = [os.getloadavg()[0]]
-    with tempfile.TemporaryDirectory() as d:
-        base = Path(d)
-        trees: dict[str, Path | None] = {}
-        for n, rev in enumerate(args.compare):
-            (base / f"rev{n}").mkdir()
-            trees[rev] = export(rev, base / f"rev{n}")
-        if not args.no_worktree:
-            trees["this tree"] = None
-        columns: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-        for i in range(args.rounds):
-            order = list(trees.items())
-            if i % 2:
-                order.reverse()
-            for name, tree in order:
-                work = base / f"round-{i}-{len(columns[name])}-{name.replace(' ', '-')}"
-                work.mkdir()
-                columns[name].append(run_round(tree, work))
-                load.append(os.getloadavg()[0])
-                print(f"round {i + 1}/{args.rounds} {name}: done", file=sys.stderr)
+    columns, load = alternate(
+        Path(__file__).resolve(), args.compare, args.rounds, worktree=not args.no_worktree
+    )
     print(table(columns))
     print(f"\n{args.rounds} rounds; load average (1 min) {min(load):.1f}-{max(load):.1f}")
 
