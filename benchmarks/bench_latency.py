@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE / "peers"))
 from follow import follow_latencies, payload  # noqa: E402  (the peers' entries and follower)
 
 sys.path.insert(0, str(HERE))
-from rounds import alternate, export  # noqa: E402, F401  (export: bench_tcp_latency takes it from here)
+from rounds import alternate  # noqa: E402
 
 BLOCKING = 400
 FOLLOW = 300

@@ -17,7 +17,13 @@ from tls_certs import make_pki
 pytest.importorskip("embedlog.bookie.bookie")
 
 import embedlog
-from embedlog.errors import BKTimeoutError, BookieUnavailableError, TlsHandshakeError
+from embedlog.errors import (
+    BKTimeoutError,
+    BookieUnavailableError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    TlsHandshakeError,
+)
 from embedlog.metadata.zkserver import four_letter
 from embedlog.transport.base import next_txn
 from embedlog.transport.tcp import TcpCluster, parse_address
@@ -61,6 +67,18 @@ def test_tcp_cluster_write_read_recover(make_cluster: Any) -> None:
     assert [e.data for e in wh.read(0, len(PAYLOADS) - 1)] == PAYLOADS
     # The writer dies without closing; a bookie crashes; another client recovers the ledger.
     victim = wh.metadata.ensembles[0][0]
+    # The adds returned at AQ2, maybe before the victim had entry 0 (over TCP its frames
+    # can still be on their way): wait until it holds it, then until its journal made
+    # what it appended durable, so that the victim still holds entry 0 once it is back.
+    while True:
+        try:
+            assert cluster.read_from_bookie(victim, wh.ledger_id, 0) == PAYLOADS[0]
+            break
+        except (NoSuchEntryError, NoSuchLedgerError):
+            time.sleep(0.01)
+    journal = cluster.bookie(victim).journal
+    assert journal is not None
+    cluster.runtime.run(journal.sync())
     cluster.crash_bookie(victim)
     reader = cluster.client("reader")
     assert read_all(reader, wh.ledger_id) == PAYLOADS
