@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -46,6 +48,12 @@ def measure_once(benchmark: Any, run: Run, directory: Path, report: Report) -> d
 
 
 def main(run: Run, report: Report) -> None:
-    """``python benchmarks/bench_x.py``: one run in a temporary directory, reported."""
+    """``python benchmarks/bench_x.py``: one run in a temporary directory, reported.
+    Takes no options: ``--help`` prints the benchmark's docstring, anything else is an
+    error (before anything runs)."""
+    doc = sys.modules["__main__"].__doc__ or ""
+    argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     with tempfile.TemporaryDirectory() as d:
         print(report(run(Path(d))))
