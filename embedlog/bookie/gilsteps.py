@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -37,22 +37,28 @@ def _pause() -> None:
     time.sleep(0)
 
 
-def map_in_steps(fn: Callable[..., T], length: int, *iterables: Iterable[Any]) -> list[T]:
-    """``list(map(fn, *iterables))`` for iterables of at least ``length`` items (the
-    result has ``length``), made ``STEP`` items at a time."""
+def _steps(
+    fn: Callable[..., T], length: int, iterables: tuple[Iterable[Any], ...]
+) -> Iterator[map[T]]:
+    """The ``map`` of ``fn`` over ``length`` items of ``iterables``, as one ``map`` per
+    step, the GIL let go before each step after the first."""
     its = [iter(i) for i in iterables]
-    out: list[T] = []
     for at in range(0, length, STEP):
         if at:
             _pause()
-        out += map(fn, *(islice(it, STEP) for it in its))
+        yield map(fn, *(islice(it, STEP) for it in its))
+
+
+def map_in_steps(fn: Callable[..., T], length: int, *iterables: Iterable[Any]) -> list[T]:
+    """``list(map(fn, *iterables))`` for iterables of at least ``length`` items (the
+    result has ``length``), made ``STEP`` items at a time."""
+    out: list[T] = []
+    for step in _steps(fn, length, iterables):
+        out += step
     return out
 
 
 def consume_in_steps(fn: Callable[..., object], length: int, *iterables: Iterable[Any]) -> None:
     """Call ``fn`` on ``length`` items of ``iterables`` (as ``map``), keeping no result."""
-    its = [iter(i) for i in iterables]
-    for at in range(0, length, STEP):
-        if at:
-            _pause()
-        deque(map(fn, *(islice(it, STEP) for it in its)), maxlen=0)
+    for step in _steps(fn, length, iterables):
+        deque(step, maxlen=0)
