@@ -146,6 +146,11 @@ class SimNetwork(Transport):
         self._serving: set[asyncio.Task[Response]] = set()
         self.counts: dict[str, int] = {}
 
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop given when this was made, else asyncio's running one (asked each time:
+        a system call, as the comment in ``__init__`` says)."""
+        return self._loop or asyncio.get_running_loop()
+
     def _count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
 
@@ -193,7 +198,7 @@ class SimNetwork(Transport):
         """Hold the writes for ``ledger`` that reach ``bookie`` until it answered a recovery
         read of ``ledger`` (or until virtual time ``until``)."""
         self.gates.close(bookie, ledger, until)
-        (self._loop or asyncio.get_running_loop()).call_at(until, self._open_gate, bookie, ledger)
+        self._running_loop().call_at(until, self._open_gate, bookie, ledger)
 
     def _open_gate(self, bookie: str, ledger: int) -> None:
         for deliver in self.gates.open(bookie, ledger):
@@ -206,7 +211,7 @@ class SimNetwork(Transport):
         if spot is None:
             return None
         bookie, what, until = spot
-        if (self._loop or asyncio.get_running_loop()).time() > until:
+        if self._running_loop().time() > until:
             del self._blind[(src, ledger)]
             return None
         return bookie, what
@@ -235,7 +240,7 @@ class SimNetwork(Transport):
         rng: random.Random | None = None,
         late: float = 0.0,
     ) -> float:
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._running_loop()
         prof = self.profile
         rng = rng or self._rng
         delay = rng.uniform(*prof.delay) + late
@@ -280,7 +285,7 @@ class SimNetwork(Transport):
     def send_nowait(
         self, src: str, bookie_id: str, req: Request, timeout: float, then: Then | None = None
     ) -> asyncio.Future[Response]:
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._running_loop()
         answer: asyncio.Future[Response] = loop.create_future()
         self._observer.sent(src, bookie_id, req)
         path = protocol_path(req)
@@ -329,7 +334,7 @@ class SimNetwork(Transport):
         answer: asyncio.Future[Response],
         incarnation: int = 0,
     ) -> None:
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._running_loop()
         if self.gates and self.gates.holds(loop.time(), bookie_id, req):
             self._count("net.gate_held")
             self.gates.hold(
@@ -424,7 +429,7 @@ class SimNetwork(Transport):
         rng: random.Random | None = None,
         late: float = 0.0,
     ) -> None:
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._running_loop()
         at = self._arrival(bookie_id, src, None, rng, late)
         loop.call_at(at, self._complete, answer, outcome)
 
@@ -450,7 +455,7 @@ class SimNetwork(Transport):
         if not answer.done():
             self._count("net.timeout")
             if self._aims is not None:
-                loop = self._loop or asyncio.get_running_loop()
+                loop = self._running_loop()
                 self._aims.timed_out(src, bookie_id, req, loop.time())
             answer.set_exception(BKTimeoutError(f"bookie {bookie_id}: no answer in {timeout}s"))
 
