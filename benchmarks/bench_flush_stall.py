@@ -27,10 +27,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from bench_latency import WINDOW, pct  # noqa: E402  (it puts benchmarks/peers on the path)
+from follow import add_pipelined  # noqa: E402
 from rounds import alternate  # noqa: E402
 
 ENTRIES = 20_000
-WINDOW = 1_000
 TICK = 0.001
 
 
@@ -45,11 +46,10 @@ async def _ticks(stop: asyncio.Event) -> list[float]:
 
 
 def _quantiles(late: list[float], prefix: str) -> dict[str, float]:
-    late = sorted(late)
     return {
-        f"{prefix}_p50": late[len(late) // 2] * 1000,
-        f"{prefix}_p99": late[min(len(late) - 1, int(len(late) * 0.99))] * 1000,
-        f"{prefix}_max": late[-1] * 1000,
+        f"{prefix}_p50": pct(late, 0.5),
+        f"{prefix}_p99": pct(late, 0.99),
+        f"{prefix}_max": max(late) * 1000,
     }
 
 
@@ -67,13 +67,7 @@ def one_round(directory: Path, entries: int) -> dict[str, float]:
             return await _ticks(stop)
 
         r.update(_quantiles(cluster.runtime.run(idle()), "idle"))
-        futures: list[Any] = []
-        for _ in range(entries):
-            futures.append(wh.add_async(data))
-            if len(futures) >= WINDOW:
-                futures.pop(0).result()
-        for f in futures:
-            f.result()
+        add_pipelined(wh, data, entries, WINDOW)
 
         async def flush() -> tuple[float, list[float]]:
             stop = asyncio.Event()

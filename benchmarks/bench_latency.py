@@ -42,7 +42,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "peers"))
-from follow import follow_latencies, payload  # noqa: E402  (the peers' entries and follower)
+from follow import add_pipelined, follow_latencies, payload  # noqa: E402  (the peers' entries and follower)
 
 sys.path.insert(0, str(HERE))
 from rounds import alternate  # noqa: E402
@@ -127,13 +127,7 @@ def one_round(directory: Path) -> dict[str, float]:
 
         threads0, cpu0 = thread_cpu(), time.process_time()
         start = time.perf_counter()
-        futures = []
-        for _ in range(PIPELINED):
-            futures.append(wh.add_async(data))
-            if len(futures) >= WINDOW:
-                futures.pop(0).result()
-        for f in futures:
-            f.result()
+        add_pipelined(wh, data, PIPELINED, WINDOW)
         r["pipelined_per_s"] = PIPELINED / (time.perf_counter() - start)
         r["pipelined_cpu_us"] = (time.process_time() - cpu0) / PIPELINED * 1e6
         for role, cpu in by_role(threads0, thread_cpu()).items():

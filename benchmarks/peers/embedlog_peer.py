@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from common import Figures, Load, payload, pipelined
-from follow import follow_latencies
+from follow import add_pipelined, follow_latencies
 
 from embedlog import LocalCluster
 from embedlog.metadata.zkserver import running_zookeeper
@@ -37,13 +37,7 @@ def _measure(directory: Path, load: Load, kw: dict[str, Any]) -> Figures:
         )
         groups_before = sum(j.batches for j in journals if j is not None)
         with pipelined(fig, load.entries):
-            futures = []
-            for _ in range(load.entries):
-                futures.append(wh.add_async(data))
-                if len(futures) >= load.window:
-                    futures.pop(0).result()
-            for f in futures:
-                f.result()
+            add_pipelined(wh, data, load.entries, load.window)
         groups = sum(j.batches for j in journals if j is not None) - groups_before
         if groups:
             fig.note = f"journal groups of {3 * load.entries / groups:.0f} entry copies"

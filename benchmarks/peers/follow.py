@@ -1,11 +1,13 @@
-"""The entries every side-by-side system writes, and embedlog's append -> follower
-measurement, shared by benchmarks/bench_latency.py and the embedlog peer (no psutil here:
-bench_latency runs without the peers' requirements)."""
+"""The entries every side-by-side system writes, embedlog's pipelined adds and its
+append -> follower measurement, shared by benchmarks/bench_latency.py,
+bench_flush_stall.py and the embedlog peer (no psutil here: those benchmarks run
+without the peers' requirements)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from typing import Any
 
 SIZE = 1024  # bytes per entry
@@ -20,6 +22,18 @@ def payload(seq: int) -> bytes:
 
 def seq_of(data: bytes) -> int:
     return int(data[:12])
+
+
+def add_pipelined(handle: Any, data: bytes, count: int, window: int) -> None:
+    """``count`` ``add_async`` of ``data`` to a ledger ``handle``, at most ``window`` in
+    flight, all waited for."""
+    futures: deque[Any] = deque()
+    for _ in range(count):
+        futures.append(handle.add_async(data))
+        if len(futures) >= window:
+            futures.popleft().result()
+    for f in futures:
+        f.result()
 
 
 def follow_latencies(cluster: Any, count: int, gap: float) -> list[float]:
