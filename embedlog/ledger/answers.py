@@ -27,7 +27,7 @@ from embedlog.wire.messages import DELETED_TERM, RESULT_SIZE, FrameError, Respon
 
 
 class Refused(enum.Enum):
-    IGNORE = "ignore"  # about an entry already settled: nothing left to do for it
+    IGNORE = "ignore"  # about an entry the writer needs nothing more of (settled)
     REPLACE = "replace"  # the bookie failed this add: replace it (or retry it)
 
 
@@ -35,7 +35,10 @@ def refusal_outcome(
     status: int, term: int, *, settled: bool, ledger_id: int, bookie: str, writer_term: int
 ) -> BKError | Refused:
     """What one bookie's refusal (``status`` != EOK, with the bookie's ``term``) of one
-    entry means: the error every add of the writer fails with, or ``Refused``."""
+    entry means: the error every add of the writer fails with, or ``Refused``.
+
+    ``settled``: the writer needs nothing more of the entry (a bounded ledger's entry once
+    acknowledged; a stream needs its acknowledged entries on their whole write sets)."""
     if status == StatusCode.EDELETED or (
         status == StatusCode.EINVALIDTERM and term >= DELETED_TERM
     ):

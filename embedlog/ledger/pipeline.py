@@ -261,7 +261,11 @@ class AddPipeline:
         outcome = refusal_outcome(
             status,
             term,
-            settled=p.settled,
+            # A stream still needs a settled entry on its whole write set (its LAFR, which
+            # each rollover waits for): a bookie that refuses it is replaced as for any
+            # other entry, or the next rollover waits for ever (simulator seed 6 of
+            # ``unbounded-streams``: an EIO for acknowledged entry 0 hung the writer).
+            settled=p.settled and self.plain,
             ledger_id=self.md.ledger_id,
             bookie=bookie,
             writer_term=self.term,
