@@ -52,7 +52,7 @@ from embedlog.testing.simmeta import (
 from embedlog.testing.simnemesis import Nemesis
 from embedlog.testing.simnet import SimNetwork
 from embedlog.testing.simtrace import SeedResult, Trace
-from embedlog.testing.workload import DIGEST, Aims, Workload, judge_outcome
+from embedlog.testing.workload import DIGEST, Aims, Workload, judge_outcome, waiting_at
 from embedlog.testing.workload_bounded import BoundedWorkload
 from embedlog.testing.workload_unbounded import UnboundedWorkload
 from embedlog.wire.entry import HEADER, Digester
@@ -374,6 +374,17 @@ class Simulation:
             )
         )
         _done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
+        if pending:
+            # Liveness: whatever the faults, each append, takeover, recovery, trim, commit
+            # and delete returns (done, or failed with an error) while the cluster keeps
+            # most of its bookies: a writer left waiting for ever is a hung application.
+            where = "; ".join(sorted(waiting_at(t) for t in pending))
+            self.trace("workload-limit", len(pending))
+            self.oracle.violate(
+                "OperationsReturn",
+                f"{len(pending)} workload task(s) still waiting after {WORKLOAD_LIMIT:.0f} "
+                f"virtual seconds: {where}",
+            )
         for t in pending:
             t.cancel()
         # The nemesis ends after its current step, never inside one: a stop or a boot cut
