@@ -38,6 +38,10 @@ from embedlog.unbounded.retention import Retention
 
 SHARED_CURSORS = ("a", "b")  # names several consumers commit to at once
 MAX_COMMITS = 300  # rounds of one consumer
+# Seconds a consumer goes on committing once the writers are done: the longest age
+# retention is drawn with (2 s) and its ticks, and a few more. Beyond it the stream is
+# still, and each second costs the simulation as much as one of writing.
+QUIET_TAIL = 5.0
 
 
 class StreamOps:
@@ -171,13 +175,17 @@ class StreamOps:
             ctx.trace("consumer-open-failed", name, lid, type(exc).__name__)
             return
         fresh = 0
-        # While the writers write, then a few seconds more (retention trims as time
-        # passes); at most MAX_COMMITS rounds.
+        # While the writers write, then a few rounds more, for at most QUIET_TAIL seconds
+        # (retention trims as time passes; its ages are 2 s at most); at most MAX_COMMITS
+        # rounds.
         after = rng.randint(5, 30)
+        quiet_since: float | None = None
         for _ in range(MAX_COMMITS):
             if self.writers_done():
+                now = ctx.clock.monotonic()
+                quiet_since = now if quiet_since is None else quiet_since
                 after -= 1
-                if after < 0:
+                if after < 0 or now - quiet_since > QUIET_TAIL:
                     break
             await asyncio.sleep(rng.expovariate(1 / 0.15))
             try:  # learn the LAC, as a tail does
