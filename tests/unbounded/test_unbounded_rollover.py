@@ -10,6 +10,7 @@ for the LAFR, and a member that does not confirm is replaced from the LAFR on.
 
 from __future__ import annotations
 
+import errno
 import time
 
 from unbounded_helpers import replicas, wait_until
@@ -72,3 +73,28 @@ def test_a_replacement_is_readied_before_the_metadata_lists_it(make_cluster):
     )
     if spare in ul.metadata.bookies():  # listed only once readied: the stale entry is gone
         assert stored(cluster, spare, lid, 6) in (b"e6", None)
+
+
+def test_a_bookie_that_refuses_acknowledged_entries_is_replaced_before_the_rollover(make_cluster):
+    """A stream needs each acknowledged entry on its whole write set before its next
+    rollover. A bookie that refuses such an entry (read-only: its disk failed) must be
+    replaced like one that never answers; a writer that ignored the refusal waited for
+    ever at the rollover, with every later append (found by the simulator: seed 6 of
+    ``unbounded-streams``)."""
+    cluster = make_cluster(4)
+    client = cluster.client("w", request_timeout=10.0)
+    ul = client.create_unbounded(3, 3, 2, fragment_max_entries=2)
+    slow = ul.metadata.last_fragment[1][2]
+    cluster.network.delay("w", slow, 3.0)  # its adds land after the others acknowledged
+    assert [ul.append(b"e%d" % i) for i in range(2)] == [0, 1]
+    # Its disk fails (read-only for good): it refuses them (EREADONLY) when they land.
+    broken = OSError(errno.EIO, "Input/output error")
+    cluster.runtime.call(cluster.bookie(slow).flusher.met, broken)
+    third = ul.append_async(b"e2")  # the rollover at 2 waits for 0 and 1 on all three
+    assert third.result(timeout=30) == 2
+    cluster.network.heal()
+    md = ul.metadata
+    assert slow not in md.ensemble_for(0)  # replaced from entry 0, the LAFR + 1
+    for eid in range(3):
+        held = replicas(cluster, md, eid)
+        assert set(held.values()) == {b"e%d" % eid} and len(held) == 3, (eid, held, md.fragments)
