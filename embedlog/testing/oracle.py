@@ -19,6 +19,8 @@ bookkeeper-tlaplus) where it has them:
   holds.)
 * ``LedgerIsClosed`` (the model's liveness): once the network is healed and every
   bookie is back, recovery closes every ledger and its entries read back.
+* ``OperationsReturn`` (liveness while the faults go on, judged in sim.py): every
+  operation of the workload returns, done or failed, within its 120 virtual seconds.
 """
 
 from __future__ import annotations

@@ -374,15 +374,21 @@ class Simulation:
             )
         )
         _done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
+        # Liveness: whatever the faults, each append, takeover, recovery, trim, commit
+        # and delete returns (done, or failed with an error) while the cluster keeps most
+        # of its bookies: a writer left waiting for ever is a hung application. A follower
+        # whose reads keep returning failures waits for the cluster, as a tail does.
+        now = self.loop.time()
+        hung = [t for t in pending if not self.workload.retrying(t, now)]
+        if len(hung) < len(pending):
+            self.counts["workload.retrying_at_limit"] += len(pending) - len(hung)
         if pending:
-            # Liveness: whatever the faults, each append, takeover, recovery, trim, commit
-            # and delete returns (done, or failed with an error) while the cluster keeps
-            # most of its bookies: a writer left waiting for ever is a hung application.
-            where = "; ".join(sorted(waiting_at(t) for t in pending))
-            self.trace("workload-limit", len(pending))
+            self.trace("workload-limit", len(pending), "hung", len(hung))
+        if hung:
+            where = "; ".join(sorted(waiting_at(t) for t in hung))
             self.oracle.violate(
                 "OperationsReturn",
-                f"{len(pending)} workload task(s) still waiting after {WORKLOAD_LIMIT:.0f} "
+                f"{len(hung)} workload task(s) still waiting after {WORKLOAD_LIMIT:.0f} "
                 f"virtual seconds: {where}",
             )
         for t in pending:

@@ -51,6 +51,13 @@ class Workload(Protocol):
         """Stop every writer (the history is over)."""
         ...
 
+    def retrying(self, task: asyncio.Future[Any], now: float) -> bool:
+        """Whether ``task``, still running at the workload's limit, is a reader retrying
+        reads the faults keep failing, each of them returned lately (a tail waits for
+        the cluster by design), rather than an operation that never returned
+        (``OperationsReturn``, sim.py)."""
+        ...
+
 
 class Aims(Protocol):
     """What the race scenarios' workloads ask of the nemesis (simnemesis.py)."""

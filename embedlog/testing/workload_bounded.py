@@ -61,6 +61,9 @@ class BoundedWorkload:
         for w in self._writers:
             w.stop()
 
+    def retrying(self, task: asyncio.Future[Any], now: float) -> bool:
+        return False  # no reader tails a bounded ledger here
+
     def responsible(self, lid: int, eid: int, bookie: str) -> bool:
         try:
             md = self.ctx.truth.read_ledger(lid)

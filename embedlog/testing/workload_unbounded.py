@@ -49,6 +49,11 @@ from embedlog.unbounded import follow, layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.entry import Digester
 
+# A follower still at work at the workload's limit whose last read or poll returned
+# this recently retries reads the faults keep failing (each fails after its request
+# timeout, 1 s, and a 0.2 s pause): it waits for the cluster, as a tail does.
+RETRYING_WITHIN = 10.0
+
 
 class UnboundedWorkload:
     def __init__(self, ctx: SimContext, cluster: ClusterControl, aims: Aims) -> None:
@@ -61,6 +66,8 @@ class UnboundedWorkload:
         self.ledgers: list[int] = []
         self._handles: list[UnboundedLedger] = []
         self._followers: list[Follower] = []
+        # When each follower's task last had a read or a poll return (retrying).
+        self._returned: dict[asyncio.Future[Any], float] = {}
         self._writing = 0  # streams still being written (followers stop when none are)
         self._quiet = asyncio.Event()
         self._held: dict[int, asyncio.Event] = {}  # streams a compound aim holds (hold)
@@ -110,6 +117,10 @@ class UnboundedWorkload:
             return self.ctx.truth.read_ledger(lid)
         except NoSuchLedgerInMetadataError:
             return None
+
+    def retrying(self, task: asyncio.Future[Any], now: float) -> bool:
+        returned = self._returned.get(task)
+        return returned is not None and now - returned < RETRYING_WITHIN
 
     def writers_done(self) -> bool:
         """Whether every stream's writers (first terms and takeovers) are done."""
@@ -370,6 +381,8 @@ class UnboundedWorkload:
             return
         me = Follower(name, lid)
         self._followers.append(me)
+        task = asyncio.current_task()
+        assert task is not None
         md, lac = handle.metadata, handle.last_add_confirmed
         digester = Digester(md.digest_type, PASSWORD)
         next_id, quiet_polls = 0, 0
@@ -382,6 +395,7 @@ class UnboundedWorkload:
             if next_id <= lac:
                 last = min(lac, next_id + READ_BATCH - 1)
                 got = await read_or_none(ctx, client, md, digester, next_id, last, name)
+                self._returned[task] = ctx.clock.monotonic()
                 if got is None:
                     fresh = await self._metadata(client, lid, md)
                     if fresh is None:
@@ -407,8 +421,10 @@ class UnboundedWorkload:
                 ctx.trace("follower-ends", name, lid, "deleted")
                 break
             except BKError as exc:  # the metadata read failed: poll again
+                self._returned[task] = ctx.clock.monotonic()
                 ctx.trace("follow-poll-failed", name, lid, type(exc).__name__)
                 continue
+            self._returned[task] = ctx.clock.monotonic()
             lac = max(lac, seen)
             if rows and layout.first_entry(md) <= next_id:
                 entries = [(e.entry_id, e.data) for e in follow.visible(md, rows)]
