@@ -42,6 +42,9 @@ def test_script(script: Path) -> None:
 E = StatusCode
 
 
+# ``settled``: the writer needs nothing more of the entry; the pipeline says so only for a
+# bounded ledger's acknowledged entries (a stream needs them on their whole write sets:
+# pipeline_scripts/stream_refused_after_ack*.txt).
 @pytest.mark.parametrize(
     ("status", "term", "settled", "outcome"),
     [
