@@ -45,8 +45,8 @@ def test_the_stream_layer_keeps_its_promises_over_seeds():
 # move it: the test then searches seeds from 0 (the bound is SEARCH, as the issue's
 # bound for the unsafe switches is 500) and says where to pin it.
 CAUGHT = {
-    "stale-cursors": (CURSOR_RULE, 55),
-    "limit-too-far": (RETENTION_RULE, 3),
+    "stale-cursors": (CURSOR_RULE, 9),
+    "limit-too-far": (RETENTION_RULE, 5),
     "commit-ignores-delete": (DELETE_RULE, 5),
     "forget-deletions": (DELETE_RULE, 1),  # the unsafe switch (bookie/tombstones.py)
 }

@@ -16,7 +16,7 @@ from embedlog.testing.sim import run_seed
 FIRST = {
     "no-truncate-noop": 169,
     "unknown-as-negative": 5,
-    "ack-during-replacement": 26,
+    "ack-during-replacement": 7,
     "recovery-ignores-term": 5,
 }
 
