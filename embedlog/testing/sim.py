@@ -20,9 +20,10 @@ import gc
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from embedlog.bookie.bookie import Bookie, BookieState
 from embedlog.client import Client
@@ -33,6 +34,7 @@ from embedlog.runtime import Runtime
 from embedlog.testing.ackquorum import describe, entry_payload, missing_copies, storage_reader
 from embedlog.testing.decisions import Decisions, format_suppress
 from embedlog.testing.limits import Limits
+from embedlog.testing.liveness import judge_at_limit, retrying_finish
 from embedlog.testing.oracle_durable import DurableStateRule
 from embedlog.testing.oracle_quorum import ledger_changes
 from embedlog.testing.scenarios import DEFAULT_SCENARIO, SCENARIOS, UNSAFE, Scenario
@@ -52,7 +54,7 @@ from embedlog.testing.simmeta import (
 from embedlog.testing.simnemesis import Nemesis
 from embedlog.testing.simnet import SimNetwork
 from embedlog.testing.simtrace import SeedResult, Trace
-from embedlog.testing.workload import DIGEST, Aims, Workload, judge_outcome, waiting_at
+from embedlog.testing.workload import DIGEST, Aims, Workload, judge_outcome
 from embedlog.testing.workload_bounded import BoundedWorkload
 from embedlog.testing.workload_unbounded import UnboundedWorkload
 from embedlog.wire.entry import HEADER, Digester
@@ -374,35 +376,30 @@ class Simulation:
             )
         )
         _done, pending = await asyncio.wait(work, timeout=WORKLOAD_LIMIT)
-        # Liveness: whatever the faults, each append, takeover, recovery, trim, commit
-        # and delete returns (done, or failed with an error) while the cluster keeps most
-        # of its bookies: a writer left waiting for ever is a hung application. A follower
-        # whose reads keep returning failures waits for the cluster, as a tail does.
         now = self.loop.time()
-        hung = [t for t in pending if not self.workload.retrying(t, now)]
-        if len(hung) < len(pending):
-            self.counts["workload.retrying_at_limit"] += len(pending) - len(hung)
+        judged = judge_at_limit(
+            self.oracle, pending, lambda t: self.workload.retrying(t, now), WORKLOAD_LIMIT
+        )
         if pending:
-            self.trace("workload-limit", len(pending), "hung", len(hung))
-        if hung:
-            where = "; ".join(sorted(waiting_at(t) for t in hung))
-            self.oracle.violate(
-                "OperationsReturn",
-                f"{len(hung)} workload task(s) still waiting after {WORKLOAD_LIMIT:.0f} "
-                f"virtual seconds: {where}",
-            )
-        for t in pending:
+            self.counts["workload.retrying_at_limit"] += len(judged.retrying)
+            self.trace("workload-limit", len(pending), "hung", len(judged.hung))
+        for t in judged.hung:
             t.cancel()
+        retrying = judged.retrying  # they go on: once the cluster is healed they finish
         # The nemesis ends after its current step, never inside one: a stop or a boot cut
         # short by a cancellation would be a fault of the simulator's own making.
         self.ctx.phase.workload_done = True
         await self.nemesis.strikes_done()
-        await asyncio.wait(
-            [*work, disk_nemesis, expiries, *(x for x in [nemesis] if x is not None)]
-        )
-        for t in [*work, disk_nemesis, expiries, *(x for x in [nemesis] if x is not None)]:
+        rest = [
+            *(t for t in work if t not in retrying),
+            disk_nemesis,
+            expiries,
+            *(x for x in [nemesis] if x is not None),
+        ]
+        await asyncio.wait(rest)
+        for t in rest:
             judge_outcome(self.oracle, t)
-        await self.heal_and_check()
+        await self.heal_and_check(retrying)
         self.counts.update(self.net.counts)
 
     # -- the rest of ClusterControl (simcontext.py) --------------------------------------------
@@ -455,9 +452,10 @@ class Simulation:
         assert isinstance(store, FaultyMetadataStore)
         store.watch(on_write, on_read)
 
-    async def heal_and_check(self) -> None:
+    async def heal_and_check(self, retrying: Sequence[asyncio.Future[Any]] = ()) -> None:
         """The end of every history: heal the network, bring every bookie back, let repair
-        run, recover every ledger and read it back."""
+        run, recover every ledger and read it back; the workload's tasks that were still
+        retrying at its limit (``retrying``) finish then."""
         self.trace("heal")
         self._healed = True
         self.net.heal()
@@ -467,6 +465,7 @@ class Simulation:
             await self.boot(bid)
         await self._settle_repairs(SETTLE_LIMIT)
         await self.workload.check_end()
+        await retrying_finish(self.oracle, retrying)
         # A repair that must take a stream over backs off between failed takeovers (up to
         # 30 s, bookie/repair.py): once check_end settled every ledger, it gets that long
         # to copy what the bookie owes before invariant 4 counts copies.

@@ -137,14 +137,3 @@ def judge_outcome(oracle: Oracle, task: asyncio.Future[Any]) -> None:
     detail = task_error(task)
     if detail is not None:
         oracle.violate("NoUnexpectedError", detail)
-
-
-def waiting_at(task: asyncio.Future[Any]) -> str:
-    """Where a task waits: its chain of coroutines, outermost first (function:line)."""
-    coro: Any = task.get_coro() if isinstance(task, asyncio.Task) else None
-    frames = []
-    while getattr(coro, "cr_frame", None) is not None:
-        frame = coro.cr_frame
-        frames.append(f"{frame.f_code.co_qualname}:{frame.f_lineno}")
-        coro = coro.cr_await  # a coroutine it awaits, or a future (the end of the chain)
-    return " > ".join(frames) or repr(task)

@@ -5,9 +5,13 @@ the same seed of today's code returns in time."""
 
 from __future__ import annotations
 
+import asyncio
+
 from liveness_mutants import refusal_of_acked_ignored
 
+from embedlog.testing.liveness import HEALED_LIMIT, judge_at_limit, retrying_finish
 from embedlog.testing.sim import WORKLOAD_LIMIT, run_seed
+from embedlog.testing.simloop import VirtualClockLoop
 
 SCENARIO = "unbounded-streams"
 PINNED = 6  # the first seed (from 0) where the mutant is caught
@@ -47,3 +51,62 @@ def test_a_follower_still_retrying_reads_at_the_limit_is_not_hung():
     assert result.counts["workload.retrying_at_limit"] == 1
     assert any(line.endswith(" workload-limit 1 hung 0") for line in result.trace)
     assert sum(" read-failed f0 " in line for line in result.trace) > 20
+
+
+class _Violations:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def violate(self, invariant: str, detail: str) -> None:
+        self.seen.append((invariant, detail))
+
+
+def _on_virtual_loop(main):
+    loop = VirtualClockLoop()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_at_the_limit_a_task_not_retrying_is_hung_and_a_retrying_one_goes_on():
+    oracle = _Violations()
+
+    async def main():
+        async def waits_for_ever():
+            await asyncio.Event().wait()
+
+        stuck = asyncio.ensure_future(waits_for_ever())
+        reader = asyncio.ensure_future(waits_for_ever())
+        await asyncio.sleep(0)
+        judged = judge_at_limit(oracle, {stuck, reader}, lambda t: t is reader, 120.0)
+        assert judged.hung == [stuck] and judged.retrying == [reader]
+        for t in (stuck, reader):
+            t.cancel()
+
+    _on_virtual_loop(main)
+    ((rule, detail),) = oracle.seen
+    assert rule == "OperationsReturn" and "waits_for_ever" in detail and "1 workload task" in detail
+
+
+def test_a_task_retrying_at_the_limit_must_finish_once_healed():
+    oracle = _Violations()
+
+    async def main():
+        async def finishes_soon():
+            await asyncio.sleep(5.0)
+
+        async def retries_for_ever():
+            while True:
+                await asyncio.sleep(1.0)
+
+        done, never = (asyncio.ensure_future(c) for c in (finishes_soon(), retries_for_ever()))
+        await retrying_finish(oracle, [done, never])
+        assert done.done() and not done.cancelled()
+        assert never.cancelled() or never.cancelling()
+        return asyncio.get_running_loop().time()
+
+    ended = _on_virtual_loop(main)
+    assert ended == HEALED_LIMIT  # virtual seconds: it waited the whole bound, no more
+    ((rule, detail),) = oracle.seen
+    assert rule == "OperationsReturn" and "retries_for_ever" in detail and "healed" in detail
