@@ -13,7 +13,7 @@ goes on, and must finish once the cluster is healed and every ledger recovered.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from attrs import frozen
@@ -70,7 +70,7 @@ async def retrying_finish(oracle: Oracle, retrying: Sequence[asyncio.Future[Any]
             judge_outcome(oracle, t)
 
 
-def describe(tasks: Sequence[asyncio.Future[Any]] | set[asyncio.Future[Any]]) -> str:
+def describe(tasks: Iterable[asyncio.Future[Any]]) -> str:
     return "; ".join(sorted(waiting_at(t) for t in tasks))
 
 

@@ -183,7 +183,8 @@ class StreamOps:
         for _ in range(MAX_COMMITS):
             if self.writers_done():
                 now = ctx.clock.monotonic()
-                quiet_since = now if quiet_since is None else quiet_since
+                if quiet_since is None:
+                    quiet_since = now
                 after -= 1
                 if after < 0 or now - quiet_since > QUIET_TAIL:
                     break

@@ -421,10 +421,10 @@ class UnboundedWorkload:
                 ctx.trace("follower-ends", name, lid, "deleted")
                 break
             except BKError as exc:  # the metadata read failed: poll again
-                self._returned[task] = ctx.clock.monotonic()
                 ctx.trace("follow-poll-failed", name, lid, type(exc).__name__)
                 continue
-            self._returned[task] = ctx.clock.monotonic()
+            finally:  # returned, whatever it returned
+                self._returned[task] = ctx.clock.monotonic()
             lac = max(lac, seen)
             if rows and layout.first_entry(md) <= next_id:
                 entries = [(e.entry_id, e.data) for e in follow.visible(md, rows)]
