@@ -370,10 +370,6 @@ class Client:
                 fragment_max_entries=layout.fragment_max_entries(start.md),
             )
             self._writers.append(writer)
-            if start.last_entry_id >= 0:
-                # Followers learn the new term's LAC (the recovered entries) now, not with
-                # the next append (in the background: a slow bookie must not delay us).
-                writer.announce_lac()
             return UnboundedLedger(self._runtime, self.ctx, start.md, password, writer=writer)
         md = await self._read_metadata(ledger_id, password)
         if not md.unbounded:

@@ -156,6 +156,7 @@ class Flusher:
         self.health = FlushHealth(config.flush_interval, config.flush_retry_max_interval)
         self.periodic: asyncio.Task[None] | None = None  # started once the boot is done
         self.early: asyncio.Task[None] | None = None  # an early flush for a full write cache
+        self._wake: asyncio.Future[None] | None = None  # set while parked (``_parked``)
         # Read on every add: the limit, not the config, one attribute away.
         self._cache_limit = config.write_cache_max_bytes
 
@@ -171,8 +172,31 @@ class Flusher:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.health.delay)
-            if not self._idle_in_place():
+            if self._idle_in_place():
+                await self._parked()
+            else:
                 await self._in_background()
+
+    async def _parked(self) -> None:
+        """Nothing to write: wait for the next change (``LedgerStorage.wake_on_change``) or
+        for the bookie to go read-only, instead of flushing nothing every interval; the
+        next flush comes one interval after that. A flush never lags a change by more
+        than an interval, and an idle bookie does not wake at all (a simulated bookie
+        flushes every 20 ms in a third of the histories: a stream's history had some
+        2,000 of these wake-ups, 12% of its CPU)."""
+        storage = self.bookie.storage
+        assert storage is not None
+        wake = self._wake = asyncio.get_running_loop().create_future()
+        storage.wake_on_change(self._unpark)
+        try:
+            await wake
+        finally:
+            self._wake = None
+
+    def _unpark(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
     def _idle_in_place(self) -> bool:
         """The periodic flush of a writable bookie with nothing to write, done here: what
@@ -247,6 +271,7 @@ class Flusher:
         self.go_readonly()
 
     def go_readonly(self) -> None:
+        self._unpark()  # a read-only bookie's flushes decide when it is writable again
         if not self.bookie.readonly:
             self.bookie.readonly = True
             self.bookie.registration.register(readonly=True)

@@ -24,6 +24,7 @@ from embedlog.bookie.config import BookieConfig
 from embedlog.bookie.index import LedgerInfo
 from embedlog.bookie.ledgers import LedgerTable
 from embedlog.bookie.refusals import Refusals
+from embedlog.bookie.terms import lafr_recorded
 from embedlog.bookie.truncation import digest_len_of_trim
 from embedlog.bookie.verdicts import (
     Verdict,
@@ -238,10 +239,18 @@ class Requests:
         if not verdict.admitted:
             return self._change_refused(req, verdict, info)
         assert info is not None
-        if req.entry_id > info.explicit_lac:
+        lac_moved = req.entry_id > info.explicit_lac
+        if lac_moved:
             # Not journaled: a LAC forgotten in a crash only makes readers wait for the next.
             info.explicit_lac = req.entry_id
-            storage.set_info(req.ledger_id, info)
+        if req.term != NO_TERM and lafr_recorded(info.term, req.term, req.lafr, info.lafr):
+            # A stream writer's LAFR (a quiet writer's, or a takeover's end): not journaled
+            # either, as with adds (adds.py).
+            info.lafr = req.lafr
+        elif not lac_moved:
+            return Response.to(req, StatusCode.EOK, lac=info.known_lac)
+        storage.set_info(req.ledger_id, info)
+        if lac_moved:
             self.ledgers.lac_moved(req.ledger_id)
         return Response.to(req, StatusCode.EOK, lac=info.known_lac)
 

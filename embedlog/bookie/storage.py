@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Executor
 from typing import Literal, cast
 
@@ -95,6 +95,7 @@ class LedgerStorage:
         self._flush_lock = asyncio.Lock()
         self._checkpoint = self.index.checkpoint()  # the journal LSN the index last recorded
         self.flushes = 0
+        self._wake: Callable[[], None] | None = None  # see wake_on_change
 
     def _check_logs(self, ends: dict[int, int]) -> None:
         """Find the entry logs that lost entries the index points to (a scan of the index,
@@ -130,6 +131,20 @@ class LedgerStorage:
         self._infos[ledger_id] = info
         self._deleted.discard(ledger_id)
         self._dirty.add(ledger_id)
+        if self._wake is not None:
+            self._changed()
+
+    def wake_on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, at the next change a flush would write (an entry cached,
+        a ledger's state set, a failed flush's work put back): a flusher with nothing to
+        write waits for it instead of waking every interval (flushing.py). Every journal
+        record comes with such a change, so the journal needs no hook of its own."""
+        self._wake = callback
+
+    def _changed(self) -> None:
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            wake()
 
     def dropped(self, ledger_id: int) -> bool:
         """The bookie dropped the ledger: no state of it, and a tombstone (tombstones.py)."""
@@ -148,6 +163,8 @@ class LedgerStorage:
         cached[entry_id] = data
         self.cache_bytes += len(data) - (len(old) if old is not None else 0)
         self._raise_lac(ledger_id, lac, (data,))
+        if self._wake is not None:
+            self._changed()
 
     def put_many(
         self, ledger_id: int, entries: dict[int, bytes], *, lac: int | None = None
@@ -162,6 +179,8 @@ class LedgerStorage:
         cached.update(entries)
         self.cache_bytes += sum(map(len, entries.values()))
         self._raise_lac(ledger_id, lac, entries.values())
+        if self._wake is not None:
+            self._changed()
 
     def _raise_lac(self, ledger_id: int, lac: int | None, entries: Iterable[bytes]) -> None:
         """Raise the ledger's LAC to the highest in the headers of ``entries`` just stored
@@ -344,6 +363,7 @@ class LedgerStorage:
                 self.cache_bytes = sum(
                     len(data) for entries in self.cache.values() for data in entries.values()
                 )
+            self._changed()
             raise
         finally:
             self._flushing = {}

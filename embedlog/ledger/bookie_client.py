@@ -31,10 +31,11 @@ class BookieClient:
         body: bytes = b"",
         timeout_ms: int = 0,
         timeout: float | None = None,
+        lafr: int = -1,
     ) -> Response:
         """One request; raises BKTimeoutError/BookieUnavailableError when the outcome is unknown."""
         req = Request(
-            op, next_txn(), ledger_id, entry_id, flags, term, timeout_ms, master_key, body
+            op, next_txn(), ledger_id, entry_id, flags, term, timeout_ms, master_key, body, lafr
         )
         wait = self.request_timeout if timeout is None else timeout
         return await self.transport.request(self.name, bookie_id, req, wait)

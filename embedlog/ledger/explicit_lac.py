@@ -36,6 +36,7 @@ class ExplicitLac:
         term: int,
         key: bytes,
         spawn: Callable[[Coroutine[Any, Any, None]], object],
+        lafr: Callable[[], int],
         *,
         enabled: bool,
     ) -> None:
@@ -44,6 +45,10 @@ class ExplicitLac:
         self.term = term
         self.key = key
         self.spawn = spawn
+        # The LAFR the writer's adds carry (a stream's; -1 for a bounded ledger): sent
+        # with the LAC, so that a takeover after the writer went quiet reads forward from
+        # where the writer's entries reached every bookie, not from where its last add said.
+        self.lafr = lafr
         self.enabled = enabled  # not for a recovery's write-back
         self.sent = -1  # the highest LAC sent explicitly
         self.timer: asyncio.TimerHandle | None = None
@@ -94,6 +99,7 @@ class ExplicitLac:
                 lac,
                 term=self.term,
                 master_key=self.key,
+                lafr=self.lafr(),
             )
         except UNKNOWN_OUTCOMES:
             pass  # best effort: the LAC also travels with the next entry

@@ -100,7 +100,13 @@ class LedgerWriter:
         self._drained = asyncio.Event()
         self._drained.set()
         self.explicit_lac = ExplicitLac(
-            ctx, self.pl, term, self.key, self._spawn, enabled=not recovery
+            ctx,
+            self.pl,
+            term,
+            self.key,
+            self._spawn,
+            self.policy.lafr_for_adds,
+            enabled=not recovery,
         )
         # The loop callbacks that send this turn's outbox and queued adds, once scheduled
         # (send_now runs them early and cancels them).

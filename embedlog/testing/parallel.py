@@ -13,6 +13,7 @@ workers finish in.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import threading
 from collections.abc import Generator, Iterable
@@ -62,5 +63,9 @@ def run_seeds(
             yield _one(job)
         return
     method = method or start_method(threading.active_count())
-    with multiprocessing.get_context(method).Pool(min(jobs, len(work))) as pool:
+    # Each worker freezes what it starts with (the command's modules, forked or imported):
+    # the collector never scans those objects again, 3% of a stream seed's CPU.
+    with multiprocessing.get_context(method).Pool(
+        min(jobs, len(work)), initializer=gc.freeze
+    ) as pool:
         yield from pool.imap(_one, work, chunksize=1)

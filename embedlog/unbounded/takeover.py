@@ -20,6 +20,9 @@ The steps, as the model (``ProtocolUnboundedLedgersAndGWQ.tla``) checked them:
    completes with a bookie of the last fragment that did not truncate.
 5. ``ClientChangesTermToOpen``: compare-and-swap to OPEN with the fragments the
    write-back ended with, at the version step 1 wrote (else another term won).
+6. The new term's end goes to the last fragment's bookies as their LAC and LAFR, in
+   the background (``announce_end``); the model has no such step: there the new term's
+   first add carries its LAFR.
 """
 
 from __future__ import annotations
@@ -190,7 +193,35 @@ async def recover_term(ctx: ClientContext, md: LedgerMetadata, password: bytes) 
     last = noop_id if noop_id >= 0 else eid - 1
     opened = await open_term(ctx, md, writer.md)
     log.info("ledger %s: term %s open after entry %s (no-op %s)", lid, term, last, noop_id)
+    announce_end(ctx, opened, last, key)
     return TermStart(opened, term, last, noop_id)
+
+
+def announce_end(ctx: ClientContext, opened: LedgerMetadata, last: int, key: bytes) -> None:
+    """Step 6: tell the last fragment's bookies, in the background, that every entry up to
+    ``last`` is committed and on its whole write set: a WRITE_LAC carrying ``last`` as both
+    LAC and LAFR. Followers see the recovered entries now rather than with the next
+    append, and the next takeover reads forward from here, instead of reading and writing
+    back once more everything this one recovered (a stream nobody writes to between
+    takeovers, one a bookie's repair takes over on every boot, would otherwise redo it
+    each time). Only now, with the metadata OPEN: until then the write sets the
+    write-back filled were in this takeover's memory only (``rules.lafr_to_send``)."""
+    if last < 0:
+        return
+    settle_later(
+        asyncio.ensure_future(
+            ctx.bookies.call(
+                bookie,
+                OpCode.WRITE_LAC,
+                opened.ledger_id,
+                last,
+                term=opened.term,
+                master_key=key,
+                lafr=last,
+            )
+        )
+        for bookie in opened.last_fragment[1]
+    )
 
 
 async def open_term(

@@ -302,11 +302,6 @@ class TermWriter(LedgerWriter):
             if set(self.md.last_fragment[1]) & missing:
                 await asyncio.sleep(min(self.ctx.bookies.request_timeout, 0.5))
 
-    def announce_lac(self) -> None:
-        """Send the LAC explicitly to the last fragment now, in the background."""
-        for bookie in self.md.last_fragment[1]:
-            self._spawn(self.explicit_lac.send(bookie, self.lac))
-
     # -- fragment rollover -------------------------------------------------------------------
 
     @staticmethod

@@ -1,8 +1,9 @@
-"""An idle bookie's periodic flush is done where the flush loop wakes, without the
-coroutines of a flush with work: a simulated bookie flushes every 20 ms in a third of
-the histories, idle nearly always (docs/simulation.md, Speed). It still counts as a
-flush and removes the journal files the checkpoint covers; a flush with work, or one
-of a read-only bookie, takes the whole path."""
+"""A bookie with nothing to flush parks its flush loop until the next change, instead of
+flushing nothing every interval: an embedded bookie at rest does not wake, and a
+simulated one (flushing every 20 ms in a third of the histories) costs the simulator no
+wake-ups (docs/simulation.md, Speed). Whatever a flush would write wakes it: an entry
+cached, a ledger's state set; and so does going read-only, since only a flush makes the
+bookie writable again."""
 
 from __future__ import annotations
 
@@ -10,50 +11,58 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from embedlog.bookie.flushing import Flusher
 from embedlog.wire.codes import StatusCode
+from embedlog.wire.messages import NO_TERM, OpCode
+
+INTERVAL = 0.01
 
 
 def wait(h: Any, cond: Callable[[], bool]) -> None:
     """Run the bookie's loop until ``cond`` (no deadline: pytest's own timeout applies)."""
     while not cond():
-        h.run(asyncio.sleep(0.01))
+        h.run(asyncio.sleep(INTERVAL))
 
 
-def counted(monkeypatch: Any) -> list[int]:
-    """Count the flushes that take the whole path (``Flusher._in_background``)."""
-    calls = [0]
-    real = Flusher._in_background
-
-    async def whole(self: Flusher) -> None:
-        calls[0] += 1
-        await real(self)
-
-    monkeypatch.setattr(Flusher, "_in_background", whole)
-    return calls
+def parked(h: Any) -> bool:
+    wake = h.bookie.flusher._wake
+    return wake is not None and not wake.done()
 
 
-def test_an_idle_bookie_flushes_in_place(harness: Any, monkeypatch: Any) -> None:
-    h = harness(flush_interval=0.01)
+def test_an_idle_bookie_parks_until_an_add(harness: Any) -> None:
+    h = harness(flush_interval=INTERVAL)
     h.boot()
     storage = h.bookie.storage
     assert h.add(1, 0, b"first").status == StatusCode.EOK
-    wait(h, lambda: not storage.cache and storage.index.location(1, 0) is not None)
-    whole = counted(monkeypatch)
+    wait(h, lambda: storage.index.location(1, 0) is not None and parked(h))
     before = storage.flushes
-    wait(h, lambda: storage.flushes >= before + 5)
-    assert whole[0] == 0  # five idle flushes, none through the coroutines
+    h.run(asyncio.sleep(20 * INTERVAL))
+    assert storage.flushes == before and parked(h)  # twenty intervals, no flush at all
     assert h.add(1, 1, b"second").status == StatusCode.EOK
-    wait(h, lambda: storage.index.location(1, 1) is not None)
-    assert whole[0] >= 1  # the flush with work took the whole path
+    assert not parked(h)
+    wait(h, lambda: storage.index.location(1, 1) is not None and parked(h))
+    after = storage.flushes
+    h.run(asyncio.sleep(20 * INTERVAL))
+    assert storage.flushes == after  # parked again
 
 
-def test_an_idle_read_only_bookie_takes_the_whole_path(harness: Any, monkeypatch: Any) -> None:
-    """Writable again after a flush is the whole path's to decide (_resume_writes)."""
-    h = harness(flush_interval=0.01)
+def test_a_state_change_alone_wakes_it(harness: Any) -> None:
+    """A WRITE_LAC caches no entry; the LAC it sets must still reach the index."""
+    h = harness(flush_interval=INTERVAL)
     h.boot()
-    whole = counted(monkeypatch)
+    storage = h.bookie.storage
+    assert h.add(1, 0, b"first").status == StatusCode.EOK
+    wait(h, lambda: storage.index.location(1, 0) is not None and parked(h))
+    assert h.request(OpCode.WRITE_LAC, 1, 0, term=NO_TERM).status == StatusCode.EOK
+    wait(h, lambda: storage.index.ledger(1).explicit_lac == 0)
+
+
+def test_going_read_only_wakes_it(harness: Any) -> None:
+    """Writable again after a flush is the whole path's to decide (_resume_writes): a
+    parked flusher must run it."""
+    h = harness(flush_interval=INTERVAL)
+    h.boot()
+    wait(h, lambda: parked(h))
     h.bookie.flusher.go_readonly()
+    assert not parked(h)
     wait(h, lambda: not h.bookie.readonly)
-    assert whole[0] >= 1
     assert h.meta.writable_bookies() == ["b1"]

@@ -54,6 +54,32 @@ def test_adds_record_the_lafr_and_answers_carry_the_request_term(cluster):
     assert add(cluster, b, 2, 1).status == StatusCode.EINVALIDTERM
 
 
+def write_lac(cluster, bookie, lac, term, lafr):
+    req = Request(OpCode.WRITE_LAC, next_txn(), LID, lac, 0, term, 0, KEY, b"", lafr)
+    return cluster.runtime.run(cluster.transport.request("raw", bookie, req, 5.0))
+
+
+def test_a_write_lac_records_the_lafr_of_the_bookies_own_term_only(cluster):
+    """A quiet writer's WRITE_LAC and a takeover's end carry the LAFR. A WRITE_LAC neither
+    raises the bookie's term nor is refused for an old one, so a LAFR of another term
+    (a deposed writer's) must not be recorded: the LAC still counts."""
+    b = cluster.bookie_ids[0]
+    for eid in range(3):
+        assert add(cluster, b, eid, 2).status == StatusCode.EOK
+    info = cluster.bookie(b).ledger_info
+    assert write_lac(cluster, b, 1, 1, lafr=2).status == StatusCode.EOK  # term 1: deposed
+    assert (info(LID).lafr, info(LID).explicit_lac) == (-1, 1)
+    assert write_lac(cluster, b, 2, 3, lafr=2).status == StatusCode.EOK  # not raised yet
+    assert (info(LID).lafr, info(LID).explicit_lac, info(LID).term) == (-1, 2, 2)
+    assert write_lac(cluster, b, 2, 2, lafr=1).status == StatusCode.EOK  # its own term
+    assert info(LID).lafr == 1
+    assert write_lac(cluster, b, 2, 2, lafr=0).status == StatusCode.EOK  # never lowered
+    assert info(LID).lafr == 1
+    req = Request(OpCode.READ, next_txn(), LID, -1, 0, 3, 0, KEY)  # the next takeover's read
+    resp = cluster.runtime.run(cluster.transport.request("raw", b, req, 5.0))
+    assert (resp.status, resp.lafr) == (StatusCode.EOK, 1)
+
+
 def test_an_add_answered_after_a_term_raise_carries_its_own_term(cluster):
     """An add of term 1 waits for the journal while a term-2 read raises the stored term.
     Its answer is term 1's acknowledgement and must say so: answering with the stored

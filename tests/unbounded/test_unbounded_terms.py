@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 
 import pytest
@@ -458,3 +459,25 @@ def test_a_takeover_never_readies_a_bookie_the_stored_metadata_lists_in_its_last
     assert {e: stored(cluster, b, lid, e) for e in held} == held
     ul2 = cluster.client("c2").open_unbounded(lid)
     assert [e.data for e in ul2.read(0, 9)] == payloads
+
+
+def test_a_takeover_leaves_its_end_with_the_bookies_as_their_lafr(cluster, caplog):
+    """A takeover tells the last fragment's bookies its end (the no-op) as LAC and LAFR
+    once its term is OPEN (takeover.announce_end), so the next takeover reads forward
+    from there. Before, a stream nobody wrote to between takeovers (one a bookie's repair
+    takes over on every boot) was read and written back again from the deposed writer's
+    last LAFR by every takeover."""
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    for i in range(5):
+        ul.append(b"x%d" % i)
+    lid = ul.ledger_id
+    t1 = cluster.client("t1").open_unbounded(lid)
+    assert (t1.term, t1.last_add_confirmed) == (2, 5)  # the no-op at 5
+    bookies = t1.metadata.last_fragment[1]
+    wait_until(lambda: all(cluster.bookie(b).ledger_info(lid).lafr == 5 for b in bookies))
+    assert all(cluster.bookie(b).ledger_info(lid).explicit_lac == 5 for b in bookies)
+    with caplog.at_level(logging.INFO, logger="embedlog.unbounded.takeover"):
+        t2 = cluster.client("t2").open_unbounded(lid)
+    assert "term 3: LAFR 5, LAC 5, recovering from 6" in caplog.text
+    assert t2.last_add_confirmed == 6
+    assert [e.data for e in t2.read(0, 6)] == [b"x%d" % i for i in range(5)]
