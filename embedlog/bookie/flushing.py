@@ -1,8 +1,10 @@
 """Flushing: the write cache written to the entry logs and the index in the background,
 and the bookie read-only while flushes fail.
 
-A flush runs every ``flush_interval`` and early when the write cache passes
-``write_cache_max_bytes``; after it, the journal before its checkpoint is removed.
+A flush runs every ``flush_interval`` while there is something to write (a bookie with
+nothing to write waits for the next change, then flushes an interval later) and early
+when the write cache passes ``write_cache_max_bytes``; after it, the journal before its
+checkpoint is removed.
 A flush that fails makes the bookie read-only (it refuses adds with EREADONLY) and
 keeps the entries in its write cache: they are acknowledged, the journal has them, and
 the next flush writes them. Flushes go on, each failure doubling the wait from

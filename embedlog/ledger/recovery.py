@@ -251,19 +251,6 @@ async def recovery_read(
     return Decision.STUCK, None  # unreachable: every answer was counted
 
 
-def reads_ahead(next_id: int, known: int, found_beyond: int, window: int) -> int:
-    """How many entries from ``next_id`` on recovery reads at once (at most ``window``).
-
-    Every entry up to ``known`` (the LAC recovery started from) was acknowledged: all of
-    them at once. Above it lies what the writer had in flight, usually little: one read,
-    doubled with each entry found there (``found_beyond``), so that an end just above the
-    LAC costs one read of its write set rather than ``window`` of them, and a long tail
-    still gets ``window`` reads at once after a few round trips.
-    """
-    ramp = 1 << min(found_beyond, window.bit_length())
-    return max(1, min(window, max(0, known - next_id + 1) + ramp))
-
-
 async def read_forward(
     ctx: ClientContext,
     md: LedgerMetadata,
@@ -282,8 +269,7 @@ async def read_forward(
     """Recovery's read phase: from ``start + 1`` on, write every recoverable entry back
     (stamped with ``lac``) through ``writer`` and return the first unrecoverable id.
 
-    Up to ``ctx.recovery_read_window`` reads run ahead (``reads_ahead``). Each write's
-    future is appended
+    Up to ``ctx.recovery_read_window`` reads run ahead. Each write's future is appended
     to ``writes`` as it is made, so the caller sees them even when this raises. An entry
     whose existence cannot be told aborts with LedgerRecoveryError (``aborted`` says what
     that leaves behind).
@@ -293,7 +279,6 @@ async def read_forward(
     reads: dict[int, asyncio.Task[tuple[Decision, bytes | None]]] = {}
     eid = start + 1
     floor = 0  # the highest term of an entry recovered so far (unbounded ledgers)
-    found_beyond = 0  # entries recovered above ``lac``
 
     def ask(entry_id: int) -> asyncio.Task[tuple[Decision, bytes | None]]:
         read = recovery_read(
@@ -303,7 +288,7 @@ async def read_forward(
 
     try:
         while True:
-            for ahead in range(eid, eid + reads_ahead(eid, lac, found_beyond, window)):
+            for ahead in range(eid, eid + window):
                 if ahead not in reads:
                     reads[ahead] = ask(ahead)
             decision, body = await reads.pop(eid)
@@ -320,7 +305,6 @@ async def read_forward(
                 writes.append(
                     writer.add_packed(eid, digester.pack(lid, eid, lac, payload, header.flags))
                 )
-                found_beyond += eid > lac
                 eid += 1
             elif decision is Decision.NO:
                 return eid

@@ -22,19 +22,20 @@ FIRST = {
     # and entries 6.. are acknowledged after the close (NoDivergenceBetweenClientAndMetaData).
     # Seed 9 violates too, but without the switch as well (an open finding).
     "recovery-reads-without-fence": 276,
-    # A lost add, the bookie struck (crashed, wiped) before the resend, limbo cleared up
-    # to the resent id: the end probe reads NoSuchEntry for entries it acknowledged.
-    "limbo-clears-at-first-resend": 9,
+    # Limbo cleared up to the first add after the boot, which a resend of an older entry
+    # does not bound: repair leaves acknowledged entry 0:0 with one copy in its write set
+    # (AllCommittedEntriesReachAckQuorum).
+    "limbo-clears-at-first-resend": 3,
     # BP-46 scenario 1 (simcombos' wiped reboot): a recovery blind to bookie-4 closes the
     # ledger at 4 while its writer is quiet; bookie-1, which the recovery fenced, is wiped
     # and reboots unfenced; the writer's entry 5 is acknowledged by the two unfenced
     # bookies after the close (NoDivergenceBetweenClientAndMetaData).
     "no-fence-on-boot": 323,
-    # Issue #12 race 1 (simcombos' dirty leftover, E4/WQ3/AQ2): the old term's appends
-    # reach bookie-2 only; the takeover's no-op at 8 leaves bookie-2 (outside its write
-    # set) holding the old term's entry 9; the new term's 9 is acknowledged while its add
-    # to bookie-2 is held up, and a read there gets the old payload (NoLogDivergence).
-    "dirty-entries-outside-noop-write-set": 47,
+    # Issue #12 race 1 (simcombos' dirty leftover): a takeover's no-op leaves a bookie of
+    # the last fragment outside its write set holding an old term's entry above it, and
+    # the stream read back at the end holds the first writer's appends with a hole
+    # (StreamIsPrefixOfEachWriter).
+    "dirty-entries-outside-noop-write-set": 8,
 }
 
 
