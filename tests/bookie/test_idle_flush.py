@@ -28,12 +28,18 @@ def parked(h: Any) -> bool:
     return wake is not None and not wake.done()
 
 
-def test_an_idle_bookie_parks_until_an_add(harness: Any) -> None:
+def idle_after_an_add(harness: Any) -> Any:
+    """A bookie that flushed its one entry and parked."""
     h = harness(flush_interval=INTERVAL)
     h.boot()
-    storage = h.bookie.storage
     assert h.add(1, 0, b"first").status == StatusCode.EOK
-    wait(h, lambda: storage.index.location(1, 0) is not None and parked(h))
+    wait(h, lambda: h.bookie.storage.index.location(1, 0) is not None and parked(h))
+    return h
+
+
+def test_an_idle_bookie_parks_until_an_add(harness: Any) -> None:
+    h = idle_after_an_add(harness)
+    storage = h.bookie.storage
     before = storage.flushes
     h.run(asyncio.sleep(20 * INTERVAL))
     assert storage.flushes == before and parked(h)  # twenty intervals, no flush at all
@@ -47,11 +53,8 @@ def test_an_idle_bookie_parks_until_an_add(harness: Any) -> None:
 
 def test_a_state_change_alone_wakes_it(harness: Any) -> None:
     """A WRITE_LAC caches no entry; the LAC it sets must still reach the index."""
-    h = harness(flush_interval=INTERVAL)
-    h.boot()
+    h = idle_after_an_add(harness)
     storage = h.bookie.storage
-    assert h.add(1, 0, b"first").status == StatusCode.EOK
-    wait(h, lambda: storage.index.location(1, 0) is not None and parked(h))
     assert h.request(OpCode.WRITE_LAC, 1, 0, term=NO_TERM).status == StatusCode.EOK
     wait(h, lambda: storage.index.ledger(1).explicit_lac == 0)
 
