@@ -174,10 +174,12 @@ class Flusher:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.health.delay)
-            if self._idle_in_place():
-                await self._parked()
-            else:
+            if not self._idle_in_place():
                 await self._in_background()
+            elif not self.bookie.readonly and not self.health.failures:
+                await self._parked()
+            # else: an idle flush whose journal cleanup failed made the bookie read-only:
+            # the next pass, an interval on, is the whole path that may resume writes.
 
     async def _parked(self) -> None:
         """Nothing to write: wait for the next change (``LedgerStorage.wake_on_change``) or

@@ -208,11 +208,18 @@ class DurableStateRule:
         self._counts = counts
         self._places: dict[tuple[str, int], _Place] = {}
         self._scans: dict[str, JournalScan] = {}  # each bookie's journal, as read so far
+        # (bookie, ledger, term) -> the cut records of that term seen at the last answer
+        # to a truncating request, and those of cuts answered as failed (see _cuts)
+        self._cuts_seen: dict[tuple[str, int, int], frozenset[int]] = {}
+        self._cuts_failed: dict[tuple[str, int, int], frozenset[int]] = {}
 
     def lost(self, bookie: str) -> None:
         """``bookie`` booted after losing data (a wipe starts its journal anew)."""
         for key in [k for k in self._places if k[0] == bookie]:
             del self._places[key]
+        for cuts in (self._cuts_seen, self._cuts_failed):
+            for ckey in [k for k in cuts if k[0] == bookie]:
+                del cuts[ckey]
         self._scans.pop(bookie, None)
 
     def _scan(self, bookie: str, disk: MemoryDisk, data_dir: Path) -> JournalScan:
@@ -262,7 +269,9 @@ class DurableStateRule:
         elif cuts:
             if resp.status == StatusCode.EOK:
                 self._judge(bookie, place, req, None)
-                self._cuts(bookie, req)
+                self._cuts(bookie, req, made=True)
+            elif resp.status == StatusCode.EIO:
+                self._cuts(bookie, req, made=False)
         elif op in (OpCode.ADD, OpCode.ADD_BATCH) and _any_ok(req, resp):
             self._judge(bookie, place, req, arrival or _Arrival(req, None))
 
@@ -302,22 +311,38 @@ class DurableStateRule:
             f"{' and '.join(short)} of the ledger was durable",
         )
 
-    def _cuts(self, bookie: str, req: Request) -> None:
+    def _cuts(self, bookie: str, req: Request, *, made: bool) -> None:
+        """``TruncatesOncePerTerm`` at an answer to a truncating request: EOK (``made``),
+        or EIO.
+
+        A cut that failed after its record reached the journal (the flush that makes it
+        durable met a disk error: EIO) is rolled back and made by the retry, which
+        journals it again (adds.py: ``truncate``): the records new at an EIO answer are
+        that cut's and do not count. Two records of one term that do count are a cut made
+        twice."""
         where = self._place_of(bookie)
         if where is None:
             return
         disk, data_dir, _incarnation = where
         lid, term = req.ledger_id, req.term
-        self._counts["check.truncates_once"] += 1
         scan = self._scan(bookie, disk, data_dir)
-        made = [
+        present = frozenset(
             lsn
             for lsn, record in scan.records(lid)
             if record[0] in _CUT_KINDS and scan.state(lsn, record).truncated_term == term
-        ]
-        if len(made) > 1:
+        )
+        key = (bookie, lid, term)
+        new = present - self._cuts_seen.get(key, frozenset())
+        self._cuts_seen[key] = present
+        failed = self._cuts_failed.get(key, frozenset())
+        if not made:
+            self._cuts_failed[key] = failed | new
+            return
+        self._counts["check.truncates_once"] += 1
+        counted = sorted(present - failed)
+        if len(counted) > 1:
             self._violate(
                 ONCE_RULE,
-                f"{bookie} cut {lid} {len(made)} times in term {term} (journal records at "
-                f"LSNs {made}), answering {req.op.name} of {lid}:{req.entry_id}",
+                f"{bookie} cut {lid} {len(counted)} times in term {term} (journal records at "
+                f"LSNs {counted}), answering {req.op.name} of {lid}:{req.entry_id}",
             )

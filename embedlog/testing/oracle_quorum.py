@@ -34,6 +34,7 @@ from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.striping import write_set_bookies
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import (
+    NO_TERM,
     AddFlags,
     FrameError,
     OpCode,
@@ -165,7 +166,8 @@ LAFR_RULE = "LafrIsFullyReplicated"
 class LafrRule:
     """``LafrIsFullyReplicated`` (issue #31 item 2): a stream writer's adds carry its last
     add fully replicated (LAFR); every entry of the last fragment at or below it is on its
-    whole write set. Checked as each add leaves (not a takeover's recovery writes, which
+    whole write set. Checked as each add or WRITE_LAC leaves (a quiet writer's explicit
+    LAC, a takeover's end once its term is OPEN; not a takeover's recovery writes, which
     carry the LAFR the takeover started from): every bookie of the write set (metadata
     as it is then) answered an add of that entry with a payload this client sent there.
     Entries below the last fragment are exempt (the LAFR passes them: they are committed,
@@ -191,6 +193,12 @@ class LafrRule:
         self._checked: dict[tuple[str, int, int], int] = {}  # (client, lid, term) -> LAFR judged
 
     def sent(self, src: str, req: Request) -> None:
+        if req.op == OpCode.WRITE_LAC:
+            # A quiet writer's explicit LAC, or a takeover's end once its term is OPEN
+            # (takeover.announce_end): the LAFR it carries claims as much as an add's.
+            if req.term != NO_TERM and req.lafr >= 0:
+                self._lafr_sent(src, req)
+            return
         if req.op not in (OpCode.ADD, OpCode.ADD_BATCH):
             return
         lid = req.ledger_id
@@ -205,6 +213,10 @@ class LafrRule:
             self._sent.setdefault(key4, set()).add(self._payload_of(bytes(entry)))
         if req.flags & AddFlags.RECOVERY or req.lafr < 0:
             return
+        self._lafr_sent(src, req)
+
+    def _lafr_sent(self, src: str, req: Request) -> None:
+        lid = req.ledger_id
         key = (src, lid, req.term)
         before = self._checked.get(key, -1)
         if req.lafr <= before:
@@ -218,10 +230,10 @@ class LafrRule:
             return
         low = max(before + 1, md.fragments[0][0], md.last_fragment[0])
         for eid in range(low, req.lafr + 1):
-            self._judge(src, lid, req.term, eid, req.lafr, md)
+            self._judge(src, lid, req.term, eid, req.lafr, md, req.op.name)
 
     def _judge(
-        self, src: str, lid: int, term: int, eid: int, lafr: int, md: LedgerMetadata
+        self, src: str, lid: int, term: int, eid: int, lafr: int, md: LedgerMetadata, via: str
     ) -> None:
         mine = self._sent.get((src, lid, term, eid))
         if not mine:
@@ -233,6 +245,6 @@ class LafrRule:
         if missing:
             self._violate(
                 LAFR_RULE,
-                f"{src} sent LAFR {lafr} for ledger {lid}, but {missing} of the write set {ws} "
-                f"of entry {eid} never acknowledged it",
+                f"{src} sent LAFR {lafr} ({via}) for ledger {lid}, but {missing} of the write "
+                f"set {ws} of entry {eid} never acknowledged it",
             )

@@ -8,6 +8,7 @@ bookie writable again."""
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 from typing import Any
 
@@ -69,3 +70,28 @@ def test_going_read_only_wakes_it(harness: Any) -> None:
     assert not parked(h)
     wait(h, lambda: not h.bookie.readonly)
     assert h.meta.writable_bookies() == ["b1"]
+
+
+def test_an_idle_flush_that_fails_does_not_park_a_read_only_bookie(
+    harness: Any, monkeypatch: Any
+) -> None:
+    """The idle pass's journal cleanup fails once (a transient EACCES): the bookie goes
+    read-only and must not park, since it refuses the adds that would wake it; the next
+    pass flushes and makes it writable again (review: it stayed read-only for good)."""
+    h = harness(flush_interval=INTERVAL)
+    h.boot()
+    journal = h.bookie.journal
+    real = journal.remove_before
+    calls = [0]
+
+    def fails_once(checkpoint: int) -> int:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise OSError(errno.EACCES, "permission denied")
+        return real(checkpoint)
+
+    monkeypatch.setattr(journal, "remove_before", fails_once)
+    wait(h, lambda: calls[0] >= 1)
+    wait(h, lambda: not h.bookie.readonly)
+    assert h.meta.writable_bookies() == ["b1"]
+    wait(h, lambda: parked(h))  # and idle again once healthy

@@ -1,13 +1,15 @@
-"""A test-only mutant of the stream writer's LAFR: it passes an entry once WQ - 1
-bookies of its write set confirmed it, not all of them. A context manager patching this
-process."""
+"""Test-only mutants of the LAFR: a stream writer's that passes an entry once WQ - 1
+bookies of its write set confirmed it, not all of them; a takeover's that announces its
+end after a write-back that waited for the ack quorum only. Context managers patching
+this process."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from embedlog.unbounded import rules
+from embedlog.unbounded import rules, takeover
 
 
 @contextmanager
@@ -22,3 +24,21 @@ def lafr_one_short() -> Iterator[None]:
         yield
     finally:
         rules.lafr_passes = passes
+
+
+@contextmanager
+def writeback_at_ack_quorum() -> Iterator[None]:
+    """A takeover's write-back completes an entry once AQ bookies confirmed it, not its
+    whole write set, while the takeover still announces its end as every bookie's LAFR
+    (takeover.announce_end): the claim is false for an entry one bookie missed."""
+    real = takeover.TermWriter
+
+    def mutant(*args: Any, **kw: Any) -> Any:
+        kw["guaranteed_write_quorum"] = False
+        return real(*args, **kw)
+
+    takeover.TermWriter = mutant  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        takeover.TermWriter = real  # type: ignore[misc]

@@ -211,3 +211,13 @@ def test_a_truncation_repeated_within_its_term_is_caught():
     seed, _ = first_caught(truncation_repeats, "unbounded-races", ONCE_FIRST, SEARCH, ONCE_RULE)
     clean = run_seed(seed, "unbounded-races", keep_trace=False)
     assert clean.ok and clean.counts["check.truncates_once"] > 0
+
+
+def test_a_cut_that_failed_and_was_made_by_its_retry_counts_once():
+    """Seed 649 of `unbounded-streams` (the 10,000-seed run): a TRIM ABOVE readying
+    bookie-3 journaled its cut, the flush making the cut durable met a failing fsync
+    (EIO), the bookie rolled the cut back, and the writer's retry made it: two journal
+    records of term 1, one cut (adds.py: ``truncate``). The rule counted both before."""
+    result = run_seed(649, "unbounded-streams")
+    assert any(line.endswith("answer c0 bookie-3 TRIM 1 11 101") for line in result.trace)
+    assert result.ok, [str(v) for v in result.violations]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lafr_mutants import lafr_one_short
+from lafr_mutants import lafr_one_short, writeback_at_ack_quorum
 
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.testing.oracle_quorum import LAFR_RULE, AckQuorumRule, LafrRule
@@ -53,6 +53,19 @@ def test_a_lafr_over_an_entry_one_bookie_never_confirmed_is_flagged():
     assert h.seen == [LAFR_RULE]
 
 
+def test_the_lafr_a_write_lac_carries_is_judged_as_an_adds():
+    """A quiet writer's explicit LAC and a takeover's end (takeover.announce_end) carry
+    a LAFR too; a WRITE_LAC without a term (a bounded ledger's) claims none."""
+    h = History()
+    h.add(4, -1, ("b1", "b2", "b4"))
+    h.add(5, -1, ("b2", "b4"))
+    h.rule.sent("w", Request(OpCode.WRITE_LAC, 8, LID, 5, lafr=5))  # no term: not judged
+    h.rule.sent("w", Request(OpCode.WRITE_LAC, 9, LID, 5, term=2, lafr=4))
+    assert h.seen == []
+    h.rule.sent("w", Request(OpCode.WRITE_LAC, 10, LID, 5, term=2, lafr=5))  # 5 lacks b1
+    assert h.seen == [LAFR_RULE]
+
+
 def test_entries_below_the_last_fragment_and_recovery_writes_are_not_judged():
     h = History()
     h.add(2, -1, ("b1",))  # in the first fragment: the LAFR passes it (committed)
@@ -91,3 +104,26 @@ def test_a_lafr_one_confirmation_short_is_caught():
         print(f"the LAFR mutant is caught at seed {seed} now (pinned: {FIRST})")
     clean = run_seed(seed, "unbounded", keep_trace=False)
     assert clean.ok and clean.counts["check.lafr_entries"] > 0
+
+
+ANNOUNCE_FIRST = 0  # the first seed of `unbounded` where the takeover mutant is caught
+ANNOUNCE_SEARCH = 100
+
+
+def test_a_takeovers_end_announced_over_a_write_back_short_of_its_write_sets_is_caught():
+    """A takeover announces its end as every bookie's LAFR (takeover.announce_end, a
+    WRITE_LAC): the rule judges that LAFR too. With the write-back waiting for the ack
+    quorum only, an entry one bookie missed is claimed fully replicated."""
+
+    def caught(seed: int) -> bool:
+        with writeback_at_ack_quorum():
+            result = run_seed(seed, "unbounded", keep_trace=False)
+        return any(
+            v.invariant == LAFR_RULE and "(WRITE_LAC)" in v.detail for v in result.violations
+        )
+
+    seed = next((s for s in [ANNOUNCE_FIRST, *range(ANNOUNCE_SEARCH)] if caught(s)), None)
+    assert seed is not None, f"the takeover mutant is not caught in {ANNOUNCE_SEARCH} seeds"
+    if seed != ANNOUNCE_FIRST:
+        print(f"the takeover mutant is caught at seed {seed} now (pinned: {ANNOUNCE_FIRST})")
+    assert run_seed(seed, "unbounded", keep_trace=False).ok

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from embedlog.bookie.terms import lafr_recorded
 from embedlog.ledger.recovery import older_leftover
 from embedlog.unbounded import rules
 from embedlog.wire.entry import FLAG_NOOP, FLAG_TERM, TERM, split_term
@@ -15,6 +16,23 @@ from embedlog.wire.entry import FLAG_NOOP, FLAG_TERM, TERM, split_term
 )
 def test_bookie_accepts_equal_or_higher_terms(stored, asked, accepted):
     assert rules.bookie_accepts_term(stored, asked) is accepted
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked", "lafr", "known", "recorded"),
+    [
+        (2, 2, 5, 3, True),  # the bookie's own term, higher: recorded
+        (2, 2, 3, 3, False),  # never lowered, nor rewritten
+        (2, 2, 2, 3, False),
+        (3, 2, 9, 3, False),  # a deposed writer's, once the bookie raised its term
+        (2, 3, 9, 3, False),  # a term the bookie has not raised to (WRITE_LAC never raises)
+        (-1, 2, 9, -1, False),  # a ledger the bookie holds without a term (a fence read's)
+    ],
+)
+def test_a_write_lac_records_a_lafr_of_the_bookies_own_term_only(
+    stored, asked, lafr, known, recorded
+):
+    assert lafr_recorded(stored, asked, lafr, known) is recorded
 
 
 def test_answers_of_another_term_are_discarded():
