@@ -239,17 +239,17 @@ class Requests:
         if not verdict.admitted:
             return self._change_refused(req, verdict, info)
         assert info is not None
+        # Neither is journaled: a LAC forgotten in a crash only makes readers wait for the
+        # next; a LAFR (a quiet writer's, or a takeover's end) only makes a takeover read
+        # forward from further back, as with adds (adds.py).
         lac_moved = req.entry_id > info.explicit_lac
+        lafr_moved = req.term != NO_TERM and lafr_recorded(info.term, req.term, req.lafr, info.lafr)
         if lac_moved:
-            # Not journaled: a LAC forgotten in a crash only makes readers wait for the next.
             info.explicit_lac = req.entry_id
-        if req.term != NO_TERM and lafr_recorded(info.term, req.term, req.lafr, info.lafr):
-            # A stream writer's LAFR (a quiet writer's, or a takeover's end): not journaled
-            # either, as with adds (adds.py).
+        if lafr_moved:
             info.lafr = req.lafr
-        elif not lac_moved:
-            return Response.to(req, StatusCode.EOK, lac=info.known_lac)
-        storage.set_info(req.ledger_id, info)
+        if lac_moved or lafr_moved:
+            storage.set_info(req.ledger_id, info)
         if lac_moved:
             self.ledgers.lac_moved(req.ledger_id)
         return Response.to(req, StatusCode.EOK, lac=info.known_lac)
