@@ -40,6 +40,23 @@ class BookieClient:
         wait = self.request_timeout if timeout is None else timeout
         return await self.transport.request(self.name, bookie_id, req, wait)
 
+    def call_nowait(
+        self,
+        bookie_id: str,
+        op: OpCode,
+        ledger_id: int,
+        entry_id: int = -1,
+        *,
+        flags: int = 0,
+        term: int = NO_TERM,
+        master_key: bytes = b"",
+        then: Then | None = None,
+    ) -> asyncio.Future[Response]:
+        """``call`` as a future, without a coroutine or task per request (recovery's reads:
+        ``then`` is called with it once answered, as in ``add_nowait``)."""
+        req = Request(op, next_txn(), ledger_id, entry_id, flags, term, 0, master_key, b"", -1)
+        return self.transport.send_nowait(self.name, bookie_id, req, self.request_timeout, then)
+
     def add_nowait(
         self,
         bookie_id: str,

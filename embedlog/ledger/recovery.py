@@ -23,6 +23,7 @@ The rules, each traced to the protocol documents and the TLA+ model:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -51,7 +52,7 @@ from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.metadata.striping import write_set_bookies as ws_bookies
 from embedlog.wire.codes import Outcome, StatusCode, classify
 from embedlog.wire.entry import Digester, master_key, split_term
-from embedlog.wire.messages import NO_TERM, OpCode, ReadFlags
+from embedlog.wire.messages import NO_TERM, OpCode, ReadFlags, Response
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ async def fence(
     )
 
 
-async def recovery_read(
+def recovery_read(
     ctx: ClientContext,
     md: LedgerMetadata,
     ensemble: tuple[str, ...],
@@ -193,23 +194,30 @@ async def recovery_read(
     term: int = NO_TERM,
     flags: int = ReadFlags.FENCE | ReadFlags.RECOVERY,
     floor: int = 0,
-) -> tuple[Decision, bytes | None]:
+) -> asyncio.Future[tuple[Decision, bytes | None]]:
     """Ask the entry's write set; decide recoverable (YES), unrecoverable (NO) or STUCK.
 
     Unbounded ledgers: an entry made by a term below ``floor`` (the highest term of an
     entry recovered below it) counts as an explicit negative (``rules.older_leftover``).
+
+    A future, decided from the answers' callbacks as they come (no task per bookie: a
+    takeover makes up to ``recovery_read_window`` of these at once, each asking a write
+    set). Once decided, or cancelled, the requests still out are cancelled.
     """
     lid = md.ledger_id
-    bookies = ws_bookies(entry_id, ensemble, md.write_quorum)
+    decided: asyncio.Future[tuple[Decision, bytes | None]] = (
+        asyncio.get_running_loop().create_future()
+    )
+    counts = {Outcome.POSITIVE: 0, Outcome.NEGATIVE: 0, Outcome.UNKNOWN: 0}
 
-    async def one(bookie: str) -> tuple[Outcome, bytes | None]:
-        try:
-            resp = await ctx.bookies.call(
-                bookie, OpCode.READ, lid, entry_id, flags=flags, term=term, master_key=key
-            )
-        except UNKNOWN_OUTCOMES:
+    def judge(bookie: str, answer: asyncio.Future[Response]) -> tuple[Outcome, bytes | None]:
+        exc = answer.exception()
+        if exc is not None:
+            if not isinstance(exc, UNKNOWN_OUTCOMES):
+                raise exc
             # UNSAFE switch (tests only): no answer taken for "entry absent".
             return (Outcome.NEGATIVE if ctx.unsafe_unknown_as_negative else Outcome.UNKNOWN), None
+        resp = answer.result()
         if resp.status == StatusCode.EUA:
             raise UnauthorizedAccessError(f"ledger {lid}: wrong password ({bookie})")
         if resp.status == StatusCode.EINVALIDTERM:
@@ -230,25 +238,48 @@ async def recovery_read(
             return outcome, resp.body
         return outcome, None
 
-    pos = neg = unk = 0
-    tasks = [asyncio.ensure_future(one(b)) for b in bookies]
-    try:
-        for fut in asyncio.as_completed(tasks):
-            outcome, body = await fut
-            if outcome is Outcome.POSITIVE:
-                pos += 1
-            elif outcome is Outcome.NEGATIVE:
-                neg += 1
-            else:
-                unk += 1
-            decision = recovery_read_decision(md.write_quorum, md.ack_quorum, pos, neg, unk)
-            if decision is not Decision.PENDING:
-                return decision, body
-    finally:
-        for t in tasks:
-            t.cancel()
-        settle_later(tasks)  # one may have failed just as another answer decided
-    return Decision.STUCK, None  # unreachable: every answer was counted
+    def answered(bookie: str, answer: asyncio.Future[Response]) -> None:
+        if answer.cancelled():
+            return
+        if decided.done():
+            answer.exception()  # retrieved: one may fail just as another answer decided
+            return
+        try:
+            outcome, body = judge(bookie, answer)
+        except Exception as exc:
+            decided.set_exception(exc)
+            return
+        counts[outcome] += 1
+        decision = recovery_read_decision(
+            md.write_quorum,
+            md.ack_quorum,
+            counts[Outcome.POSITIVE],
+            counts[Outcome.NEGATIVE],
+            counts[Outcome.UNKNOWN],
+        )
+        if decision is not Decision.PENDING:
+            decided.set_result((decision, body))
+
+    asks = [
+        ctx.bookies.call_nowait(
+            bookie,
+            OpCode.READ,
+            lid,
+            entry_id,
+            flags=flags,
+            term=term,
+            master_key=key,
+            then=functools.partial(answered, bookie),
+        )
+        for bookie in ws_bookies(entry_id, ensemble, md.write_quorum)
+    ]
+
+    def done(_: asyncio.Future[tuple[Decision, bytes | None]]) -> None:
+        for ask in asks:
+            ask.cancel()
+
+    decided.add_done_callback(done)
+    return decided
 
 
 async def read_forward(
@@ -265,30 +296,38 @@ async def read_forward(
     term: int = NO_TERM,
     flags: int,
     aborted: str,
+    last_held: int | None = None,
 ) -> int:
     """Recovery's read phase: from ``start + 1`` on, write every recoverable entry back
     (stamped with ``lac``) through ``writer`` and return the first unrecoverable id.
 
-    Up to ``ctx.recovery_read_window`` reads run ahead. Each write's future is appended
+    Up to ``ctx.recovery_read_window`` reads run ahead; given ``last_held``, the highest
+    entry a bookie that answered the fence holds, only up to it: past it an entry exists
+    only if a bookie that did not answer holds it, and reading ahead there mostly asks
+    every write set for entries nobody has (a stream's takeover, which reads from the
+    LAFR and finds the end most times, would send WQ times the window in reads past it).
+    Each write's future is appended
     to ``writes`` as it is made, so the caller sees them even when this raises. An entry
     whose existence cannot be told aborts with LedgerRecoveryError (``aborted`` says what
     that leaves behind).
     """
     lid = md.ledger_id
     window = max(1, ctx.recovery_read_window)
-    reads: dict[int, asyncio.Task[tuple[Decision, bytes | None]]] = {}
+    reads: dict[int, asyncio.Future[tuple[Decision, bytes | None]]] = {}
     eid = start + 1
     floor = 0  # the highest term of an entry recovered so far (unbounded ledgers)
 
-    def ask(entry_id: int) -> asyncio.Task[tuple[Decision, bytes | None]]:
-        read = recovery_read(
+    def ask(entry_id: int) -> asyncio.Future[tuple[Decision, bytes | None]]:
+        return recovery_read(
             ctx, md, ensemble, digester, key, entry_id, term=term, flags=flags, floor=floor
         )
-        return asyncio.ensure_future(read)
 
     try:
         while True:
-            for ahead in range(eid, eid + window):
+            ahead_to = eid + window - 1
+            if last_held is not None:
+                ahead_to = max(eid, min(ahead_to, last_held))
+            for ahead in range(eid, ahead_to + 1):
                 if ahead not in reads:
                     reads[ahead] = ask(ahead)
             decision, body = await reads.pop(eid)

@@ -340,6 +340,8 @@ class DurableStateRule:
             return
         self._counts["check.truncates_once"] += 1
         counted = sorted(present - failed)
+        if len(counted) < len(present):
+            self._counts["check.truncates_once.failed_cut_left_out"] += 1
         if len(counted) > 1:
             self._violate(
                 ONCE_RULE,

@@ -188,6 +188,7 @@ class Simulation:
         self.seed = seed
         self.scenario = scenario
         self.root = root
+        self._data_dirs: dict[str, Path] = {}  # root / bookie id: the oracle asks per answer
         self.loop = loop
         # Every client, bookie and metadata client reads the loop's virtual time.
         self.clock = LoopClock(loop)
@@ -343,7 +344,10 @@ class Simulation:
         bookie = self.fleet.bookies.get(bookie_id)
         if bookie is None or bookie.state is not BookieState.SERVING:
             return None
-        return self.disks[bookie_id], self.root / bookie_id, bookie
+        data_dir = self._data_dirs.get(bookie_id)
+        if data_dir is None:
+            data_dir = self._data_dirs[bookie_id] = self.root / bookie_id
+        return self.disks[bookie_id], data_dir, bookie
 
     async def boot(self, bid: str) -> bool:
         return await self.fleet.boot(bid)

@@ -68,11 +68,16 @@ class TermStart:
 
 async def read_lafr_with_term(
     ctx: ClientContext, md: LedgerMetadata, ensemble: tuple[str, ...], key: bytes, term: int
-) -> tuple[int, int]:
-    """Raise the term on the last fragment's bookies; (highest LAFR, highest LAC) they report."""
+) -> tuple[int, int, int]:
+    """Raise the term on the last fragment's bookies; the highest LAFR, LAC and last entry
+    held that they report.
+
+    The last entry held bounds where recovery reads ahead (``read_forward``): every
+    acknowledged entry is on a bookie that answered, since the answers cover every write
+    set."""
     lid = md.ledger_id
 
-    async def ask(bookie: str) -> tuple[int, int] | None:
+    async def ask(bookie: str) -> tuple[int, int, int] | None:
         try:
             resp = await ctx.bookies.call(
                 bookie, OpCode.READ, lid, -1, flags=ReadFlags.NONE, term=term, master_key=key
@@ -80,7 +85,7 @@ async def read_lafr_with_term(
         except UNKNOWN_OUTCOMES:
             return None
         if resp.status == StatusCode.EOK and rules.response_counts(term, resp.term):
-            return resp.lafr, resp.lac
+            return resp.lafr, resp.lac, resp.last_entry_id
         if resp.status == StatusCode.EINVALIDTERM:
             if rules.deleted_by_term(resp.term):
                 raise LedgerDeletedError(
@@ -96,7 +101,8 @@ async def read_lafr_with_term(
 
     covered, raised, unknown = await until_covered(ensemble, md.write_quorum, md.ack_quorum, ask)
     if covered:
-        return max([-1, *(lafr for lafr, _ in raised)]), max([-1, *(lac for _, lac in raised)])
+        lafrs, lacs, held = zip(*raised, strict=True) if raised else ((), (), ())
+        return max([-1, *lafrs]), max([-1, *lacs]), max([-1, *held])
     raise LedgerRecoveryError(
         f"ledger {lid}: term {term} reached only {len(raised)} of {list(ensemble)} ({unknown} "
         f"unknown); every write set of {md.write_quorum} needs "
@@ -134,7 +140,7 @@ async def recover_term(ctx: ClientContext, md: LedgerMetadata, password: bytes) 
     first, ensemble = md.last_fragment
     key = master_key(password)
     digester = Digester(md.digest_type, password)
-    lafr, lac = await read_lafr_with_term(ctx, md, ensemble, key, term)
+    lafr, lac, last_held = await read_lafr_with_term(ctx, md, ensemble, key, term)
     start = rules.recovery_start(lafr, first)
     fixed_lac = max(start, lac)
     log.info(
@@ -167,6 +173,7 @@ async def recover_term(ctx: ClientContext, md: LedgerMetadata, password: bytes) 
             term=term,
             flags=ReadFlags.RECOVERY,
             aborted="take over again later",
+            last_held=last_held,
         )
         if not ctx.unsafe_takeover_without_noop:
             # The last write of the recovery: an empty no-op that makes every bookie of the

@@ -42,6 +42,12 @@ class FakeBookies:
         body = DIGEST.pack(lid, eid, -1, b"x") if status == StatusCode.EOK else b""
         return Response.to(Request(op, 1, lid, eid), status, entry_id=eid, body=body)
 
+    def call_nowait(self, bookie, op, lid, eid, *, then=None, **kw):
+        answer = asyncio.ensure_future(self.call(bookie, op, lid, eid, **kw))
+        if then is not None:
+            answer.add_done_callback(then)
+        return answer
+
 
 def context(answer, window=1):
     ctx = SimpleNamespace(
@@ -176,3 +182,60 @@ def test_a_takeover_whose_straggler_fails_after_coverage(cluster, caplog):
         cluster.client("t").open_unbounded(ul.ledger_id)
     time.sleep(0.5)  # every delayed request has been answered
     assert unhandled(caplog) == []
+
+
+class WrittenBack:
+    """A writer that takes every write-back at once."""
+
+    def __init__(self):
+        self.ids = []
+
+    def add_packed(self, eid, _data):
+        self.ids.append(eid)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(eid)
+        return done
+
+
+def read_forward_held(present: int, last_held: int | None) -> tuple[int, list[int], list[int]]:
+    """A read phase over entries 0..``present``, told that the fenced bookies hold up to
+    ``last_held``; (its end, the ids read, the ids written back)."""
+    asked: list[int] = []
+
+    def answer(bookie, eid):
+        asked.append(eid)
+        return StatusCode.EOK if eid <= present else StatusCode.ENOENTRY
+
+    async def main():
+        ctx, md = context(answer, window=16)
+        writer = WrittenBack()
+        end = await read_forward(
+            ctx,
+            md,
+            ENSEMBLE,
+            DIGEST,
+            b"",
+            writer,
+            [],
+            start=-1,
+            lac=-1,
+            term=2,
+            flags=0,
+            aborted="",
+            last_held=last_held,
+        )
+        return end, sorted(set(asked)), writer.ids
+
+    return asyncio.run(main())
+
+
+def test_reads_run_ahead_only_up_to_the_last_entry_the_fenced_bookies_hold():
+    assert len(read_forward_held(2, last_held=None)[1]) >= 16  # the whole window, past 3
+    end, asked, written = read_forward_held(2, last_held=2)
+    assert (end, asked, written) == (3, [0, 1, 2, 3], [0, 1, 2])
+
+
+def test_an_entry_past_the_last_held_is_still_found_one_at_a_time():
+    """Entry 3 is on bookies that did not answer the fence: the hint is no bound."""
+    end, asked, written = read_forward_held(3, last_held=1)
+    assert (end, asked, written) == (4, [0, 1, 2, 3, 4], [0, 1, 2, 3])
