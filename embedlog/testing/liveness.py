@@ -6,8 +6,8 @@ workload returns, done or failed with an error, within the workload's time
 writer whose rollover waited for ever for an entry a bookie had refused: seed 6 of
 ``unbounded-streams``). A follower whose reads kept returning failures until lately
 waits for the cluster, as a tail does (the race scenarios' faults can strike whichever
-bookies it asks, as long as the workload lasts: seed 7076 of ``unbounded-races``): it
-goes on, and must finish once the cluster is healed and every ledger recovered.
+bookies it asks, as long as the workload lasts): it goes on, and must finish once the
+cluster is healed and every ledger recovered.
 """
 
 from __future__ import annotations

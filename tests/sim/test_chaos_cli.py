@@ -82,15 +82,15 @@ def test_a_violation_exits_1_with_seed_trace_and_replay_command(capsys):
 
 
 def test_the_first_violating_seed_is_shrunk_with_a_replay_command(capsys):
-    argv = ["--seeds", "1", "--start", "19", "--unsafe", "ack-from-replaced-bookie", "--jobs", "1"]
+    argv = ["--seeds", "1", "--start", "26", "--unsafe", "ack-from-replaced-bookie", "--jobs", "1"]
     assert main(["chaos", *argv]) == 1
     out = capsys.readouterr().out
-    line = next(x for x in out.splitlines() if x.startswith("shrunk seed 19"))
+    line = next(x for x in out.splitlines() if x.startswith("shrunk seed 26"))
     shrunk, original = (int(x) for x in line.split("; ")[1].split(" trace events, of "))
     assert shrunk < original
     replay = next(x for x in out.splitlines() if x.startswith("replay shrunk: "))
     assert replay.startswith(
-        "replay shrunk: embedlog chaos --seeds 1 --start 19 --scenario bounded "
+        "replay shrunk: embedlog chaos --seeds 1 --start 26 --scenario bounded "
         "--unsafe ack-from-replaced-bookie --limit "
     )
 

@@ -14,7 +14,7 @@ from embedlog.testing.sim import WORKLOAD_LIMIT, run_seed
 from embedlog.testing.simloop import VirtualClockLoop
 
 SCENARIO = "unbounded-streams"
-PINNED = 6  # the first seed (from 0) where the mutant is caught
+PINNED = 12  # the first seed (from 0) where the mutant is caught
 SEARCH = 100
 
 
@@ -38,19 +38,6 @@ def test_a_writer_that_ignores_a_refusal_of_an_acknowledged_entry_hangs_and_is_c
     clean = run_seed(caught.seed, SCENARIO, keep_trace=False)
     assert clean.ok, [str(v) for v in clean.violations]
     assert clean.virtual_seconds < WORKLOAD_LIMIT
-
-
-def test_a_follower_still_retrying_reads_at_the_limit_is_not_hung():
-    """A follower tails until it has read what it saw confirmed; a cluster whose faults
-    keep failing its reads (seed 7076 of ``unbounded-races``: the bookies it asks crash
-    and are wiped all along, and no takeover can repair the stream) keeps it retrying
-    until the limit. Each read returned, failed: it waits for the cluster, as a tail
-    does, and is counted, not judged a hung operation."""
-    result = run_seed(7076, "unbounded-races", keep_trace=True)
-    assert result.ok, [str(v) for v in result.violations]
-    assert result.counts["workload.retrying_at_limit"] == 1
-    assert any(line.endswith(" workload-limit 1 hung 0") for line in result.trace)
-    assert sum(" read-failed f0 " in line for line in result.trace) > 20
 
 
 class _Violations:

@@ -17,25 +17,24 @@ from embedlog.testing.sim import run_seed
 # exits 1. Re-found after any change to the simulator or the protocol code
 # (docs/simulation.md, the table).
 FIRST = {
-    # A fence lost to one bookie (the aimed losses), a repair's recovery reads it unfenced
-    # and gets NoSuchEntry, closes at 5; the old writer's held adds land there afterwards
-    # and entries 6.. are acknowledged after the close (NoDivergenceBetweenClientAndMetaData).
-    # Seed 9 violates too, but without the switch as well (an open finding).
-    "recovery-reads-without-fence": 276,
+    # A fence lost to one bookie (the aimed losses): recovery reads it unfenced and gets
+    # NoSuchEntry, closes the ledger at 9, and the old writer's held adds land there
+    # afterwards: entries 2:10.. are acknowledged after the close
+    # (NoDivergenceBetweenClientAndMetaData).
+    "recovery-reads-without-fence": 76,
     # Limbo cleared up to the first add after the boot, which a resend of an older entry
     # does not bound: repair leaves acknowledged entry 0:0 with one copy in its write set
     # (AllCommittedEntriesReachAckQuorum).
     "limbo-clears-at-first-resend": 3,
-    # BP-46 scenario 1 (simcombos' wiped reboot): a recovery blind to bookie-4 closes the
-    # ledger at 4 while its writer is quiet; bookie-1, which the recovery fenced, is wiped
-    # and reboots unfenced; the writer's entry 5 is acknowledged by the two unfenced
-    # bookies after the close (NoDivergenceBetweenClientAndMetaData).
-    "no-fence-on-boot": 323,
+    # BP-46 scenario 1: a bookie the recovery fenced reboots unfenced, and the writer's
+    # entry 1:1 is acknowledged after the recovery closed the ledger at 0, with one
+    # answer from its write set (NoDivergenceBetweenClientAndMetaData, AckedByAckQuorum).
+    "no-fence-on-boot": 273,
     # Issue #12 race 1 (simcombos' dirty leftover): a takeover's no-op leaves a bookie of
-    # the last fragment outside its write set holding an old term's entry above it, and
-    # the stream read back at the end holds the first writer's appends with a hole
-    # (StreamIsPrefixOfEachWriter).
-    "dirty-entries-outside-noop-write-set": 8,
+    # the last fragment outside its write set holding an old term's entry above it, and a
+    # reader is served that leftover where another payload was acknowledged
+    # (NoLogDivergence).
+    "dirty-entries-outside-noop-write-set": 38,
 }
 
 

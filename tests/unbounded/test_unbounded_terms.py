@@ -481,4 +481,3 @@ def test_a_takeover_leaves_its_end_with_the_bookies_as_their_lafr(cluster, caplo
     assert "term 3: LAFR 5, LAC 5, recovering from 6" in caplog.text
     assert t2.last_add_confirmed == 6
     assert [e.data for e in t2.read(0, 6)] == [b"x%d" % i for i in range(5)]
-
