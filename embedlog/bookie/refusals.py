@@ -68,10 +68,15 @@ class Refusals:
         return Response.to(req, status, entry_id=req.entry_id, body=pack_results(results))
 
     def answer_failure(self, req: Request, exc: BaseException, reply: Reply) -> None:
+        """``failed``'s answer to ``reply``, for requests served without a task: what
+        ``failed`` raises goes to ``reply`` too (no answer when the bookie is gone, EIO
+        for anything else: serve_frame's _FrameAnswer), as from a task's exception."""
         try:
-            reply(self.failed(req, exc))
-        except BookieGoneError as gone:
-            reply(gone)
+            answer = self.failed(req, exc)
+        except Exception as raised:
+            reply(raised)
+        else:
+            reply(answer)
 
     def failed(self, req: Request, exc: BaseException) -> Response:
         """The answer to a request that hit a disk error; raises BookieGoneError if the

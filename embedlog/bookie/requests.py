@@ -122,7 +122,12 @@ class Requests:
         if op == OpCode.READ:
             return self._read_nowait(req, reply)
         if op in _AT_ONCE and self.bookie.state is BookieState.SERVING:
-            reply(self._at_once(req))
+            try:
+                answer = self._at_once(req)
+            except Exception as exc:
+                self.refusals.answer_failure(req, exc, reply)
+            else:
+                reply(answer)
             return None
         if op != OpCode.ADD or req.flags & AddFlags.TRUNCATE:
             return handle_as_task(self.handle(req), reply)
@@ -132,15 +137,12 @@ class Requests:
     def _at_once(self, req: Request) -> Response:
         """The answer to a request that changes nothing durable, or nothing a later
         answer relies on (``_AT_ONCE``): given at once, on the transport's turn."""
-        try:
-            if req.op == OpCode.READ_BATCH:
-                self.metrics.read_requests += 1
-                return self._read_batch(req)
-            if req.op == OpCode.WRITE_LAC:
-                return self._write_lac(req)
-            return self._list_entries(req)
-        except Exception as exc:
-            return self.refusals.failed(req, exc)
+        if req.op == OpCode.READ_BATCH:
+            self.metrics.read_requests += 1
+            return self._read_batch(req)
+        if req.op == OpCode.WRITE_LAC:
+            return self._write_lac(req)
+        return self._list_entries(req)
 
     def _read_nowait(self, req: Request, reply: Reply) -> asyncio.Task[Response] | None:
         """A READ answered at once, without a task, unless its answer must wait for a
@@ -155,7 +157,7 @@ class Requests:
         try:
             begun = self._read_begin(req)
         except Exception as exc:
-            reply(self.refusals.failed(req, exc))
+            self.refusals.answer_failure(req, exc, reply)
             return None
         if isinstance(begun, Response):
             reply(begun)

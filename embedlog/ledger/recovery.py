@@ -302,12 +302,12 @@ async def read_forward(
     (stamped with ``lac``) through ``writer`` and return the first unrecoverable id.
 
     Up to ``ctx.recovery_read_window`` reads run ahead; given ``last_held``, the highest
-    entry a bookie that answered the fence holds, only up to it: past it an entry exists
-    only if a bookie that did not answer holds it, and reading ahead there mostly asks
-    every write set for entries nobody has (a stream's takeover, which reads from the
-    LAFR and finds the end most times, would send WQ times the window in reads past it).
-    Each write's future is appended
-    to ``writes`` as it is made, so the caller sees them even when this raises. An entry
+    entry held that the bookies answering the fence or term read report, only up to it,
+    and one at a time past it. It is a hint, never a bound on what is recovered: reading
+    ahead past it mostly asks every write set for entries nobody has (a stream's
+    takeover, which reads from the LAFR and finds the end most times, would send WQ times
+    the window in reads past it). Each write's future is appended to ``writes`` as it is
+    made, so the caller sees them even when this raises. An entry
     whose existence cannot be told aborts with LedgerRecoveryError (``aborted`` says what
     that leaves behind).
     """

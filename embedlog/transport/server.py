@@ -49,8 +49,9 @@ def serve_frame(
     A frame that cannot be decoded gets no answer (it has no trustworthy transaction
     id); the caller's timeout turns that into an unknown outcome. A handler error is
     answered with EIO: a bookie must answer, not crash, on a request it chokes on.
-    Handlers with ``handle_nowait`` (bookies) serve plain adds without a task; the
-    task serving the request, if there is one, is returned for cancelling at shutdown.
+    Handlers with ``handle_nowait`` (bookies) serve plain adds, and the requests they
+    can answer at once, without a task (and may answer before this returns); the task
+    serving the request, if there is one, is returned for cancelling at shutdown.
     A paused bookie (its ``pause_gate``, embedlog/transport/pause.py) holds the frame
     instead, until it resumes.
     """

@@ -258,8 +258,8 @@ class BookieServer:
                 if t is not None:
                     self._handling.add(t)
                     t.add_done_callback(self._handling.discard)
-                    # Its first step now, before the next request is read: a request that
-                    # answers at once (a read) has its answer counted by may_read above.
+                    # Its first step now, before the next request is read: a request whose
+                    # task answers at once has its answer counted by may_read above.
                     await asyncio.sleep(0)
         except asyncio.IncompleteReadError:
             pass  # the client hung up

@@ -72,9 +72,10 @@ async def read_lafr_with_term(
     """Raise the term on the last fragment's bookies; the highest LAFR, LAC and last entry
     held that they report.
 
-    The last entry held bounds where recovery reads ahead (``read_forward``): every
-    acknowledged entry is on a bookie that answered, since the answers cover every write
-    set."""
+    The last entry held is a hint for how far recovery reads ahead (``read_forward``):
+    mostly every entry is on a bookie that answered, but a limbo bookie (it lost entries
+    in a crash without the journal) answers with what it kept, so an acknowledged entry
+    may lie past the hint; recovery then finds it one read at a time."""
     lid = md.ledger_id
 
     async def ask(bookie: str) -> tuple[int, int, int] | None:

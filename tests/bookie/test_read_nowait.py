@@ -110,3 +110,25 @@ def test_a_read_relying_on_a_fence_still_on_its_way_to_disk_waits_in_a_task(tmp_
         assert sorted(r.status for r in replies) == [StatusCode.EOK, StatusCode.ENOENTRY]
     finally:
         h.close()
+
+
+def test_a_request_answered_at_once_that_hits_a_bug_is_answered_eio(tmp_path):
+    """Not a disk error (those make the bookie read-only): a bug. As from a task, the
+    answer is EIO, and nothing escapes into the transport, which would drop the
+    connection and every answer still due on it."""
+    h = booted(tmp_path)
+
+    def bug(*_args: Any, **_kw: Any) -> Any:
+        raise RuntimeError("a bug in the storage")
+
+    try:
+        h.bookie.storage.get = bug
+        h.bookie.storage.get_run = bug
+        for req in [
+            Request(OpCode.READ, 1, 1, 0, master_key=KEY),
+            Request(OpCode.READ_BATCH, 2, 1, 0, body=pack_read_ask(4, 1, 1 << 20)),
+        ]:
+            task, now = served_at_once(h, req)
+            assert task is None and [a.status for a in now] == [StatusCode.EIO], req.op
+    finally:
+        h.close()
