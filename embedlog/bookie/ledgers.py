@@ -90,9 +90,15 @@ class LedgerTable:
         negative only because the old writer can never reach that bookie again, and a
         crash before the record is durable would let it.
         """
+        waiting = self.durable_wait(ledger_id)
+        if waiting is not None:
+            await waiting
+
+    def durable_wait(self, ledger_id: int) -> asyncio.Future[None] | None:
+        """``durable`` without a coroutine: a future to await (shielded: a waiter that
+        gives up must not cancel the record), or None when the state is durable already."""
         record = self._unsynced.get(ledger_id)
-        if record is not None:
-            await asyncio.shield(record)
+        return None if record is None else asyncio.shield(record)
 
     # -- LAC long polls -----------------------------------------------------------------------
 

@@ -168,14 +168,13 @@ class Requests:
         begun = self._read_begin(req)
         if isinstance(begun, Response):
             return begun
-        record, info = begun
-        await record
-        return self._read_answer(req, info)
+        return await self._read_after(req, *begun)
 
     async def _read_after(
         self, req: Request, record: asyncio.Future[None], info: LedgerInfo
     ) -> Response:
-        """The rest of a READ that waits for a journal record (``_read_nowait``)."""
+        """The rest of a READ that waits for a journal record (from ``_read`` or, as a
+        task, ``_read_nowait``)."""
         try:
             await record
             return self._read_answer(req, info)
@@ -208,9 +207,9 @@ class Requests:
                 return journal_state(self.bookie, self.ledgers, lid, info), info
             # Another request's change of it may still be on its way to disk: the answer
             # relies on it, so it waits for that record too (LedgerTable.durable).
-            record = self.ledgers.unsynced(lid)
-            if record is not None:
-                return asyncio.shield(record), info
+            waiting = self.ledgers.durable_wait(lid)
+            if waiting is not None:
+                return waiting, info
         return self._read_answer(req, info)
 
     def _read_answer(self, req: Request, info: LedgerInfo | None) -> Response:
