@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -111,15 +112,17 @@ class BookieConfig:
         """Whether the bookie serves TLS (with the operator's files)."""
         return self.tls_cert is not None
 
-    @property
+    # Computed once: a simulated history asks for them some 500 times a seed (boots, the
+    # oracle), each a pathlib join otherwise (1.8% of a stream seed's CPU, cProfile).
+    @cached_property
     def journal_dir(self) -> Path:
         return self.data_dir / "journal"
 
-    @property
+    @cached_property
     def ledger_dir(self) -> Path:
         return self.data_dir / "ledgers"
 
-    @property
+    @cached_property
     def index_dir(self) -> Path:
         return self.data_dir / "index"
 
