@@ -113,7 +113,7 @@ class BookieConfig:
         return self.tls_cert is not None
 
     # Computed once: a simulated history asks for them some 500 times a seed (boots, the
-    # oracle), each a pathlib join otherwise (1.8% of a stream seed's CPU, cProfile).
+    # oracle), each a pathlib join otherwise (1.6% of a stream seed's CPU, cProfile).
     @cached_property
     def journal_dir(self) -> Path:
         return self.data_dir / "journal"

@@ -97,7 +97,7 @@ class LedgerTable:
     def durable_wait(self, ledger_id: int) -> asyncio.Future[None] | None:
         """``durable`` without a coroutine: a future to await (shielded: a waiter that
         gives up must not cancel the record), or None when the state is durable already."""
-        record = self._unsynced.get(ledger_id)
+        record = self.unsynced(ledger_id)
         return None if record is None else asyncio.shield(record)
 
     # -- LAC long polls -----------------------------------------------------------------------
