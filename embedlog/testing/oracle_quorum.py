@@ -45,6 +45,7 @@ from embedlog.wire.messages import (
 )
 
 RULE = "AckedByAckQuorum"
+READ_RULE = "ReadersSeeOnlyCommitted"
 
 
 class AckQuorumRule:
@@ -100,6 +101,25 @@ class AckQuorumRule:
                 f"{who} was acknowledged {lid}:{eid} with {len(have)} add answers "
                 f"({', '.join(have) or 'none'}) from its write set {ws}, fewer than "
                 f"AQ = {md.ack_quorum}",
+            )
+
+    def read(self, lid: int, eid: int, payload: bytes, ack_quorum: int, who: str) -> None:
+        """``ReadersSeeOnlyCommitted``: a reader (a follower, the final reader) was handed
+        ``payload`` at ``lid:eid``. By then AQ distinct bookies answered an add of that
+        entry with that payload: a reader sees an entry only once it is committed, never
+        an entry stored on fewer bookies (one past the LAC, a write still on its way) that
+        a takeover may cut and replace later. Checked as the reader gets the entry, not
+        only through what the stream holds at the end: an entry read early is mostly
+        committed a moment later, and only the rare cut of that very entry would show."""
+        self._counts["check.read_committed"] += 1
+        got = self._acks.get((lid, eid), set())
+        have = sorted({b for b, p in got if p == payload})
+        if len(have) < ack_quorum:
+            self._violate(
+                READ_RULE,
+                f"{who} read {lid}:{eid} when {len(have)} bookies "
+                f"({', '.join(have) or 'none'}) had answered an add of it with that payload, "
+                f"fewer than AQ = {ack_quorum}: it was not committed yet",
             )
 
     def _confirmed(self, lid: int, eid: int, payload: bytes, ws: list[str]) -> list[str]:

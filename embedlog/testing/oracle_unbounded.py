@@ -303,11 +303,16 @@ class StreamOracle(Oracle):
     def trimmed(self, lid: int, first_kept: int) -> None:
         self.trim_point[lid] = max(self.trim_point.get(lid, 0), first_kept)
 
-    def stream_read(self, lid: int, entries: list[tuple[int, bytes]], by: str) -> None:
-        """Entries a reader (a follower, the final reader) got, no-ops left out."""
+    def stream_read(
+        self, lid: int, entries: list[tuple[int, bytes]], by: str, ack_quorum: int
+    ) -> None:
+        """Entries a reader (a follower, the final reader) got, no-ops left out; the
+        stream's ack quorum is ``ack_quorum``."""
         seen = self._seen.setdefault(lid, {})
         acked = self.stream_acked.get(lid, {})
         for eid, payload in entries:
+            if self.quorum is not None:
+                self.quorum.read(lid, eid, payload, ack_quorum, by)
             if payload not in self.appended:
                 self.violate(
                     "NoLogDivergence",
@@ -329,10 +334,12 @@ class StreamOracle(Oracle):
 
     # -- the end -------------------------------------------------------------------------------
 
-    def final_stream(self, lid: int, entries: list[tuple[int, bytes]], first: int, by: str) -> None:
+    def final_stream(
+        self, lid: int, entries: list[tuple[int, bytes]], first: int, by: str, ack_quorum: int
+    ) -> None:
         """The whole stream as the final reader read it (after its takeover), from the
         first id not trimmed."""
-        self.stream_read(lid, entries, by)
+        self.stream_read(lid, entries, by, ack_quorum)
         got = dict(entries)
         for eid, (payload, term, w) in sorted(self.stream_acked.get(lid, {}).items()):
             if eid < first:

@@ -406,7 +406,7 @@ class UnboundedWorkload:
                 entries = [(e.entry_id, e.data) for e in got]
                 me.read.extend(entries)
                 ctx.counts["follower.read"] += len(entries)
-                self.oracle.stream_read(lid, entries, name)
+                self.oracle.stream_read(lid, entries, name, md.ack_quorum)
                 next_id = last + 1
                 continue
             if self._quiet.is_set():
@@ -431,7 +431,7 @@ class UnboundedWorkload:
                 me.read.extend(entries)
                 ctx.counts["follower.read"] += len(entries)
                 ctx.counts["follower.brought"] += len(rows)
-                self.oracle.stream_read(lid, entries, name)
+                self.oracle.stream_read(lid, entries, name, md.ack_quorum)
                 next_id = rows[-1][0] + 1
 
     async def _metadata(
@@ -486,7 +486,7 @@ class UnboundedWorkload:
                 continue
             first = layout.first_entry(handle.metadata)
             ctx.counts["term_change"] += handle.term - 1
-            self.oracle.final_stream(lid, entries, first, "checker")
+            self.oracle.final_stream(lid, entries, first, "checker", handle.metadata.ack_quorum)
             for f in self._followers:
                 if f.lid == lid:
                     self.oracle.followers_agree(f, entries)
