@@ -46,6 +46,7 @@ from embedlog.wire.messages import (
 
 RULE = "AckedByAckQuorum"
 READ_RULE = "ReadersSeeOnlyCommitted"
+CLOSE_RULE = "RecoveredOnWriteSet"
 
 
 class AckQuorumRule:
@@ -132,7 +133,11 @@ class AckQuorumRule:
         entry of it acknowledged so far (id -> payload). Each one whose write set the write
         moved must keep AQ confirmed copies on its new write set."""
         before, self._placed[lid] = self._placed.get(lid), md
-        if before is None or before.fragments == md.fragments:
+        if before is None:
+            return
+        if md.is_closed and not before.is_closed and not md.unbounded:
+            self._closed(lid, md, acked)
+        if before.fragments == md.fragments:
             return
         self._counts["check.ensemble_changes"] += 1
         first, wq = md.fragments[0][0], md.write_quorum
@@ -151,6 +156,32 @@ class AckQuorumRule:
                     f"the ensemble change of ledger {lid} to version {md.version} moved "
                     f"acknowledged entry {eid} to the write set {ws}, where {len(have)} "
                     f"({', '.join(have) or 'none'}) confirmed it, fewer than "
+                    f"AQ = {md.ack_quorum}",
+                )
+
+    def _closed(self, lid: int, md: LedgerMetadata, acked: Mapping[int, bytes]) -> None:
+        """``RecoveredOnWriteSet``: ``md`` closed bounded ledger ``lid``. Every entry up to
+        its last that no writer was told is acknowledged was committed by the close,
+        which only a recovery makes past the LAC: the recovery wrote it back, each
+        write-back acknowledged by AQ bookies of its write set as for any add, and closes
+        with the write sets it wrote to. So AQ bookies the closed metadata lists for it
+        answered an add of it with one payload. A close that lists other bookies (the
+        metadata the recovery started from, without the replacements its write-back
+        made) commits the entry on bookies that may never have had it."""
+        for eid in range(md.fragments[0][0], md.last_entry_id + 1):
+            if eid in acked:
+                continue  # judged when it was acknowledged (and at each ensemble change)
+            self._counts["check.recovered_on_write_set"] += 1
+            ws = write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
+            got = self._acks.get((lid, eid), set())
+            payloads = {p for _b, p in got}
+            if max((sum((b, p) in got for b in ws) for p in payloads), default=0) < md.ack_quorum:
+                confirmed = sorted({b for b, _p in got if b in ws})
+                self._violate(
+                    CLOSE_RULE,
+                    f"ledger {lid} was closed at {md.last_entry_id} with entry {eid} (no writer "
+                    f"was told it is acknowledged) on the write set {ws}, of which only "
+                    f"{', '.join(confirmed) or 'none'} answered an add of it, fewer than "
                     f"AQ = {md.ack_quorum}",
                 )
 
