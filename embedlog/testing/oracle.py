@@ -37,6 +37,7 @@ from embedlog.wire.messages import FrameError, OpCode, Request, Response, unpack
 if TYPE_CHECKING:
     from embedlog.testing.oracle_durable import DurableStateRule
     from embedlog.testing.oracle_fence import FenceRule
+    from embedlog.testing.oracle_floor import FloorRule
     from embedlog.testing.oracle_quorum import AckQuorumRule
 
 _NEGATIVE = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
@@ -76,6 +77,8 @@ class Oracle:
         # StateDurableWhenAnswered and TruncatesOncePerTerm (oracle_durable.py), which
         # ask the simulated disks.
         self.durable: DurableStateRule | None = None
+        # FenceAndTermHold (oracle_floor.py): what a bookie refused stays refused.
+        self.floor: FloorRule | None = None
 
     def violate(self, invariant: str, detail: str) -> None:
         self.violations.append(Violation(invariant, detail))
@@ -115,11 +118,15 @@ class Oracle:
 
     def arrived(self, src: str, bookie_id: str, req: Request) -> None:
         """``req`` reached ``bookie_id``, which serves it now."""
+        if self.floor is not None:
+            self.floor.arrived(bookie_id, req)
         if self.durable is not None:
             self.durable.arrived(bookie_id, req)
 
     def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
         lid, eid = req.ledger_id, req.entry_id
+        if self.floor is not None:
+            self.floor.answered(bookie_id, req, resp)
         if self.durable is not None:
             self.durable.answered(bookie_id, req, resp)
         if self.quorum is not None:

@@ -156,6 +156,8 @@ class StreamOracle(Oracle):
 
     def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
         lid, eid = req.ledger_id, req.entry_id
+        if self.floor is not None:
+            self.floor.answered(bookie_id, req, resp)
         if self.durable is not None:
             self.durable.answered(bookie_id, req, resp)
         if self.rules is not None:

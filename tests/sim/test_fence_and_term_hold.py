@@ -1,0 +1,141 @@
+"""FenceAndTermHold (oracle_floor.py): a bookie never acknowledges an add that reached it
+after a fence or a higher term it answered as made, whatever its disk lost meanwhile;
+and a BP-46 boot that puts an owed stream in limbo without its term, caught at the seed
+pinned here."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from seed_search import first_caught
+
+from embedlog.bookie import boot
+from embedlog.bookie.integrity import Protection
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.testing.oracle_floor import RULE, FloorRule
+from embedlog.testing.sim import run_seed
+from embedlog.unbounded.rules import DELETED_TERM
+from embedlog.wire.codes import StatusCode
+from embedlog.wire.messages import (
+    NO_TERM,
+    AddFlags,
+    OpCode,
+    ReadFlags,
+    Request,
+    Response,
+    pack_entries,
+    pack_results,
+)
+
+LID = 7
+
+
+class Bookie:
+    """One bookie as the rule sees it: requests reach it, then are answered."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.rule = FloorRule(lambda r, _d: self.seen.append(r), Counter())
+        self.n = 0
+
+    def arrive(self, op: OpCode, *, term: int = NO_TERM, flags: int = 0) -> Request:
+        self.n += 1
+        body = pack_entries([(self.n, b"x")]) if op == OpCode.ADD_BATCH else b"x"
+        req = Request(op, self.n, LID, self.n, flags=flags, term=term, body=body)
+        self.rule.arrived("b1", req)
+        return req
+
+    def answer(self, req: Request, status: StatusCode = StatusCode.EOK) -> None:
+        body = pack_results([(status, req.term)]) if req.op == OpCode.ADD_BATCH else b""
+        resp = Response(req.op, req.txn, status, LID, req.entry_id, body=body)
+        self.rule.answered("b1", req, resp)
+
+
+def test_an_add_admitted_before_a_raise_may_be_answered_after_it():
+    b = Bookie()
+    add = b.arrive(OpCode.ADD_BATCH, term=1)  # waits for its state record
+    raise_ = b.arrive(OpCode.READ, term=2)
+    b.answer(raise_)
+    b.answer(add)
+    assert b.seen == []
+
+
+@pytest.mark.parametrize("raise_first", [True, False])
+def test_an_older_terms_add_arriving_after_a_raise_is_caught_whichever_answer_comes_first(
+    raise_first,
+):
+    b = Bookie()
+    raise_ = b.arrive(OpCode.READ, term=2)
+    add = b.arrive(OpCode.ADD, term=1)
+    for req in (raise_, add) if raise_first else (add, raise_):
+        b.answer(req)
+    assert b.seen == [RULE]
+
+
+@pytest.mark.parametrize(
+    ("raise_status", "add_term", "caught"),
+    [
+        (StatusCode.EOK, 2, False),  # the raise's own term
+        (StatusCode.EOK, 3, False),
+        (StatusCode.EIO, 1, False),  # a raise answered as failed promised nothing
+        (StatusCode.ENOENTRY, 1, True),  # a recovery read raised it, the entry absent
+    ],
+)
+def test_the_terms_floor(raise_status, add_term, caught):
+    b = Bookie()
+    raise_ = b.arrive(OpCode.READ, term=2, flags=ReadFlags.RECOVERY)
+    b.answer(raise_, raise_status)
+    b.answer(b.arrive(OpCode.ADD, term=add_term))
+    assert b.seen == ([RULE] if caught else [])
+
+
+@pytest.mark.parametrize(("flags", "caught"), [(AddFlags.NONE, True), (AddFlags.RECOVERY, False)])
+def test_a_fence_refuses_plain_adds_not_a_recoverys_write_back(flags, caught):
+    b = Bookie()
+    fence = b.arrive(OpCode.READ, flags=ReadFlags.FENCE)
+    b.answer(fence, StatusCode.ENOENTRY)
+    b.answer(b.arrive(OpCode.ADD, flags=flags))
+    assert b.seen == ([RULE] if caught else [])
+
+
+def test_a_refused_add_and_a_deletes_fence_are_not_judged():
+    b = Bookie()
+    b.answer(b.arrive(OpCode.READ, term=DELETED_TERM))
+    b.answer(b.arrive(OpCode.READ, term=5))
+    b.answer(b.arrive(OpCode.ADD, term=4), StatusCode.EINVALIDTERM)
+    b.answer(b.arrive(OpCode.ADD, term=6))
+    assert b.seen == []
+
+
+@contextmanager
+def owed_stream_limbo_without_term() -> Iterator[None]:
+    """BP-46 phase one puts an open stream the bookie may owe entries of in limbo, but
+    leaves its term as the disk has it (a wiped disk: none)."""
+    protection_for = boot.protection_for
+
+    def mutant(md: LedgerMetadata, *, owes: bool, skip_fence: bool = False) -> Protection:
+        plan = protection_for(md, owes=owes, skip_fence=skip_fence)
+        if owes and md.unbounded and not md.is_closed:
+            return Protection(fence=plan.fence, limbo=plan.limbo, term=None)
+        return plan
+
+    boot.protection_for = mutant  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        boot.protection_for = protection_for
+
+
+FIRST = 159  # first violating seed of `unbounded-nojournal` (searched again from 0 when moved)
+SEARCH = 400
+
+
+def test_a_boot_that_leaves_an_owed_stream_below_its_term_is_caught():
+    seed, _ = first_caught(
+        owed_stream_limbo_without_term, "unbounded-nojournal", FIRST, SEARCH, RULE
+    )
+    clean = run_seed(seed, "unbounded-nojournal", keep_trace=False)
+    assert clean.ok and clean.counts["check.fence_and_term"] > 0
