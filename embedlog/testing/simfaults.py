@@ -38,7 +38,15 @@ from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.testing.simloop import seeded
 from embedlog.testing.simlosses import DiskEvent, LossRecord
-from embedlog.testing.simrot import apply_flips, draw_flips, rot_targets
+from embedlog.testing.simrot import (
+    ENTRY_LOG_SUFFIX,
+    LIVE_ROT_DOWN,
+    LIVE_ROT_GAPS,
+    LIVE_ROT_SERVES,
+    apply_flips,
+    draw_flips,
+    rot_targets,
+)
 
 # The oracle's ``forget_lost``: a bookie booted after losing data; which ledgers its
 # boot protected. Returns the ledgers whose acks it forgot.
@@ -78,6 +86,10 @@ class DiskNemesis:
         # Bookies taken down so far, suppressed steps included: each rot draws from a
         # stream of its own, so leaving a crash out changes no later rot.
         self._downs = 0
+        # Rot under a serving bookie (simrot.py, "while it serves"): the mean gap between
+        # two, drawn per seed from a stream of its own (None: none).
+        self._live_rng = seeded(ctx.seed, "disk-rot-live")
+        self.live_rot_gap: float | None = self._live_rng.choice(LIVE_ROT_GAPS) if rot else None
 
     def needs_cookie_fix(self, bid: str) -> bool:
         return bid in self._wiped
@@ -172,6 +184,60 @@ class DiskNemesis:
             self.ctx.trace("lost-acks-forgotten", bid, gone)
 
     async def run(self) -> None:
+        # A task of its own only where the scenario rots disks: the others' histories
+        # stay as they were.
+        live = None if self.live_rot_gap is None else asyncio.ensure_future(self._live_rot())
+        try:
+            await self._faults()
+        finally:
+            if live is not None:
+                await live
+
+    async def _live_rot(self) -> None:
+        """Now and then, bits flipped in the entry logs of a serving bookie (within the
+        lossy budget), which serves on for a while (a read of a damaged entry must answer
+        "I/O error", never "no such entry"), then crashes and comes back: its boot, after
+        a crash without the journal, puts what it owes in limbo and repair copies every
+        entry it can no longer read back from its peers (simrot.py says why not before)."""
+        ctx, cluster, rng = self.ctx, self.cluster, self._live_rng
+        assert self.live_rot_gap is not None
+        while True:
+            await asyncio.sleep(rng.expovariate(1 / self.live_rot_gap))
+            if ctx.phase.workload_done:
+                return
+            budget = ctx.budget
+            candidates = [
+                b
+                for b in sorted(self.disks)
+                if cluster.serving(b) and budget.may_wipe(b) and not budget.is_busy(b)
+            ]
+            if not candidates or not cluster.may_take_down():
+                continue
+            bid = rng.choice(candidates)
+            flips = draw_flips(rng, self.disks[bid].files((ENTRY_LOG_SUFFIX,)))
+            serve_for, down_for = rng.uniform(*LIVE_ROT_SERVES), rng.uniform(*LIVE_ROT_DOWN)
+            if not flips or not ctx.decide("disk-rot-live", bid, *map(str, flips)):
+                continue
+            budget.busy(bid, True, combo=False)
+            try:
+                budget.lost_data(bid)
+                self.happened(bid, "rot")
+                apply_flips(self.disks[bid], flips)
+                ctx.counts["fault.disk_rot_live"] += 1
+                ctx.trace("disk-rot-live", bid, *map(str, flips))
+                await asyncio.sleep(serve_for)
+                if bid in cluster.up():
+                    ctx.trace("crash", bid, "rotted")
+                    cluster.crash(bid)
+                await asyncio.sleep(down_for)
+                if bid in cluster.down() and ctx.decide("restart", bid):
+                    ctx.counts["fault.restart"] += 1
+                    ctx.trace("restart", bid)
+                    await cluster.boot(bid)
+            finally:
+                budget.busy(bid, False, combo=False)
+
+    async def _faults(self) -> None:
         ctx, rng = self.ctx, self.rng
         if self.mean_gap is None:
             return

@@ -20,6 +20,15 @@ rots after a clean shutdown would find out only at the next read of each entry, 
 nothing copies such an entry back (the auditor's re-replication does, outside the
 simulator): not drawn.
 
+While it serves, too: bits flipped in the entry logs of a running bookie within the
+lossy budget (simfaults.py: ``DiskNemesis._live_rot``). Its reads of a damaged record
+must answer "I/O error", and every read path meets them while it serves on (a reader's,
+a recovery's, a peer's repair); then it crashes and boots as above, so that its repair
+copies the damaged entries back (the auditor's part, done here by the crash). Only the
+entry logs: the oracle reads the journal for what state is durable
+(oracle_durable.py), which a damaged journal record of a bookie still serving would
+falsify.
+
 Each rot is a numbered decision (decisions.py); its draws come from a stream of their own
 (``seeded(seed, "disk-rot")``), so the scenarios without it draw what they always drew.
 """
@@ -35,6 +44,11 @@ from embedlog.bookie.journal_replay import SUFFIX as JOURNAL_SUFFIX
 from embedlog.testing.simdisk import MemoryDisk
 
 FLIPS = (1, 3)  # bits flipped per rot, min..max (each in a file drawn anew)
+# Rot under a serving bookie: the mean gaps drawn per seed (None: never), seconds it
+# serves on its damaged entry logs, seconds it stays down after its crash.
+LIVE_ROT_GAPS = (None, 1.0, 3.0)
+LIVE_ROT_SERVES = (0.05, 1.0)
+LIVE_ROT_DOWN = (0.05, 0.6)
 
 
 @frozen

@@ -1,8 +1,9 @@
 """Test-only mutants that skip the bookie's CRC check of an entry log record on one read
 path each: the simulator's corruption at rest (simrot.py, the ``*-corrupt`` scenarios)
 must then make a bookie serve a damaged entry, and an invariant must see the bookie's own
-answer. A mutant is a context manager patching the real code in this process
-(``run_seed``)."""
+answer; and one that reads a damaged record as an entry the bookie does not hold, which
+the rot under a serving bookie must show. A mutant is a context manager patching the
+real code in this process (``run_seed``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 
 from embedlog.bookie import entrylog
 from embedlog.bookie.entrylog import RECORD, EntryLogs
+from embedlog.bookie.storage import LedgerStorage
+from embedlog.errors import BookieIOError
 
 
 def _read_without_crc(
@@ -66,7 +69,27 @@ def batch_reads_skip_crc() -> Any:
     return _patched("read_many", _read_many_without_crc)
 
 
+@contextmanager
+def damaged_entry_read_as_absent() -> Iterator[None]:
+    """An indexed entry whose record is damaged reads as one the bookie does not hold
+    (its readers get NoSuchEntry), not as an I/O error."""
+    get = LedgerStorage.get
+
+    def mutant(self: LedgerStorage, ledger_id: int, entry_id: int) -> bytes | None:
+        try:
+            return get(self, ledger_id, entry_id)
+        except BookieIOError:
+            return None
+
+    LedgerStorage.get = mutant  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        LedgerStorage.get = get  # type: ignore[method-assign]
+
+
 MUTANTS: dict[str, Callable[[], Any]] = {
     "single-reads-skip-crc": single_reads_skip_crc,
     "batch-reads-skip-crc": batch_reads_skip_crc,
+    "damaged-entry-read-as-absent": damaged_entry_read_as_absent,
 }

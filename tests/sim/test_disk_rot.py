@@ -27,6 +27,12 @@ CAUGHT = {
     "single-reads-skip-crc": ("bounded-corrupt", 35, "AllCommittedEntriesReachAckQuorum"),
 }
 SEARCH = 100
+# Caught only when the disk rots under a serving bookie (``DiskNemesis._live_rot``): a
+# bookie that rotted while down boots in limbo, where "absent" becomes "unknown".
+LIVE = {
+    "damaged-entry-read-as-absent": ("bounded-corrupt", 112, "NoNegativeForAckedEntry"),
+}
+LIVE_SEARCH = 300
 
 
 @pytest.mark.parametrize("mutant", sorted(CAUGHT))
@@ -90,3 +96,12 @@ def test_a_power_cut_is_remembered_until_the_next_boot_locks_the_disks():
     assert disk.powered_off
     disk.lock(Path("/b/index")).release()
     assert not disk.powered_off
+
+
+@pytest.mark.parametrize("mutant", sorted(LIVE))
+def test_a_damaged_entry_read_as_absent_by_a_serving_bookie_is_caught(mutant):
+    scenario, pinned, invariant = LIVE[mutant]
+    caught, _ = first_caught(MUTANTS[mutant], scenario, pinned, LIVE_SEARCH, invariant)
+    clean = run_seed(caught, scenario, keep_trace=False)
+    assert clean.ok, [str(v) for v in clean.violations]
+    assert clean.counts["fault.disk_rot_live"] > 0
