@@ -5,7 +5,8 @@ oracle that trusted the flags forgot exactly the acknowledgements it had to chec
 
 from __future__ import annotations
 
-from phase_one_mutants import closed_ledgers_out_of_limbo
+from phase_one_mutants import closed_ledgers_out_of_limbo, recovered_ledgers_out_of_limbo
+from seed_search import first_caught
 
 from embedlog.testing import simfaults
 from embedlog.testing.sim import run_seed
@@ -13,7 +14,7 @@ from embedlog.testing.sim import run_seed
 SCENARIO = "bounded-nojournal"
 # The first seed (from 0) the mutant violates; a change may move it: the test then
 # searches up to SEARCH seeds and says where to pin it.
-FIRST = 27
+FIRST = 85
 SEARCH = 300
 
 
@@ -35,3 +36,24 @@ def test_a_boot_that_leaves_an_owed_ledger_out_of_limbo_is_caught(monkeypatch):
     # unprotected: without the history's record it sees nothing.
     monkeypatch.setattr(simfaults.DiskNemesis, "boot_begins", lambda self, bid: None)
     assert _violations(seed) == []
+
+
+# A write-back reached a bookie the metadata does not list yet (the recovery keeps its
+# replacements in memory until it closes), which crashed without the journal and lost
+# it; its boot left the ledger unprotected, and once the close listed it, it answered
+# NoSuchLedger. Only the race scenarios' end probe asks that bookie for every entry its
+# write sets give it (a final reader asks one bookie that has the entry).
+RECOVERED_FIRST = 133
+RECOVERED_SCENARIO = "bounded-nojournal-races"
+
+
+def test_a_boot_that_leaves_a_ledger_under_recovery_out_of_limbo_is_caught():
+    seed, _ = first_caught(
+        recovered_ledgers_out_of_limbo,
+        RECOVERED_SCENARIO,
+        RECOVERED_FIRST,
+        SEARCH,
+        "NoNegativeForAckedEntry",
+    )
+    clean = run_seed(seed, RECOVERED_SCENARIO, keep_trace=False)
+    assert clean.ok and clean.counts["probe.read"] > 0
