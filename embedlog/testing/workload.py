@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from embedlog.errors import BKError
+from embedlog.metadata.ledger_metadata import LedgerMetadata
+from embedlog.metadata.striping import write_set_bookies
 from embedlog.testing.simcontext import SimContext
 from embedlog.testing.simraces import AIM_RECOVERY_WAIT, PAUSE
 from embedlog.wire.entry import DigestType
+from embedlog.wire.messages import OpCode
 
 if TYPE_CHECKING:
+    from embedlog.client import Client
     from embedlog.testing.oracle import Oracle
 
 T = TypeVar("T")
@@ -137,3 +141,27 @@ def judge_outcome(oracle: Oracle, task: asyncio.Future[Any]) -> None:
     detail = task_error(task)
     if detail is not None:
         oracle.violate("NoUnexpectedError", detail)
+
+
+async def probe(
+    ctx: SimContext, checker: Client, md: LedgerMetadata, entry_ids: Iterable[int]
+) -> None:
+    """The race scenarios' end probe (simraces.py): every bookie of each entry's write
+    set in ``md`` is asked for it, so that a negative for an entry a bookie acknowledged
+    (``NoNegativeForAckedEntry``) does not hide behind a reader that asked another; the
+    oracle judges every answer as the bookie gives it."""
+    lid = md.ledger_id
+
+    async def ask(bookie: str, eid: int) -> None:
+        try:
+            await checker.ctx.bookies.call(bookie, OpCode.READ, lid, eid)
+        except BKError:
+            pass  # unknown: the oracle saw whatever the bookie answered
+
+    asks = [
+        ask(b, eid)
+        for eid in entry_ids
+        for b in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
+    ]
+    ctx.counts["probe.read"] += len(asks)
+    await asyncio.gather(*asks)

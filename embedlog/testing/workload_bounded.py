@@ -31,9 +31,9 @@ from embedlog.testing.workload import (
     aimed_ledger,
     create_with_retries,
     maybe_pause,
+    probe,
 )
 from embedlog.wire.entry import Digester
-from embedlog.wire.messages import OpCode
 
 
 class BoundedWorkload:
@@ -234,24 +234,8 @@ class BoundedWorkload:
                 await self._probe(checker, lid)
 
     async def _probe(self, checker: Client, lid: int) -> None:
-        """The race scenarios' probe (simraces.py), as for streams: every bookie of each
-        write set of a closed ledger is asked for each of its entries, so that a negative
-        for an entry the bookie acknowledged (a write-back included) does not hide behind
-        a final reader that asked another; the oracle judges every answer."""
+        """The end probe (``workload.probe``) of every entry of a closed ledger, a
+        recovery's write-backs included."""
         md = self.ctx.truth.read_ledger(lid)
-        if not md.is_closed:
-            return  # left unrecoverable (liveness waived): nothing is committed for sure
-
-        async def ask(bookie: str, eid: int) -> None:
-            try:
-                await checker.ctx.bookies.call(bookie, OpCode.READ, lid, eid)
-            except BKError:
-                pass  # unknown: the oracle saw whatever the bookie answered
-
-        asks = [
-            ask(b, eid)
-            for eid in range(md.last_entry_id + 1)
-            for b in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
-        ]
-        self.ctx.counts["probe.read"] += len(asks)
-        await asyncio.gather(*asks)
+        if md.is_closed:  # else left unrecoverable (liveness waived): nothing is sure
+            await probe(self.ctx, checker, md, range(md.last_entry_id + 1))

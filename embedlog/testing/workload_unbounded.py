@@ -45,7 +45,12 @@ from embedlog.testing.workload import (
     maybe_pause,
 )
 from embedlog.testing.workload_streams import StreamOps
-from embedlog.testing.workload_unbounded_end import READ_BATCH, probe, read_or_none, read_whole
+from embedlog.testing.workload_unbounded_end import (
+    READ_BATCH,
+    probe_acked,
+    read_or_none,
+    read_whole,
+)
 from embedlog.unbounded import follow, layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.entry import Digester
@@ -483,7 +488,7 @@ class UnboundedWorkload:
                 handle.writer.stop()
             entries = await read_whole(ctx, self.oracle, checker, handle)
             if ctx.races is not None:
-                await probe(ctx, self.oracle, checker, lid)
+                await probe_acked(ctx, self.oracle, checker, lid)
             if entries is None:
                 continue
             first = layout.first_entry(handle.metadata)

@@ -5,20 +5,17 @@ make too."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from embedlog.client import Client
 from embedlog.errors import BKError, NoSuchEntryError
 from embedlog.metadata.ledger_metadata import LedgerMetadata
-from embedlog.metadata.striping import write_set_bookies
 from embedlog.testing.oracle_unbounded import StreamOracle
 from embedlog.testing.simcontext import SimContext
-from embedlog.testing.workload import PASSWORD
+from embedlog.testing.workload import PASSWORD, probe
 from embedlog.unbounded import follow, layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.wire.entry import Digester
-from embedlog.wire.messages import OpCode
 
 READ_BATCH = 16  # entries one read asks for
 
@@ -45,27 +42,12 @@ async def read_or_none(
         return None
 
 
-async def probe(ctx: SimContext, oracle: StreamOracle, checker: Client, lid: int) -> None:
-    """The race scenarios' probe (simraces.py): every bookie of an acknowledged entry's
-    write set is asked for it; the oracle judges every answer (a negative for an entry
-    the bookie acknowledged, another term's payload at an acknowledged id)."""
+async def probe_acked(ctx: SimContext, oracle: StreamOracle, checker: Client, lid: int) -> None:
+    """The end probe (``workload.probe``) of a stream's acknowledged entries at or above
+    its trim point."""
     md = ctx.truth.read_ledger(lid)
     first = layout.first_entry(md)
-    acked = sorted(e for e in oracle.stream_acked.get(lid, {}) if e >= first)
-
-    async def ask(bookie: str, eid: int) -> None:
-        try:
-            await checker.ctx.bookies.call(bookie, OpCode.READ, lid, eid)
-        except BKError:
-            pass  # unknown: the oracle saw whatever the bookie answered
-
-    asks = [
-        ask(b, eid)
-        for eid in acked
-        for b in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
-    ]
-    ctx.counts["probe.read"] += len(asks)
-    await asyncio.gather(*asks)
+    await probe(ctx, checker, md, sorted(e for e in oracle.stream_acked.get(lid, {}) if e >= first))
 
 
 async def read_whole(

@@ -40,3 +40,21 @@ def first_caught(
                 print(f"the mutant is caught at seed {seed} of {scenario} now (pinned: {pinned})")
             return seed, seen
     raise AssertionError(f"the mutant is not caught in {search} seeds of {scenario}")
+
+
+def caught_then_clean(
+    mutant: Callable[[], AbstractContextManager[object]],
+    scenario: str,
+    pinned: int,
+    search: int,
+    invariant: str,
+    exercised: str,
+) -> int:
+    """``first_caught`` for ``invariant``; then the same seed without the mutant holds
+    every invariant and counts ``exercised`` (the rule or fault the mutant breaks was
+    there to be broken). The seed it is caught at."""
+    seed, _ = first_caught(mutant, scenario, pinned, search, invariant)
+    clean = run_seed(seed, scenario, keep_trace=False)
+    assert clean.ok, [str(v) for v in clean.violations]
+    assert clean.counts[exercised] > 0, exercised
+    return seed

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from rot_mutants import MUTANTS
-from seed_search import first_caught
+from seed_search import caught_then_clean, first_caught
 
 from embedlog.testing.sim import run_seed
 from embedlog.testing.simdisk import MemoryDisk
@@ -101,7 +101,6 @@ def test_a_power_cut_is_remembered_until_the_next_boot_locks_the_disks():
 @pytest.mark.parametrize("mutant", sorted(LIVE))
 def test_a_damaged_entry_read_as_absent_by_a_serving_bookie_is_caught(mutant):
     scenario, pinned, invariant = LIVE[mutant]
-    caught, _ = first_caught(MUTANTS[mutant], scenario, pinned, LIVE_SEARCH, invariant)
-    clean = run_seed(caught, scenario, keep_trace=False)
-    assert clean.ok, [str(v) for v in clean.violations]
-    assert clean.counts["fault.disk_rot_live"] > 0
+    caught_then_clean(
+        MUTANTS[mutant], scenario, pinned, LIVE_SEARCH, invariant, "fault.disk_rot_live"
+    )

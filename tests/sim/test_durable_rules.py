@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import crc32c
-from seed_search import first_caught
+from seed_search import caught_then_clean
 from survivor_mutants import term_raise_answered_early, truncation_repeats
 
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
@@ -201,17 +201,20 @@ SEARCH = 200
 
 
 def test_an_add_answered_before_its_term_is_durable_is_caught():
-    seed, _ = first_caught(
-        term_raise_answered_early, "unbounded-nojournal", DURABLE_FIRST, SEARCH, DURABLE_RULE
+    caught_then_clean(
+        term_raise_answered_early,
+        "unbounded-nojournal",
+        DURABLE_FIRST,
+        SEARCH,
+        DURABLE_RULE,
+        "check.state_durable",
     )
-    clean = run_seed(seed, "unbounded-nojournal", keep_trace=False)
-    assert clean.ok and clean.counts["check.state_durable"] > 0
 
 
 def test_a_truncation_repeated_within_its_term_is_caught():
-    seed, _ = first_caught(truncation_repeats, "unbounded-races", ONCE_FIRST, SEARCH, ONCE_RULE)
-    clean = run_seed(seed, "unbounded-races", keep_trace=False)
-    assert clean.ok and clean.counts["check.truncates_once"] > 0
+    caught_then_clean(
+        truncation_repeats, "unbounded-races", ONCE_FIRST, SEARCH, ONCE_RULE, "check.truncates_once"
+    )
 
 
 def test_a_cut_that_failed_and_was_made_by_its_retry_counts_once():

@@ -11,13 +11,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from seed_search import first_caught
+from seed_search import caught_then_clean
 
 from embedlog.ledger import recovery
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.testing.oracle_quorum import CLOSE_RULE, AckQuorumRule
-from embedlog.testing.sim import run_seed
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.entry import DigestType
 from embedlog.wire.messages import OpCode, Request, Response
@@ -118,8 +117,11 @@ SEARCH = 300
 
 
 def test_a_recovery_closing_without_its_replacements_is_caught():
-    seed, _ = first_caught(
-        close_forgets_write_back_changes, "bounded-nojournal", FIRST, SEARCH, CLOSE_RULE
+    caught_then_clean(
+        close_forgets_write_back_changes,
+        "bounded-nojournal",
+        FIRST,
+        SEARCH,
+        CLOSE_RULE,
+        "check.recovered_on_write_set",
     )
-    clean = run_seed(seed, "bounded-nojournal", keep_trace=False)
-    assert clean.ok and clean.counts["check.recovered_on_write_set"] > 0
