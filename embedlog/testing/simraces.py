@@ -38,9 +38,10 @@ mix, some of them none):
   (a refusal that came first would end the writer before it could be acknowledged);
 * **compound aims** (simcombos.py): several of these in one order at one ledger, for
   the histories that need them all (BP-46 scenario 1; issue #12's dirty leftover);
-* for streams, a probe at the end: every bookie of an acknowledged entry's write set
-  is asked for it, so that a negative for an entry a bookie acknowledged
-  (``NoNegativeForAckedEntry``) does not hide behind a reader that asked another.
+* a probe at the end: every bookie of a write set is asked for each of its entries
+  (a stream's acknowledged ones, every entry of a closed bounded ledger), so that a
+  negative for an entry a bookie acknowledged (``NoNegativeForAckedEntry``) does not
+  hide behind a reader that asked another.
 """
 
 from __future__ import annotations
