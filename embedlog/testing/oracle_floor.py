@@ -1,11 +1,13 @@
 """``FenceAndTermHold``: what a bookie refuses stays refused, whatever its disk lost.
 
 A bookie that answered a fencing read of a ledger has told a recovery that the writer
-of that ledger can no longer get an add acknowledged there; a bookie that accepted a
-request of a stream's term T has told a takeover that no writer of an older term can.
-The recovery and the takeover count on it from then on. So the bookie never again
-acknowledges an add the fence or the term refuses: a plain add (not a recovery's
-write-back) of a ledger it fenced, an add of a stream in a term below one it accepted.
+of that ledger can no longer get an add acknowledged there; a bookie that answered a
+read of a stream's term T (a takeover's term read, its recovery reads) has told the
+takeover that no writer of an older term can. The recovery and the takeover count on
+it from then on. So the bookie never again acknowledges an add the fence or the term
+refuses: a plain add (not a recovery's write-back) of a ledger it fenced, an add of a
+stream in a term below one it answered a read of. (Adds and trims of a term raise it
+too; the rule records the reads, which is what recoveries and takeovers count.)
 
 Not after a crash without the journal, a wiped or replaced disk, a lost or rotted file
 either: what the disk forgot, the boot must restore before the bookie serves (BP-46
@@ -63,6 +65,8 @@ class FloorRule:
         # of an acknowledged add of each term
         self._plain: dict[tuple[str, int], tuple[int, Request]] = {}
         self._adds: dict[tuple[str, int], dict[int, tuple[int, Request]]] = {}
+        # Streams a delete fenced somewhere: no longer judged (see answered).
+        self._deleted: set[int] = set()
 
     def arrived(self, bookie: str, req: Request) -> None:
         if req.op in _WATCHED:
@@ -74,14 +78,20 @@ class FloorRule:
         if arrival is None or arrival[1] is not req:
             return
         seq, key = arrival[0], (bookie, req.ledger_id)
+        if req.ledger_id in self._deleted:
+            return
         if req.op == OpCode.READ:
             if resp.status in _FENCED:
                 if req.flags & ReadFlags.FENCE and req.term == NO_TERM:
                     self._fenced(bookie, key, seq)
-                if req.term != NO_TERM and not rules.deleted_by_term(req.term):
-                    # (A delete's fence is not judged here: once the stream is gone from
-                    # the metadata, a wiped bookie knows nothing of it, and nothing can
-                    # complete an entry of it on AQ bookies that kept their tombstones.)
+                if rules.deleted_by_term(req.term):
+                    # A delete fenced the stream: it is judged by the tombstone rules from
+                    # here on (DeletedLedgerAcknowledgesNothing). Once it is gone from the
+                    # metadata, a bookie that lost its disks knows nothing of it, and
+                    # rightly takes a displaced writer's add, which no AQ of bookies that
+                    # kept their tombstones will take.
+                    self._forget(req.ledger_id)
+                elif req.term != NO_TERM:
                     self._raised(bookie, key, seq, req.term)
             return
         if req.op == OpCode.ADD:
@@ -93,6 +103,12 @@ class FloorRule:
                 return
         if ok:
             self._acked(bookie, key, seq, req)
+
+    def _forget(self, lid: int) -> None:
+        self._deleted.add(lid)
+        for records in (self._raises, self._adds):
+            for key in [k for k in records if k[1] == lid]:
+                del records[key]
 
     def _fenced(self, bookie: str, key: tuple[str, int], seq: int) -> None:
         if seq >= self._fence.get(key, seq + 1):

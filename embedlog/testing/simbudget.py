@@ -29,6 +29,7 @@ class FaultBudget:
     _reserved: set[str] = field(factory=set)  # held for a compound aim's wipe
     _aborted: set[str] = field(factory=set)  # failed boots that left the unclean bit set
     _unrecoverable: set[int] = field(factory=set)  # ledgers exempt from liveness
+    _going_down: set[str] = field(factory=set)  # serving, sure to go down (going_down)
 
     # -- who acts on a bookie -----------------------------------------------------------------
 
@@ -55,7 +56,15 @@ class FaultBudget:
     def may_take_down(self, down: int) -> bool:
         """Whether one more bookie may go down, ``down`` being down now (the ensemble
         leaves a spare)."""
-        return down < self.max_down
+        return down + len(self._going_down) < self.max_down
+
+    def going_down(self, bid: str, going: bool) -> None:
+        """``bid`` serves on but is sure to go down (a rot under a serving bookie, which
+        then crashes): it counts as down for ``may_take_down`` until it is."""
+        if going:
+            self._going_down.add(bid)
+        else:
+            self._going_down.discard(bid)
 
     def may_wipe(self, bid: str) -> bool:
         """Whether ``bid`` may lose its disks within the lossy budget."""

@@ -18,7 +18,8 @@ the seed (the disks themselves are embedlog/testing/simdisk.py).
   fails loses the write cache): there, only a bookie within that budget gets them.
 
 Scenarios with ``rot`` (the ``*-corrupt`` ones) also flip bits in the entry logs and
-journal of a bookie that crashed without the journal, while it is down (simrot.py).
+journal of a bookie that crashed without the journal, while it is down, and in the entry
+logs of a serving bookie, which crashes a moment later (simrot.py).
 
 Once the history heals, every fault ends: full disks have room again, armed fsync
 failures are disarmed, and a bookie left read-only by its disk is restarted (the
@@ -29,6 +30,7 @@ until the next restart.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Callable, Mapping
 
@@ -87,7 +89,9 @@ class DiskNemesis:
         # stream of its own, so leaving a crash out changes no later rot.
         self._downs = 0
         # Rot under a serving bookie (simrot.py, "while it serves"): the mean gap between
-        # two, drawn per seed from a stream of its own (None: none).
+        # two, drawn per seed from a stream of its own (None: none); each one's victim and
+        # bits from a stream of their own, so that leaving one out (shrinking) or finding
+        # no victim changes no later one.
         self._live_rng = seeded(ctx.seed, "disk-rot-live")
         self.live_rot_gap: float | None = self._live_rng.choice(LIVE_ROT_GAPS) if rot else None
 
@@ -189,9 +193,12 @@ class DiskNemesis:
         live = None if self.live_rot_gap is None else asyncio.ensure_future(self._live_rot())
         try:
             await self._faults()
-        finally:
+        except BaseException:
             if live is not None:
-                await live
+                live.cancel()
+            raise
+        if live is not None:
+            await live
 
     async def _live_rot(self) -> None:
         """Now and then, bits flipped in the entry logs of a serving bookie (within the
@@ -199,12 +206,13 @@ class DiskNemesis:
         "I/O error", never "no such entry"), then crashes and comes back: its boot, after
         a crash without the journal, puts what it owes in limbo and repair copies every
         entry it can no longer read back from its peers (simrot.py says why not before)."""
-        ctx, cluster, rng = self.ctx, self.cluster, self._live_rng
+        ctx, cluster = self.ctx, self.cluster
         assert self.live_rot_gap is not None
-        while True:
-            await asyncio.sleep(rng.expovariate(1 / self.live_rot_gap))
+        for n in itertools.count():
+            await asyncio.sleep(self._live_rng.expovariate(1 / self.live_rot_gap))
             if ctx.phase.workload_done:
                 return
+            rng = seeded(ctx.seed, "disk-rot-live", n)
             budget = ctx.budget
             candidates = [
                 b
@@ -219,6 +227,7 @@ class DiskNemesis:
             if not flips or not ctx.decide("disk-rot-live", bid, *map(str, flips)):
                 continue
             budget.busy(bid, True, combo=False)
+            budget.going_down(bid, True)  # no other bookie goes down in its place meanwhile
             try:
                 budget.lost_data(bid)
                 self.happened(bid, "rot")
@@ -229,12 +238,14 @@ class DiskNemesis:
                 if bid in cluster.up():
                     ctx.trace("crash", bid, "rotted")
                     cluster.crash(bid)
+                budget.going_down(bid, False)  # down now: it counts itself
                 await asyncio.sleep(down_for)
                 if bid in cluster.down() and ctx.decide("restart", bid):
                     ctx.counts["fault.restart"] += 1
                     ctx.trace("restart", bid)
                     await cluster.boot(bid)
             finally:
+                budget.going_down(bid, False)
                 budget.busy(bid, False, combo=False)
 
     async def _faults(self) -> None:

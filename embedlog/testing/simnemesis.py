@@ -65,7 +65,8 @@ class Nemesis:
             up = [b for b in cluster.up() if not ctx.budget.is_busy(b)]
             down = [b for b in cluster.down() if not ctx.budget.is_busy(b)]
             action = rng.random()
-            if down and (action < 0.4 or len(cluster.down()) >= max_down):
+            # (may_take_down: fewer than max_down down, a bookie sure to go down counted)
+            if down and (action < 0.4 or not cluster.may_take_down()):
                 bid = rng.choice(down)
                 if not ctx.decide("restart", bid):
                     continue
@@ -77,8 +78,8 @@ class Nemesis:
                     await cluster.boot(bid)
                 finally:
                     ctx.budget.busy(bid, False, combo=False)
-            elif len(cluster.down()) >= max_down:
-                continue  # what is down is a strike's to bring back
+            elif not cluster.may_take_down():
+                continue  # what is down is a strike's (or a rot's) to bring back
             elif up:
                 bid = self._victim(rng, up)
                 crash = action < 0.85 and ctx.budget.may_lose(bid)

@@ -30,7 +30,7 @@ SEARCH = 100
 # Caught only when the disk rots under a serving bookie (``DiskNemesis._live_rot``): a
 # bookie that rotted while down boots in limbo, where "absent" becomes "unknown".
 LIVE = {
-    "damaged-entry-read-as-absent": ("bounded-corrupt", 112, "NoNegativeForAckedEntry"),
+    "damaged-entry-read-as-absent": ("bounded-corrupt", 43, "NoNegativeForAckedEntry"),
 }
 LIVE_SEARCH = 300
 

@@ -100,9 +100,46 @@ def test_a_fence_refuses_plain_adds_not_a_recoverys_write_back(flags, caught):
     assert b.seen == ([RULE] if caught else [])
 
 
-def test_a_refused_add_and_a_deletes_fence_are_not_judged():
+@pytest.mark.parametrize("fence_first", [True, False])
+def test_a_plain_add_arriving_after_a_fence_is_caught_whichever_answer_comes_first(
+    fence_first,
+):
     b = Bookie()
+    fence = b.arrive(OpCode.READ, flags=ReadFlags.FENCE)
+    add = b.arrive(OpCode.ADD)
+    for req in (fence, add) if fence_first else (add, fence):
+        b.answer(req)
+    assert b.seen == [RULE]
+
+
+@pytest.mark.parametrize(
+    ("status", "caught"), [(StatusCode.EOK, True), (StatusCode.EINVALIDTERM, False)]
+)
+def test_a_batch_is_judged_by_its_entries_results(status, caught):
+    b = Bookie()
+    b.answer(b.arrive(OpCode.READ, term=3))
+    batch = b.arrive(OpCode.ADD_BATCH, term=2)
+    results = pack_results([(StatusCode.EINVALIDTERM, 3), (status, 3)])
+    b.rule.answered(
+        "b1",
+        batch,
+        Response(batch.op, batch.txn, StatusCode.EOK, LID, batch.entry_id, body=results),
+    )
+    assert b.seen == ([RULE] if caught else [])
+
+
+def test_a_deleted_stream_is_no_longer_judged():
+    """A takeover's raise, then the delete's fence, then (the bookie wiped, the stream
+    gone from the metadata) a displaced writer's add: the tombstone rules judge it."""
+    b = Bookie()
+    b.answer(b.arrive(OpCode.READ, term=5))
     b.answer(b.arrive(OpCode.READ, term=DELETED_TERM))
+    b.answer(b.arrive(OpCode.ADD, term=4))
+    assert b.seen == []
+
+
+def test_a_refused_add_is_not_judged():
+    b = Bookie()
     b.answer(b.arrive(OpCode.READ, term=5))
     b.answer(b.arrive(OpCode.ADD, term=4), StatusCode.EINVALIDTERM)
     b.answer(b.arrive(OpCode.ADD, term=6))
