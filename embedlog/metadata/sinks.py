@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from embedlog.errors import LedgerDeletedError
 from embedlog.metadata.client import ledger_path
-from embedlog.metadata.store import MetadataStore, NoNodeError, delete_tree
+from embedlog.metadata.recipe import Ops, Steps, delete_tree, recipe
+from embedlog.metadata.store import MetadataStore, NoNodeError
 
 SINKS = "/streams/sinks"
 
@@ -34,30 +35,36 @@ def read(store: MetadataStore, ledger_id: int, sink: str) -> tuple[bytes, int] |
         return None
 
 
-def read_all(store: MetadataStore, ledger_id: int) -> dict[str, tuple[bytes, int]]:
+@recipe
+def read_all(store: Ops, ledger_id: int) -> Steps[dict[str, tuple[bytes, int]]]:
     """Every sink record of ``ledger_id``: sink -> (data, version)."""
     out: dict[str, tuple[bytes, int]] = {}
-    for sink in store.children(_base(ledger_id)):
-        found = read(store, ledger_id, sink)
-        if found is not None:  # else deleted meanwhile
-            out[sink] = found
+    for sink in (yield from store.children(_base(ledger_id))):
+        try:
+            out[sink] = yield from store.get(f"{_base(ledger_id)}/{sink}")
+        except NoNodeError:
+            pass  # deleted meanwhile
     return out
 
 
-def write(store: MetadataStore, ledger_id: int, sink: str, data: bytes, version: int | None) -> int:
+@recipe
+def write(store: Ops, ledger_id: int, sink: str, data: bytes, version: int | None) -> Steps[int]:
     """Store ``data`` as the record: created when ``version`` is None (NodeExistsError if
     it exists), else replaced if still at ``version`` (MetadataVersionError if not)."""
     path = f"{_base(ledger_id)}/{sink}"
-    if not store.exists(ledger_path(ledger_id)):
+    if not (yield from store.exists(ledger_path(ledger_id))):
         raise _deleted(ledger_id)
     try:
-        new = store.create(path, data) if version is None else store.set(path, data, version)
+        if version is None:
+            new = yield from store.create(path, data)
+        else:
+            new = yield from store.set(path, data, version)
     except NoNodeError:  # the record went with its stream meanwhile
         raise _deleted(ledger_id) from None
     # The delete drops the ledger node before the records: a write it did not remove
     # finds the ledger gone here, removes what it made and says so.
-    if not store.exists(ledger_path(ledger_id)):
-        delete_all(store, ledger_id)
+    if not (yield from store.exists(ledger_path(ledger_id))):
+        yield from delete_all.steps(ledger_id)
         raise _deleted(ledger_id)
     return new
 
@@ -69,5 +76,6 @@ def _deleted(ledger_id: int) -> LedgerDeletedError:
     )
 
 
-def delete_all(store: MetadataStore, ledger_id: int) -> None:
-    delete_tree(store, _base(ledger_id))
+@recipe
+def delete_all(store: Ops, ledger_id: int) -> Steps[None]:
+    yield from delete_tree.steps(_base(ledger_id))

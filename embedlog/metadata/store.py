@@ -115,21 +115,6 @@ class MetadataStore(abc.ABC):
         return SessionView(self)
 
 
-def delete_tree(store: MetadataStore, path: str) -> None:
-    """Delete ``path`` and everything below it, whatever is already gone. The memory and
-    LevelDB stores imply parents without making them nodes, and deleting a node that
-    does not exist deletes nothing below it: the children go first, one by one."""
-    for child in store.children(path):
-        try:
-            store.delete(f"{path}/{child}")
-        except NoNodeError:
-            pass
-    try:
-        store.delete(path)
-    except NoNodeError:
-        pass
-
-
 class SessionView(MetadataStore):
     """A session on a shared local store: ephemeral nodes are tracked and removed on close.
 
@@ -231,5 +216,4 @@ __all__ = [
     "MetadataVersionError",
     "NoNodeError",
     "NodeExistsError",
-    "delete_tree",
 ]

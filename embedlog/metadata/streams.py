@@ -16,7 +16,9 @@ stopped between dropping the ledger and freeing its name) counts as free: the ne
 ``register`` removes it by version and takes it. Cursors move forward by compare-and-swap
 on their node's version; moving one back needs ``force``.
 
-The calls are blocking, like the store's; the client runs them through ``ctx.meta``.
+The calls that take more than one store operation are recipes (recipe.py): called with
+a store they block, like the store's own calls, and the client runs them through
+``ctx.meta``; the simulator runs their operations one at a time.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ from embedlog.errors import (
 )
 from embedlog.metadata import sinks
 from embedlog.metadata.client import LEDGERS, ledger_path
+from embedlog.metadata.recipe import Ops, Steps, delete_tree, recipe
 from embedlog.metadata.store import (
     MetadataStore,
     MetadataVersionError,
     NodeExistsError,
     NoNodeError,
-    delete_tree,
 )
 
 NAMES = "/streams/names"
@@ -76,27 +78,28 @@ def _cursors_path(ledger_id: int) -> str:
 # -- names ------------------------------------------------------------------------------------
 
 
-def register(store: MetadataStore, name: str, ledger_id: int) -> None:
+@recipe
+def register(store: Ops, name: str, ledger_id: int) -> Steps[None]:
     """Point ``name`` at ``ledger_id``; StreamNameTakenError if a live stream has it."""
     path = _name_path(name)
     while True:
         try:
-            store.create(path, str(ledger_id).encode())
+            yield from store.create(path, str(ledger_id).encode())
             return
         except NodeExistsError:
             pass
         try:
-            data, version = store.get(path)
+            data, version = yield from store.get(path)
         except NoNodeError:
             continue  # freed meanwhile: try again
         holder = int(data)
-        if store.exists(ledger_path(holder)):
+        if (yield from store.exists(ledger_path(holder))):
             raise StreamNameTakenError(
                 f"the stream name {name!r} is taken by ledger {holder}; choose another, or "
                 f"delete ledger {holder} to free it"
             )
         try:  # its ledger is gone: the name is free
-            store.delete(path, version)
+            yield from store.delete(path, version)
         except (NoNodeError, MetadataVersionError):
             pass
 
@@ -110,24 +113,29 @@ def lookup(store: MetadataStore, name: str) -> int | None:
     return int(data)
 
 
-def names(store: MetadataStore) -> dict[str, int]:
+@recipe
+def names(store: Ops) -> Steps[dict[str, int]]:
     """Every name whose ledger still exists -> its ledger id."""
-    live = {int(n) for n in store.children(LEDGERS)}
+    live = {int(n) for n in (yield from store.children(LEDGERS))}
     out: dict[str, int] = {}
-    for name in store.children(NAMES):
-        lid = lookup(store, name)
-        if lid is not None and lid in live:
-            out[name] = lid
+    for name in (yield from store.children(NAMES)):
+        try:
+            data, _ = yield from store.get(_name_path(name))
+        except NoNodeError:
+            continue  # freed meanwhile
+        if int(data) in live:
+            out[name] = int(data)
     return out
 
 
-def free(store: MetadataStore, name: str, ledger_id: int) -> None:
+@recipe
+def free(store: Ops, name: str, ledger_id: int) -> Steps[None]:
     """Remove ``name`` if it still points at ``ledger_id`` (after the ledger was deleted)."""
     path = _name_path(name)
     try:
-        data, version = store.get(path)
+        data, version = yield from store.get(path)
         if int(data) == ledger_id:
-            store.delete(path, version)
+            yield from store.delete(path, version)
     except (NoNodeError, MetadataVersionError):
         pass  # gone already, or taken anew by another ledger
 
@@ -175,18 +183,19 @@ def deleted_error(ledger_id: int) -> LedgerDeletedError:
     )
 
 
-def _check_alive(store: MetadataStore, ledger_id: int) -> None:
+def _check_alive(store: Ops, ledger_id: int) -> Steps[None]:
     """Raise LedgerDeletedError, after removing what a late write left of the stream, if
     the ledger is gone. Called after a write under the stream's paths: the delete drops
     the ledger node before those paths, so a write it did not remove finds it gone here."""
-    if store.exists(ledger_path(ledger_id)):
+    if (yield from store.exists(ledger_path(ledger_id))):
         return
-    delete_all_cursors(store, ledger_id)
-    sinks.delete_all(store, ledger_id)
+    yield from delete_all_cursors.steps(ledger_id)
+    yield from sinks.delete_all.steps(ledger_id)
     raise deleted_error(ledger_id)
 
 
-def trim_point(store: MetadataStore, ledger_id: int) -> tuple[int, int]:
+@recipe
+def trim_point(store: Ops, ledger_id: int) -> Steps[tuple[int, int]]:
     """(the decided trim point F, the node's version); made if the stream has none yet.
 
     LedgerDeletedError if the ledger is gone.
@@ -194,17 +203,17 @@ def trim_point(store: MetadataStore, ledger_id: int) -> tuple[int, int]:
     path = _guard_path(ledger_id)
     while True:
         try:
-            raw, version = store.get(path)
+            raw, version = yield from store.get(path)
             return _parse_guard(raw), version
         except NoNodeError:
             pass
-        if not store.exists(ledger_path(ledger_id)):
+        if not (yield from store.exists(ledger_path(ledger_id))):
             raise deleted_error(ledger_id)
         try:
-            store.create(path, _guard_bytes(0))
+            yield from store.create(path, _guard_bytes(0))
         except NodeExistsError:
             continue
-        _check_alive(store, ledger_id)  # deleted while it was made
+        yield from _check_alive(store, ledger_id)  # deleted while it was made
 
 
 # How many times a trim decision reads the cursors again after losing its
@@ -214,9 +223,10 @@ def trim_point(store: MetadataStore, ledger_id: int) -> tuple[int, int]:
 DECIDE_ATTEMPTS = 20
 
 
+@recipe
 def raise_trim_point(
-    store: MetadataStore, ledger_id: int, decide: Callable[[int, dict[str, int]], int]
-) -> int:
+    store: Ops, ledger_id: int, decide: Callable[[int, dict[str, int]], int]
+) -> Steps[int]:
     """Decide and record a trim: ``decide(F, cursors)`` gives the wanted trim point from
     the decided one and the cursor positions read after it; the node keeps the higher of
     F and that (trims only ever move forward). Returns the trim point now decided, which
@@ -225,33 +235,35 @@ def raise_trim_point(
     path = _guard_path(ledger_id)
     first_kept = 0
     for _attempt in range(DECIDE_ATTEMPTS):
-        first_kept, version = trim_point(store, ledger_id)
+        first_kept, version = yield from trim_point.steps(ledger_id)
         # A ZooKeeper session that expired and came back may read from a server behind
         # the one that served the version: make the cursor reads at least that recent.
-        store.sync(_cursors_path(ledger_id))
-        wanted = decide(first_kept, cursors(store, ledger_id))
+        yield from store.sync(_cursors_path(ledger_id))
+        wanted = decide(first_kept, (yield from cursors.steps(ledger_id)))
         if wanted <= first_kept:
             return first_kept
         try:
-            store.set(path, _guard_bytes(wanted), version)
+            yield from store.set(path, _guard_bytes(wanted), version)
         except (MetadataVersionError, NoNodeError):
             continue  # a new cursor or another trim moved first: read the cursors again
         return wanted
     return first_kept
 
 
-def cursors(store: MetadataStore, ledger_id: int) -> dict[str, int]:
+@recipe
+def cursors(store: Ops, ledger_id: int) -> Steps[dict[str, int]]:
     base = _cursors_path(ledger_id)
     out: dict[str, int] = {}
-    for name in store.children(base):
+    for name in (yield from store.children(base)):
         try:
-            out[name] = int(store.get(f"{base}/{name}")[0])
+            out[name] = int((yield from store.get(f"{base}/{name}"))[0])
         except NoNodeError:
             continue  # deleted meanwhile
     return out
 
 
-def commit(store: MetadataStore, ledger_id: int, name: str, entry_id: int, force: bool) -> int:
+@recipe
+def commit(store: Ops, ledger_id: int, name: str, entry_id: int, force: bool) -> Steps[int]:
     """Store ``entry_id`` as cursor ``name``'s position, by compare-and-swap; returns the
     trim point decided when the commit took effect (a commit below it is a consumer that
     fell behind a trim decided first: it resumes there, as after any trim).
@@ -259,32 +271,32 @@ def commit(store: MetadataStore, ledger_id: int, name: str, entry_id: int, force
     LedgerDeletedError if the stream is gone (nothing is left behind).
     """
     path = f"{_cursors_path(ledger_id)}/{name}"
-    first_kept, version = trim_point(store, ledger_id)
-    if _write_cursor(store, ledger_id, path, name, entry_id, force):
+    first_kept, version = yield from trim_point.steps(ledger_id)
+    if (yield from _write_cursor(store, ledger_id, path, name, entry_id, force)):
         while True:  # the touch: fails if a trim was decided since ``version``
             try:
-                store.set(_guard_path(ledger_id), _guard_bytes(first_kept), version)
+                yield from store.set(_guard_path(ledger_id), _guard_bytes(first_kept), version)
                 break
             except (MetadataVersionError, NoNodeError):
-                _check_alive(store, ledger_id)  # deleted meanwhile: clean up and say so
-                first_kept, version = trim_point(store, ledger_id)
-    _check_alive(store, ledger_id)
+                yield from _check_alive(store, ledger_id)  # deleted meanwhile: clean up, say so
+                first_kept, version = yield from trim_point.steps(ledger_id)
+    yield from _check_alive(store, ledger_id)
     return first_kept
 
 
 def _write_cursor(
-    store: MetadataStore, ledger_id: int, path: str, name: str, entry_id: int, force: bool
-) -> bool:
+    store: Ops, ledger_id: int, path: str, name: str, entry_id: int, force: bool
+) -> Steps[bool]:
     """Write the cursor's node; whether a trim reading the cursors before may have seen
     it nowhere or above ``entry_id`` (it was created, or moved back): then the commit
     must touch the trim point node."""
     data = str(entry_id).encode()
     while True:
         try:
-            raw, version = store.get(path)
+            raw, version = yield from store.get(path)
         except NoNodeError:
             try:
-                store.create(path, data)
+                yield from store.create(path, data)
                 return True
             except NodeExistsError:
                 continue  # another commit created it: compare with that one
@@ -297,7 +309,7 @@ def _write_cursor(
         if committed == entry_id:
             return False
         try:
-            store.set(path, data, version)
+            yield from store.set(path, data, version)
             return entry_id < committed
         except MetadataVersionError:
             continue  # a concurrent commit: compare again
@@ -314,6 +326,7 @@ def delete_cursor(store: MetadataStore, ledger_id: int, name: str) -> bool:
     return True
 
 
-def delete_all_cursors(store: MetadataStore, ledger_id: int) -> None:
+@recipe
+def delete_all_cursors(store: Ops, ledger_id: int) -> Steps[None]:
     """Drop the stream's cursors and its trim point node."""
-    delete_tree(store, _cursors_path(ledger_id))
+    yield from delete_tree.steps(_cursors_path(ledger_id))

@@ -123,8 +123,9 @@ class Oracle:
         if self.durable is not None:
             self.durable.arrived(bookie_id, req)
 
-    def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
-        lid, eid = req.ledger_id, req.entry_id
+    def judge_answer(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
+        """Hand an answer to the rules judged where they are decided (each installed by
+        the workload that has them)."""
         if self.floor is not None:
             self.floor.answered(bookie_id, req, resp)
         if self.durable is not None:
@@ -133,6 +134,10 @@ class Oracle:
             self.quorum.answered(bookie_id, req, resp)
         if self.fence is not None:
             self.fence.answered(src, bookie_id, req, resp)
+
+    def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
+        lid, eid = req.ledger_id, req.entry_id
+        self.judge_answer(src, bookie_id, req, resp)
         if req.op == OpCode.ADD and resp.status == StatusCode.EOK:
             self._bookie_acked.setdefault((bookie_id, lid), set()).add(eid)
         elif req.op == OpCode.ADD_BATCH:

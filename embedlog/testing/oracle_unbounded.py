@@ -156,16 +156,9 @@ class StreamOracle(Oracle):
 
     def answered(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
         lid, eid = req.ledger_id, req.entry_id
-        if self.floor is not None:
-            self.floor.answered(bookie_id, req, resp)
-        if self.durable is not None:
-            self.durable.answered(bookie_id, req, resp)
+        self.judge_answer(src, bookie_id, req, resp)
         if self.rules is not None:
             self.rules.answered(bookie_id, req, resp)
-        if self.quorum is not None:
-            self.quorum.answered(bookie_id, req, resp)
-        if self.fence is not None:
-            self.fence.answered(src, bookie_id, req, resp)
         held = self._held.setdefault((bookie_id, lid), {})
         if req.op in (OpCode.ADD, OpCode.ADD_BATCH):
             self._stored(held, req, resp)

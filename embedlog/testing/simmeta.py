@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 from attrs import frozen
 
 from embedlog.errors import MetadataError
+from embedlog.metadata.recipe import Op, Recipe, Steps
 from embedlog.metadata.store import ANY_VERSION, MetadataStore, SessionView
 from embedlog.testing.decisions import always
 
@@ -309,12 +311,14 @@ class SimMetadataExecutor(concurrent.futures.ThreadPoolExecutor):
     ) -> None:
         if not fut.set_running_or_notify_cancel():
             return  # the caller gave up before the operation left: it never happened
-        try:
-            result = fn(*args)
-        except BaseException as exc:
-            self._loop.call_later(after, fut.set_exception, exc)
-        else:
-            self._loop.call_later(after, fut.set_result, result)
+
+        def deliver(outcome: Any, failed: bool) -> None:
+            if failed:
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)
+
+        self._serve(fn, args, after, deliver)
 
     def submit_to_loop(self, fn: Callable[..., T], args: tuple[Any, ...]) -> asyncio.Future[T]:
         """``run_in_executor(None, ...)``: what ``submit`` and asyncio's chaining of its
@@ -347,12 +351,64 @@ class SimMetadataExecutor(concurrent.futures.ThreadPoolExecutor):
         if call.cancelled:
             return  # the caller gave up before the operation left: it never happened
         call.started = True
+        self._serve(fn, args, after, functools.partial(self._came_back, dest))
+
+    def _serve(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        after: float,
+        deliver: Callable[[Any, bool], None],
+    ) -> None:
+        """The call reached the store: run it, and ``deliver`` its outcome (and whether it
+        is an exception) ``after`` seconds later. A recipe (metadata/recipe.py) runs one
+        store operation here; the rest follow one round trip apart (``_answered``)."""
+        if isinstance(fn, Recipe):
+            store, *rest = args
+            steps = fn.steps(*rest)
+            op = _next_op(steps, None, False, deliver)
+            if op is not None:
+                self._apply(store, steps, op, after, deliver)
+            return
         try:
             outcome = fn(*args)
         except BaseException as exc:
-            self._loop.call_later(after, self._came_back, dest, exc, True)
+            self._loop.call_later(after, deliver, exc, True)
         else:
-            self._loop.call_later(after, self._came_back, dest, outcome, False)
+            self._loop.call_later(after, deliver, outcome, False)
+
+    def _answered(
+        self,
+        store: MetadataStore,
+        steps: Steps[Any],
+        outcome: Any,
+        failed: bool,
+        deliver: Callable[[Any, bool], None],
+    ) -> None:
+        """The recipe's last operation was answered: it decides, and either ends (its
+        outcome reaches the caller) or sends its next operation, which reaches the store,
+        and is answered, after seeded delays of its own. Other clients' operations land
+        in between, as against ZooKeeper, where each operation is a round trip: the
+        compare-and-swaps a recipe relies on are put to the test."""
+        op = _next_op(steps, outcome, failed, deliver)
+        if op is None:
+            return
+        before, after = self._faults.latency()
+        self._loop.call_later(before, self._apply, store, steps, op, after, deliver)
+
+    def _apply(
+        self,
+        store: MetadataStore,
+        steps: Steps[Any],
+        op: Op,
+        after: float,
+        deliver: Callable[[Any, bool], None],
+    ) -> None:
+        try:
+            outcome, failed = op.apply(store), False
+        except Exception as exc:
+            outcome, failed = exc, True
+        self._loop.call_later(after, self._answered, store, steps, outcome, failed, deliver)
 
     def _came_back(self, dest: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
         # Where the concurrent future's result reaches the loop's: a callback later
@@ -371,6 +427,20 @@ class _Call:
     def __init__(self) -> None:
         self.started = False
         self.cancelled = False
+
+
+def _next_op(
+    steps: Steps[Any], outcome: Any, failed: bool, deliver: Callable[[Any, bool], None]
+) -> Op | None:
+    """The recipe's next operation, given the last one's outcome (None at its start); None
+    once it ended, its outcome delivered."""
+    try:
+        return steps.throw(outcome) if failed else steps.send(outcome)
+    except StopIteration as stop:
+        deliver(stop.value, False)
+    except BaseException as exc:
+        deliver(exc, True)
+    return None
 
 
 def _copy_outcome(dest: asyncio.Future[Any], outcome: Any, failed: bool) -> None:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from embedlog.metadata import streams
-from embedlog.metadata.store import MetadataStore
+from embedlog.metadata.recipe import Ops, Steps, recipe
 from embedlog.unbounded import retention, trim
 
 
@@ -44,16 +44,34 @@ def limit_too_far() -> Any:
 def commit_ignores_delete() -> Any:
     """A commit writes the cursor without looking at the stream (deleted or not)."""
 
-    def commit(store: MetadataStore, ledger_id: int, name: str, entry_id: int, force: bool) -> int:
+    @recipe
+    def commit(store: Ops, ledger_id: int, name: str, entry_id: int, force: bool) -> Steps[int]:
         path = f"{streams.CURSORS}/{ledger_id:020d}/{name}"
-        streams._write_cursor(store, ledger_id, path, name, entry_id, force)
+        yield from streams._write_cursor(store, ledger_id, path, name, entry_id, force)
         return 0
 
     return _patched(streams, "commit", commit)
+
+
+def new_cursor_untouched() -> Any:
+    """A commit that creates its cursor does not touch the trim point node: a trim that
+    read the cursors before the creation decides past the new cursor (only the
+    interleaving of a recipe's store operations opens that window)."""
+    write = streams._write_cursor
+
+    def untouched(
+        store: Ops, ledger_id: int, path: str, name: str, entry_id: int, force: bool
+    ) -> Steps[bool]:
+        existed = yield from store.exists(path)
+        moved_back = yield from write(store, ledger_id, path, name, entry_id, force)
+        return moved_back and existed
+
+    return _patched(streams, "_write_cursor", untouched)
 
 
 MUTANTS: dict[str, Callable[[], Any]] = {
     "stale-cursors": stale_cursors,
     "limit-too-far": limit_too_far,
     "commit-ignores-delete": commit_ignores_delete,
+    "new-cursor-untouched": new_cursor_untouched,
 }

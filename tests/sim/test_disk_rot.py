@@ -22,9 +22,9 @@ from embedlog.testing.simrot import Flip, apply_flips, draw_flips, rot_targets
 # the damaged entry. A change to the simulator or the protocol code may move the seed: the
 # test then searches from 0 up to SEARCH and says where to pin it.
 CAUGHT = {
-    # a damaged record taken for a good copy: nothing repairs it, and the acknowledged
-    # entry is left with one intact copy
-    "single-reads-skip-crc": ("bounded-corrupt", 35, "AllCommittedEntriesReachAckQuorum"),
+    # a damaged record taken for a good copy: a reader is handed its bytes (at seed 35,
+    # nothing repairs it, and the acknowledged entry is left with one intact copy)
+    "single-reads-skip-crc": ("bounded-corrupt", 25, "NoOutOfOrderEntries"),
 }
 SEARCH = 100
 # Caught only when the disk rots under a serving bookie (``DiskNemesis._live_rot``): a

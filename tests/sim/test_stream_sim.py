@@ -45,9 +45,10 @@ def test_the_stream_layer_keeps_its_promises_over_seeds():
 # move it: the test then searches seeds from 0 (the bound is SEARCH, the bound
 # for the unsafe switches) and says where to pin it.
 CAUGHT = {
-    "stale-cursors": (CURSOR_RULE, 313),
+    "stale-cursors": (CURSOR_RULE, 114),
     "limit-too-far": (RETENTION_RULE, 5),
-    "commit-ignores-delete": (DELETE_RULE, 5),
+    "commit-ignores-delete": (DELETE_RULE, 0),
+    "new-cursor-untouched": (CURSOR_RULE, 156),
     "forget-deletions": (DELETE_RULE, 1),  # the unsafe switch (bookie/tombstones.py)
 }
 SEARCH = 500

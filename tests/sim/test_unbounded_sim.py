@@ -17,7 +17,7 @@ FIRST = {
     "no-truncate-noop": 36,
     "unknown-as-negative": 19,
     "ack-during-replacement": 26,
-    "recovery-ignores-term": 17,
+    "recovery-ignores-term": 30,
 }
 
 
