@@ -37,7 +37,7 @@ from embedlog.wire.messages import FrameError, OpCode, Request, Response, unpack
 if TYPE_CHECKING:
     from embedlog.testing.oracle_durable import DurableStateRule
     from embedlog.testing.oracle_fence import FenceRule
-    from embedlog.testing.oracle_floor import FloorRule
+    from embedlog.testing.oracle_fence_term import FenceAndTermRule
     from embedlog.testing.oracle_quorum import AckQuorumRule
 
 _NEGATIVE = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
@@ -77,8 +77,8 @@ class Oracle:
         # StateDurableWhenAnswered and TruncatesOncePerTerm (oracle_durable.py), which
         # ask the simulated disks.
         self.durable: DurableStateRule | None = None
-        # FenceAndTermHold (oracle_floor.py): what a bookie refused stays refused.
-        self.floor: FloorRule | None = None
+        # FenceAndTermHold (oracle_fence_term.py): what a bookie refused stays refused.
+        self.fence_term: FenceAndTermRule | None = None
 
     def violate(self, invariant: str, detail: str) -> None:
         self.violations.append(Violation(invariant, detail))
@@ -118,16 +118,16 @@ class Oracle:
 
     def arrived(self, src: str, bookie_id: str, req: Request) -> None:
         """``req`` reached ``bookie_id``, which serves it now."""
-        if self.floor is not None:
-            self.floor.arrived(bookie_id, req)
+        if self.fence_term is not None:
+            self.fence_term.arrived(bookie_id, req)
         if self.durable is not None:
             self.durable.arrived(bookie_id, req)
 
     def judge_answer(self, src: str, bookie_id: str, req: Request, resp: Response) -> None:
         """Hand an answer to the rules judged where they are decided (each installed by
         the workload that has them)."""
-        if self.floor is not None:
-            self.floor.answered(bookie_id, req, resp)
+        if self.fence_term is not None:
+            self.fence_term.answered(bookie_id, req, resp)
         if self.durable is not None:
             self.durable.answered(bookie_id, req, resp)
         if self.quorum is not None:

@@ -20,7 +20,7 @@ from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.metadata.striping import write_set_bookies
 from embedlog.testing.oracle import Oracle
 from embedlog.testing.oracle_fence import FenceRule
-from embedlog.testing.oracle_floor import FloorRule
+from embedlog.testing.oracle_fence_term import FenceAndTermRule
 from embedlog.testing.oracle_quorum import AckQuorumRule
 from embedlog.testing.simcombos import quiet_writer_wiped_reboot, wiped_reboot_at
 from embedlog.testing.simcontext import ClusterControl, SimContext
@@ -43,7 +43,7 @@ class BoundedWorkload:
         self.aims = aims
         self.oracle = Oracle(Digester(DIGEST).digest_len, ctx.trace, self.responsible)
         self.oracle.quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, ctx.counts)
-        self.oracle.floor = FloorRule(self.oracle.violate, ctx.counts)
+        self.oracle.fence_term = FenceAndTermRule(self.oracle.violate, ctx.counts)
         self.oracle.fence = FenceRule(ctx.truth.read_ledger, self.oracle.violate, ctx.counts)
         self.ledgers: list[int] = []
         self._writers: list[LedgerWriter] = []

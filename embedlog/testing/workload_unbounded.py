@@ -30,7 +30,7 @@ from embedlog.errors import (
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.striping import write_set_bookies
 from embedlog.testing.oracle_fence import FenceRule
-from embedlog.testing.oracle_floor import FloorRule
+from embedlog.testing.oracle_fence_term import FenceAndTermRule
 from embedlog.testing.oracle_quorum import AckQuorumRule, LafrRule
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
 from embedlog.testing.simcombos import dirty_leftover, dirty_leftover_at, dirty_leftover_ready
@@ -89,7 +89,7 @@ class UnboundedWorkload:
         )
         quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, ctx.counts)
         self.oracle.quorum = quorum
-        self.oracle.floor = FloorRule(self.oracle.violate, ctx.counts)
+        self.oracle.fence_term = FenceAndTermRule(self.oracle.violate, ctx.counts)
         self.oracle.lafr = LafrRule(
             quorum, self._stored, self.oracle.payload_of, self.oracle.violate, ctx.counts
         )

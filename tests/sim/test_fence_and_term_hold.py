@@ -1,4 +1,4 @@
-"""FenceAndTermHold (oracle_floor.py): a bookie never acknowledges an add that reached it
+"""FenceAndTermHold (oracle_fence_term.py): a bookie never acknowledges an add that reached it
 after a fence or a higher term it answered as made, whatever its disk lost meanwhile;
 and a BP-46 boot that puts an owed stream in limbo without its term, caught at the seed
 pinned here."""
@@ -15,7 +15,7 @@ from seed_search import caught_then_clean
 from embedlog.bookie import boot
 from embedlog.bookie.integrity import Protection
 from embedlog.metadata.ledger_metadata import LedgerMetadata
-from embedlog.testing.oracle_floor import RULE, FloorRule
+from embedlog.testing.oracle_fence_term import RULE, FenceAndTermRule
 from embedlog.unbounded.rules import DELETED_TERM
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import (
@@ -37,7 +37,7 @@ class Bookie:
 
     def __init__(self) -> None:
         self.seen: list[str] = []
-        self.rule = FloorRule(lambda r, _d: self.seen.append(r), Counter())
+        self.rule = FenceAndTermRule(lambda r, _d: self.seen.append(r), Counter())
         self.n = 0
 
     def arrive(self, op: OpCode, *, term: int = NO_TERM, flags: int = 0) -> Request:

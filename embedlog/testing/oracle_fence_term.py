@@ -44,7 +44,7 @@ _FENCED = (StatusCode.EOK, StatusCode.ENOENTRY)
 _WATCHED = (OpCode.ADD, OpCode.ADD_BATCH, OpCode.READ)
 
 
-class FloorRule:
+class FenceAndTermRule:
     """Judged by the order in which requests reached the bookie, which admits each as it
     arrives (a raise is in force for every request after it, though its answer waits
     for its state record; an add admitted before it may be answered after it), and by
