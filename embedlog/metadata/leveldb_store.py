@@ -179,8 +179,13 @@ class LevelDBMetadataStore(MetadataStore):
         # Ephemerals made directly on the store belong to the store's own session (0).
         return self._create(normalize(path), data, 0 if ephemeral else None)
 
-    def _create(self, path: str, data: bytes, owner: int | None) -> int:
+    def create_if(self, path: str, data: bytes, exists: str) -> int:
+        return self._create(normalize(path), data, None, normalize(exists))
+
+    def _create(self, path: str, data: bytes, owner: int | None, exists: str | None = None) -> int:
         with self._lock:
+            if exists is not None and self._db.get(_node_key(exists)) is None:
+                raise NoNodeError(f"{exists} does not exist: {path} was not created")
             if self._db.get(_node_key(path)) is not None:
                 raise NodeExistsError(f"{path} exists")
             try:

@@ -36,6 +36,16 @@ class MemoryMetadataStore(MetadataStore):
             self._nodes[path] = (bytes(data), 0)
         return 0
 
+    def create_if(self, path: str, data: bytes, exists: str) -> int:
+        path, exists = normalize(path), normalize(exists)
+        with self._lock:
+            if exists not in self._nodes:
+                raise NoNodeError(f"{exists} does not exist: {path} was not created")
+            if path in self._nodes:
+                raise NodeExistsError(f"{path} exists")
+            self._nodes[path] = (bytes(data), 0)
+        return 0
+
     def get(self, path: str) -> tuple[bytes, int]:
         path = normalize(path)
         with self._lock:

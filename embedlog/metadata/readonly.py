@@ -47,6 +47,9 @@ class ReadOnlyStore(MetadataStore):
     def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
         raise self._refuse("create", path)
 
+    def create_if(self, path: str, data: bytes, exists: str) -> int:
+        raise self._refuse("create", path)
+
     def get(self, path: str) -> tuple[bytes, int]:
         return self._inner.get(path)
 

@@ -53,6 +53,9 @@ class Ops:
     def create(self, path: str, data: bytes) -> Steps[int]:
         return (yield Op("create", (path, data)))
 
+    def create_if(self, path: str, data: bytes, exists: str) -> Steps[int]:
+        return (yield Op("create_if", (path, data, exists)))
+
     def get(self, path: str) -> Steps[tuple[bytes, int]]:
         return (yield Op("get", (path,)))
 
@@ -81,12 +84,14 @@ def run(store: MetadataStore, steps: Steps[T]) -> T:
     try:
         op = next(steps)
         while True:
+            failure: Exception | None = None
             try:
                 result = op.apply(store)
             except Exception as exc:  # the recipe's to handle, at its ``yield from``
-                op = steps.throw(exc)
-            else:
-                op = steps.send(result)
+                failure = exc
+            # Thrown outside the handler: what the recipe raises next is not chained to
+            # the operation's error (it did handle it), as in the plain function it was.
+            op = steps.send(result) if failure is None else steps.throw(failure)
     except StopIteration as stop:
         outcome: T = stop.value
         return outcome

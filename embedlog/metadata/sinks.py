@@ -18,21 +18,13 @@ from __future__ import annotations
 from embedlog.errors import LedgerDeletedError
 from embedlog.metadata.client import ledger_path
 from embedlog.metadata.recipe import Ops, Steps, delete_tree, recipe
-from embedlog.metadata.store import MetadataStore, NoNodeError
+from embedlog.metadata.store import NoNodeError
 
 SINKS = "/streams/sinks"
 
 
 def _base(ledger_id: int) -> str:
     return f"{SINKS}/{ledger_id:020d}"
-
-
-def read(store: MetadataStore, ledger_id: int, sink: str) -> tuple[bytes, int] | None:
-    """(data, version) of sink ``sink``'s record of ``ledger_id``, or None."""
-    try:
-        return store.get(f"{_base(ledger_id)}/{sink}")
-    except NoNodeError:
-        return None
 
 
 @recipe
@@ -55,8 +47,8 @@ def write(store: Ops, ledger_id: int, sink: str, data: bytes, version: int | Non
     if not (yield from store.exists(ledger_path(ledger_id))):
         raise _deleted(ledger_id)
     try:
-        if version is None:
-            new = yield from store.create(path, data)
+        if version is None:  # only while the ledger is there: a delete then removes it
+            new = yield from store.create_if(path, data, ledger_path(ledger_id))
         else:
             new = yield from store.set(path, data, version)
     except NoNodeError:  # the record went with its stream meanwhile

@@ -53,6 +53,17 @@ class MetadataStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def create_if(self, path: str, data: bytes, exists: str) -> int:
+        """Create ``path`` (parents implied, not ephemeral) only while ``exists`` exists,
+        in one step: a delete of ``exists`` lands wholly before it (NoNodeError, nothing
+        made) or after it. NodeExistsError if ``path`` exists.
+
+        A write beside a node that another client may delete (a stream's cursor beside
+        its ledger) made this way cannot outlive the delete, whatever becomes of the
+        writer after it (an error, a crash) before it could look again and clean up.
+        """
+
+    @abc.abstractmethod
     def get(self, path: str) -> tuple[bytes, int]:
         """The data and version of ``path``; NoNodeError if absent."""
 
@@ -160,6 +171,9 @@ class SessionView(MetadataStore):
         self._ephemeral.add(path)
         self._owners[path] = self
         return version
+
+    def create_if(self, path: str, data: bytes, exists: str) -> int:
+        return self._inner.create_if(path, data, exists)
 
     def get(self, path: str) -> tuple[bytes, int]:
         return self._inner.get(path)

@@ -207,13 +207,12 @@ def trim_point(store: Ops, ledger_id: int) -> Steps[tuple[int, int]]:
             return _parse_guard(raw), version
         except NoNodeError:
             pass
-        if not (yield from store.exists(ledger_path(ledger_id))):
-            raise deleted_error(ledger_id)
-        try:
-            yield from store.create(path, _guard_bytes(0))
+        try:  # only while the ledger is there: a delete then removes it
+            yield from store.create_if(path, _guard_bytes(0), ledger_path(ledger_id))
         except NodeExistsError:
             continue
-        yield from _check_alive(store, ledger_id)  # deleted while it was made
+        except NoNodeError:
+            raise deleted_error(ledger_id) from None
 
 
 # How many times a trim decision reads the cursors again after losing its
@@ -295,11 +294,13 @@ def _write_cursor(
         try:
             raw, version = yield from store.get(path)
         except NoNodeError:
-            try:
-                yield from store.create(path, data)
+            try:  # only while the ledger is there: a delete then removes it
+                yield from store.create_if(path, data, ledger_path(ledger_id))
                 return True
             except NodeExistsError:
                 continue  # another commit created it: compare with that one
+            except NoNodeError:
+                raise deleted_error(ledger_id) from None
         committed = int(raw)
         if not cursor_may_move(committed, entry_id, force):
             raise CursorRewindError(

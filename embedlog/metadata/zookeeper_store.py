@@ -250,6 +250,47 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._call(path, create, self._full(path), bytes(data))
         return 0  # ZooKeeper starts every node at version 0
 
+    def create_if(self, path: str, data: bytes, exists: str) -> int:
+        full, condition = self._full(path), self._full(exists)
+        while True:
+            # One multi-op: the check, the missing parents (a multi-op makes none of its
+            # own), the node. A parent made or removed meanwhile fails it: look again.
+            txn = self._client.transaction()
+            txn.check(condition, ANY_VERSION)
+            missing = self._missing_parents(path, full)
+            for parent in missing:
+                txn.create(parent, b"")
+            txn.create(full, bytes(data))
+            results = self._call(path, txn.commit_async)
+            failures = [
+                (i, r)
+                for i, r in enumerate(results)
+                if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+            ]
+            if not failures:
+                return 0
+            at, failure = failures[0]
+            if 0 < at <= len(missing) or (
+                at == len(missing) + 1 and isinstance(failure, KazooNoNodeError)
+            ):
+                continue  # a parent came or went meanwhile
+            if at == 0:
+                raise NoNodeError(f"{exists} does not exist: {path} was not created")
+            with _mapped(path):
+                raise failure
+
+    def _missing_parents(self, path: str, full: str) -> list[str]:
+        """The ancestors of ``full`` below the chroot that do not exist, the top first."""
+        out: list[str] = []
+        parent = full.rsplit("/", 1)[0]
+        top = self.chroot or ""
+        while parent and parent != top:
+            if self._call(path, self._client.exists_async, parent, resend=True) is not None:
+                break
+            out.append(parent)
+            parent = parent.rsplit("/", 1)[0]
+        return out[::-1]
+
     def get(self, path: str) -> tuple[bytes, int]:
         data, stat = self._call(path, self._client.get_async, self._full(path), resend=True)
         return bytes(data), int(stat.version)

@@ -94,6 +94,10 @@ class StreamRules:
         self._reach: dict[tuple[int, str], int] = {}
         self._backward: Counter[tuple[int, str]] = Counter()  # backward ops in flight
         self._inflight: Counter[tuple[int, str]] = Counter()  # every op in flight
+        # The ops of each cursor in flight (their ``invoked`` steps), and those that were
+        # in flight together with another op of their cursor at some moment.
+        self._running: dict[tuple[int, str], set[int]] = {}
+        self._overlapped: set[int] = set()
         self._deleted: dict[int, tuple[float, int]] = {}  # delete returned: (time, step)
         self._dropped_by: set[tuple[str, int]] = set()  # (bookie, lid): DELETE_LEDGER done
         self._late_adds: dict[int, tuple[str, Request]] = {}  # id(request): sent after delete
@@ -173,6 +177,11 @@ class StreamRules:
         op = CursorOp(lid, cursor, position, backward, self._next())
         key = (lid, cursor)
         self._inflight[key] += 1
+        running = self._running.setdefault(key, set())
+        if running:
+            self._overlapped.update(running)
+            self._overlapped.add(op.invoked)
+        running.add(op.invoked)
         if position is not None:
             self._reach[key] = max(self._reach.get(key, position + 1), position + 1)
         if backward:
@@ -185,12 +194,17 @@ class StreamRules:
     def commit_returned(self, op: CursorOp, ok: bool) -> None:
         key = (op.lid, op.cursor)
         self._inflight[key] -= 1
+        self._running[key].discard(op.invoked)
+        overlapped = op.invoked in self._overlapped
+        self._overlapped.discard(op.invoked)
         if op.backward:
             self._backward[key] -= 1
         if not ok:
             return
-        if op.backward and not self._inflight[key]:
+        if op.backward and not self._inflight[key] and not overlapped:
             # Settled where this move put it: what earlier commits wrote is overwritten.
+            # (Not when another op of the cursor ran at the same time: the store may
+            # have applied that one after it, whichever returned first.)
             if op.position is None:
                 self._reach.pop(key, None)
             else:

@@ -38,6 +38,8 @@ class Scenario:
     takeovers: tuple[int, int] = (0, 0)
     trims: tuple[int, int] = (0, 0)
     followers: tuple[int, int] = (0, 0)
+    # Bounded ledgers: readers following a ledger as it is written (recover=False).
+    tailers: tuple[int, int] = (0, 0)
     # Faults aimed at protocol moments, with rates drawn per seed (simraces.py).
     races: bool = False
     # The stream layer (workload_streams.py): streams created with retention, consumers
@@ -109,6 +111,17 @@ SCENARIOS.update(
         attrs.evolve(s, name=f"{s.name}-races", summary=s.summary + RACES, races=True),
     )
     for s in list(SCENARIOS.values())
+)
+
+# Readers of open bounded ledgers (no race twin of its own: it is one): what a reader
+# that does not recover is handed while the writer, recoveries and the races go on.
+SCENARIOS["bounded-tailing"] = attrs.evolve(
+    SCENARIOS["bounded-nojournal-races"],
+    name="bounded-tailing",
+    summary="bounded ledgers without the journal, with readers following them as they are "
+    "written (open_ledger(recover=False): up to the LAC the bookies report, then to the "
+    "close)" + RACES,
+    tailers=(1, 3),
 )
 
 # The stream layer's own scenario (no race twin): retention, cursors and deletes on top

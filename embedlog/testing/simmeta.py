@@ -245,6 +245,9 @@ class FaultyMetadataStore(MetadataStore):
             "create", path, lambda: self.inner.create(path, data, ephemeral=ephemeral)
         )
 
+    def create_if(self, path: str, data: bytes, exists: str) -> int:
+        return self._write("create", path, lambda: self.inner.create_if(path, data, exists))
+
     def get(self, path: str) -> tuple[bytes, int]:
         return self._read("get", path, lambda: self.inner.get(path))
 
@@ -364,8 +367,12 @@ class SimMetadataExecutor(concurrent.futures.ThreadPoolExecutor):
         is an exception) ``after`` seconds later. A recipe (metadata/recipe.py) runs one
         store operation here; the rest follow one round trip apart (``_answered``)."""
         if isinstance(fn, Recipe):
-            store, *rest = args
-            steps = fn.steps(*rest)
+            try:
+                store, *rest = args
+                steps = fn.steps(*rest)
+            except BaseException as exc:  # called wrongly: the caller hears of it
+                self._loop.call_later(after, deliver, exc, True)
+                return
             op = _next_op(steps, None, False, deliver)
             if op is not None:
                 self._apply(store, steps, op, after, deliver)

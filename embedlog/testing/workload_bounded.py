@@ -3,8 +3,10 @@
 1 to 3 writers (``LedgerWriter``) each create a bounded ledger and pipeline adds in
 bursts (batched adds included), half of them closing their ledger at the end; 0 to 3
 recoveries by other clients (``Client.open_ledger_aio(recover=True)``), mostly while the
-writers still write, each reading the recovered ledger back. At the end a checker
-client recovers every ledger and reads it back.
+writers still write, each reading the recovered ledger back; in ``bounded-tailing``,
+readers following a ledger as it is written (``recover=False``: the LAC the bookies
+report, then the last entry once it is closed). At the end a checker client recovers
+every ledger and reads it back.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import functools
 from typing import Any
 
 from embedlog.client import Client
-from embedlog.errors import BKError, NoSuchLedgerInMetadataError
+from embedlog.errors import BKError, NoSuchLedgerInMetadataError, ReadPastLastConfirmedError
 from embedlog.ledger.writer import LedgerWriter
 from embedlog.metadata.ledger_metadata import LedgerState
 from embedlog.metadata.striping import write_set_bookies
@@ -24,6 +26,7 @@ from embedlog.testing.oracle_fence_term import FenceAndTermRule
 from embedlog.testing.oracle_quorum import AckQuorumRule
 from embedlog.testing.simcombos import quiet_writer_wiped_reboot, wiped_reboot_at
 from embedlog.testing.simcontext import ClusterControl, SimContext
+from embedlog.testing.simloop import seeded
 from embedlog.testing.workload import (
     DIGEST,
     PASSWORD,
@@ -34,6 +37,12 @@ from embedlog.testing.workload import (
     probe,
 )
 from embedlog.wire.entry import Digester
+
+# A tailing reader polls about every TAIL_GAP seconds (exponential), at most TAIL_POLLS
+# times, and stops TAIL_IDLE polls after the last writer is done.
+TAIL_GAP = 0.05
+TAIL_POLLS = 400
+TAIL_IDLE = 5
 
 
 class BoundedWorkload:
@@ -47,6 +56,9 @@ class BoundedWorkload:
         self.oracle.fence = FenceRule(ctx.truth.read_ledger, self.oracle.violate, ctx.counts)
         self.ledgers: list[int] = []
         self._writers: list[LedgerWriter] = []
+        self._writing = 0  # writers not yet done
+        # The tailing readers' draws, a stream of their own (other scenarios draw none).
+        self._tail_rng = seeded(ctx.seed, "tailers")
 
     def start(self) -> list[asyncio.Future[Any]]:
         ctx, rng = self.ctx, self.ctx.rng
@@ -58,6 +70,9 @@ class BoundedWorkload:
             asyncio.ensure_future(self.recoverer(j))
             for j in range(rng.randint(*ctx.scenario.recoveries))
         ]
+        if ctx.scenario.tailers != (0, 0):
+            tailers = self._tail_rng.randint(*ctx.scenario.tailers)
+            work += [asyncio.ensure_future(self.tailer(j)) for j in range(tailers)]
         return work
 
     def stop(self) -> None:
@@ -77,6 +92,13 @@ class BoundedWorkload:
         return bookie in write_set_bookies(eid, md.ensemble_for(eid), md.write_quorum)
 
     async def writer(self, i: int) -> None:
+        self._writing += 1
+        try:
+            await self._write(i)
+        finally:
+            self._writing -= 1
+
+    async def _write(self, i: int) -> None:
         ctx, rng = self.ctx, self.ctx.rng
         name = f"w{i}"
         client = self.cluster.client(name)
@@ -153,6 +175,54 @@ class BoundedWorkload:
         self.oracle.acknowledged(lid, got, payload)
         assert self.oracle.quorum is not None
         self.oracle.quorum.acknowledged(lid, got, payload, ctx.truth.read_ledger(lid), name)
+
+    async def tailer(self, j: int) -> None:
+        """A reader following a ledger as it is written, without recovering it
+        (``open_ledger_aio(recover=False)``): it asks for the entry after the last it
+        read, which past the LAC it knows makes the handle ask the bookies (and the
+        metadata, which may say the ledger was closed meanwhile) again. Every entry it is
+        handed must be committed with the payload its writer sent
+        (``ReadersSeeOnlyCommitted``): a reader of an open ledger sees no entry a
+        recovery may still leave out."""
+        ctx, rng = self.ctx, self._tail_rng
+        name = f"f{j}"
+        client = self.cluster.client(name)
+        await asyncio.sleep(rng.uniform(0.02, 0.3))
+        if not self.ledgers:
+            return
+        lid = rng.choice(self.ledgers)
+        try:
+            rh = await client.open_ledger_aio(lid, password=PASSWORD, recover=False)
+        except BKError as exc:
+            ctx.counts[f"tail.open_failed.{type(exc).__name__}"] += 1
+            return
+        ctx.trace("tail", name, lid, rh.last_add_confirmed)
+        following, idle = 0, 0
+        for _ in range(TAIL_POLLS):
+            md = rh.metadata
+            if md.is_closed and following > md.last_entry_id:
+                ctx.counts["tail.read_to_close"] += 1
+                return
+            if not self._writing:
+                idle += 1
+                if idle > TAIL_IDLE:
+                    return
+            await asyncio.sleep(rng.expovariate(1 / TAIL_GAP))
+            last = min(max(following, rh.last_add_confirmed), following + 15)
+            try:
+                got = await rh.read_aio(following, last)
+            except ReadPastLastConfirmedError:
+                ctx.counts["tail.caught_up"] += 1
+                continue
+            except BKError as exc:
+                ctx.counts[f"tail.read_failed.{type(exc).__name__}"] += 1
+                ctx.trace("tail-read-failed", name, lid, following, last, type(exc).__name__)
+                continue
+            assert self.oracle.quorum is not None
+            for entry in got:
+                ctx.counts["tail.read"] += 1
+                self.oracle.quorum.read(lid, entry.entry_id, entry.data, ctx.ack_quorum, name)
+            following = last + 1
 
     async def recoverer(self, j: int) -> None:
         ctx, rng = self.ctx, self.ctx.rng

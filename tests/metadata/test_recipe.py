@@ -60,6 +60,23 @@ def test_an_error_the_recipe_does_not_handle_reaches_its_caller() -> None:
         append_letter(MemoryMetadataStore(), "/missing", "b")
 
 
+@recipe
+def read_or_refuse(store: Ops, path: str) -> Steps[bytes]:
+    try:
+        data, _ = yield from store.get(path)
+    except NoNodeError:
+        data = b""
+    if not data:
+        raise LookupError(f"{path} is empty or missing")
+    return data
+
+
+def test_what_a_recipe_raises_after_handling_an_error_is_not_chained_to_it() -> None:
+    with pytest.raises(LookupError) as raised:
+        read_or_refuse(MemoryMetadataStore(), "/missing")
+    assert raised.value.__context__ is None  # the NoNodeError was handled
+
+
 def test_a_recipe_hands_out_operations_and_runs_none_itself() -> None:
     steps = append_letter.steps("/x", "b")
     assert next(steps) == Op("get", ("/x",))

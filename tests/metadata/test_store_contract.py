@@ -9,6 +9,7 @@ from typing import TypeVar
 import pytest
 
 from embedlog.errors import MetadataVersionError
+from embedlog.metadata.recipe import delete_tree
 from embedlog.metadata.store import ANY_VERSION, MetadataStore, NodeExistsError, NoNodeError
 
 T = TypeVar("T")
@@ -48,6 +49,57 @@ def test_create_existing_raises(store: MetadataStore) -> None:
     with pytest.raises(NodeExistsError):
         store.create("/n", b"2")
     assert store.get("/n") == (b"1", 0)
+
+
+def test_create_if_makes_the_node_and_its_parents_while_the_other_exists(
+    store: MetadataStore,
+) -> None:
+    store.create("/ledger", b"md")
+    assert store.create_if("/beside/7/cursor", b"3", "/ledger") == 0
+    assert store.get("/beside/7/cursor") == (b"3", 0)
+    with pytest.raises(NodeExistsError):
+        store.create_if("/beside/7/cursor", b"4", "/ledger")
+    assert store.get("/beside/7/cursor") == (b"3", 0)
+    assert store.session().create_if("/beside/7/other", b"5", "/ledger") == 0
+
+
+def test_create_if_makes_nothing_once_the_other_is_gone(store: MetadataStore) -> None:
+    store.create("/ledger", b"md")
+    store.create("/beside/7", b"")
+    store.delete("/ledger")
+    store.delete("/beside/7")
+    with pytest.raises(NoNodeError, match="/ledger"):
+        store.create_if("/beside/7/cursor", b"3", "/ledger")
+    assert not store.exists("/beside/7/cursor")
+    assert store.children("/beside/7") == []
+
+
+def test_create_if_racing_a_delete_of_the_other_never_outlives_it(
+    store: MetadataStore,
+) -> None:
+    # Creates beside a node, racing the node's delete and then the removal of what is
+    # beside it (a stream's delete): once both are done, nothing made is left.
+    for round_ in range(5):
+        store.create("/ledger", b"md")
+
+        def racer(i: int) -> None:
+            if i == 0:
+                store.delete("/ledger")
+                delete_tree(store, "/beside")
+                return
+            for k in range(10):
+                try:
+                    store.create_if(f"/beside/{i}-{k}", b"x", "/ledger")
+                except NoNodeError:
+                    return
+
+        for outcome in run_threads(4, racer):
+            assert outcome is None, outcome
+        # What landed before the delete of /ledger went with /beside; nothing after.
+        assert store.children("/beside") == [], round_
+        for i in range(1, 4):  # ... and none after it: the next round starts clean
+            with pytest.raises(NoNodeError):
+                store.create_if(f"/beside/late-{i}", b"x", "/ledger")
 
 
 def test_get_missing_raises(store: MetadataStore) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from embedlog.metadata import streams
 from embedlog.metadata.recipe import Ops, Steps, recipe
+from embedlog.metadata.store import ANY_VERSION, NodeExistsError
 from embedlog.unbounded import retention, trim
 
 
@@ -47,7 +48,11 @@ def commit_ignores_delete() -> Any:
     @recipe
     def commit(store: Ops, ledger_id: int, name: str, entry_id: int, force: bool) -> Steps[int]:
         path = f"{streams.CURSORS}/{ledger_id:020d}/{name}"
-        yield from streams._write_cursor(store, ledger_id, path, name, entry_id, force)
+        data = str(entry_id).encode()
+        try:
+            yield from store.create(path, data)
+        except NodeExistsError:
+            yield from store.set(path, data, ANY_VERSION)
         return 0
 
     return _patched(streams, "commit", commit)

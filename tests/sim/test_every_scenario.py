@@ -89,6 +89,9 @@ def test_every_seed_of_every_scenario_holds_every_invariant(scenario):
         wanted += ("net.stall", "net.reset", "net.reset_failed")
     if sc.journal == "off":
         wanted += EXERCISED_NO_JOURNAL
+    if sc.tailers != (0, 0):
+        # read to the LAC, past it (asking the bookies again), and on to a close
+        wanted += ("tail.read", "tail.caught_up", "tail.read_to_close")
     missing = [what for what in wanted if not totals.get(what)]
     assert not missing, f"{scenario}: {SEEDS} seeds never exercised {missing}"
 

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from seed_search import caught_then_clean
 
+from embedlog.ledger.entries import Entry
+from embedlog.ledger.handles import ReadHandle, read_entries
 from embedlog.testing.oracle_quorum import READ_RULE, AckQuorumRule
 from embedlog.unbounded import follow
 from embedlog.wire.codes import StatusCode
@@ -62,11 +64,37 @@ def follower_reads_past_lac() -> Iterator[None]:
         follow._read_or_none = read  # type: ignore[assignment]
 
 
-FIRST = 76  # first violating seed of `unbounded` (searched again from 0 when moved)
+FIRST = 22  # first violating seed of `unbounded` (searched again from 0 when moved)
 SEARCH = 300
 
 
 def test_a_follower_reading_past_the_lac_is_caught():
     caught_then_clean(
         follower_reads_past_lac, "unbounded", FIRST, SEARCH, READ_RULE, "check.read_committed"
+    )
+
+
+@contextmanager
+def reader_reads_past_lac() -> Iterator[None]:
+    """A reader of an open bounded ledger is handed entries past the LAC it knows, without
+    asking the bookies again (ReadHandle.read_aio's guard left out)."""
+    read_aio = ReadHandle.read_aio
+
+    async def unguarded(self: ReadHandle, first: int, last: int) -> list[Entry]:
+        return await read_entries(self._ctx, self._md, self._digester, first, last)
+
+    ReadHandle.read_aio = unguarded  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ReadHandle.read_aio = read_aio  # type: ignore[method-assign]
+
+
+TAIL_FIRST = 0  # first violating seed of `bounded-tailing`
+TAIL_SEARCH = 100
+
+
+def test_a_reader_of_an_open_ledger_handed_entries_past_the_lac_is_caught():
+    caught_then_clean(
+        reader_reads_past_lac, "bounded-tailing", TAIL_FIRST, TAIL_SEARCH, READ_RULE, "tail.read"
     )

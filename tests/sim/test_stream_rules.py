@@ -139,6 +139,25 @@ def test_a_force_commit_that_returned_protects_its_own_position():
     assert h.rules_of() == [CURSOR_RULE]
 
 
+def test_a_force_commit_that_ran_beside_another_commit_settles_nothing():
+    # Seed 4848 of unbounded-streams: a force commit back to 2 applied first and was
+    # answered last; a forward commit to 14, invoked while it was in flight, applied
+    # after it and returned first. The cursor is at 14: a trim to 14 passes nothing.
+    h = History(Retention(max_entries=2))
+    for e in range(20):
+        h.ack(e)
+    h.commit("a", 6)
+    back = h.rules.commit_started(LID, "a", 2, True)
+    h.commit("a", 14)
+    h.rules.commit_returned(back, ok=True)
+    h.rules.first_kept(LID, 14)
+    assert h.violations == []
+    # Once no commit runs beside it, a force commit protects its position again.
+    h.commit("a", 3, force=True)
+    h.rules.first_kept(LID, 16)
+    assert h.rules_of() == [CURSOR_RULE]
+
+
 # -- RetentionTrimsOnlyBeyondItsLimits -------------------------------------------------------
 
 

@@ -48,7 +48,7 @@ CAUGHT = {
     "stale-cursors": (CURSOR_RULE, 114),
     "limit-too-far": (RETENTION_RULE, 5),
     "commit-ignores-delete": (DELETE_RULE, 0),
-    "new-cursor-untouched": (CURSOR_RULE, 156),
+    "new-cursor-untouched": (CURSOR_RULE, 114),
     "forget-deletions": (DELETE_RULE, 1),  # the unsafe switch (bookie/tombstones.py)
 }
 SEARCH = 500

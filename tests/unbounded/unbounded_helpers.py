@@ -61,6 +61,9 @@ class DelegatingStore(MetadataStore):
     def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
         return self.inner.create(path, data, ephemeral=ephemeral)
 
+    def create_if(self, path: str, data: bytes, exists: str) -> int:
+        return self.inner.create_if(path, data, exists)
+
     def get(self, path: str) -> tuple[bytes, int]:
         return self.inner.get(path)
 
