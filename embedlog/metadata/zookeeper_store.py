@@ -20,7 +20,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -82,6 +82,39 @@ def _mapped(path: str) -> Iterator[None]:
     except KazooException as exc:
         # ConnectionLoss, SessionExpired, ...: a write's outcome is unknown.
         raise MetadataError(f"ZooKeeper {type(exc).__name__} on {path}: {exc}") from exc
+
+
+RETRY, GONE = "retry", "gone"
+
+
+def create_if_verdict(results: Sequence[object], parents: int) -> Exception | str | None:
+    """What the results of ``create_if``'s multi-op (the check, ``parents`` creates of
+    missing parents, the node's create) mean: None, the node was made; RETRY, a parent
+    was made or removed between the look at the parents and the multi-op; GONE, the
+    node it depends on does not exist; else the error to raise. Only those two races are
+    tried again: any other error (no permission, a quota) would fail every time.
+
+    The first failing operation gives the reason; those before it come back as
+    RolledBackError, those after it with errors of their own."""
+    failure = next(
+        (
+            (i, r)
+            for i, r in enumerate(results)
+            if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+        ),
+        None,
+    )
+    if failure is None:
+        return None
+    at, error = failure
+    raced = isinstance(error, KazooNodeExistsError | KazooNoNodeError)
+    if 0 < at <= parents and raced:
+        return RETRY
+    if at == parents + 1 and isinstance(error, KazooNoNodeError):
+        return RETRY
+    if at == 0 and isinstance(error, KazooNoNodeError):
+        return GONE
+    return error
 
 
 class ZooKeeperMetadataStore(MetadataStore):
@@ -262,22 +295,15 @@ class ZooKeeperMetadataStore(MetadataStore):
                 txn.create(parent, b"")
             txn.create(full, bytes(data))
             results = self._call(path, txn.commit_async)
-            failures = [
-                (i, r)
-                for i, r in enumerate(results)
-                if isinstance(r, Exception) and not isinstance(r, RolledBackError)
-            ]
-            if not failures:
+            verdict = create_if_verdict(results, len(missing))
+            if verdict is None:
                 return 0
-            at, failure = failures[0]
-            if 0 < at <= len(missing) or (
-                at == len(missing) + 1 and isinstance(failure, KazooNoNodeError)
-            ):
-                continue  # a parent came or went meanwhile
-            if at == 0:
+            if isinstance(verdict, Exception):
+                with _mapped(path):
+                    raise verdict
+            if verdict == GONE:
                 raise NoNodeError(f"{exists} does not exist: {path} was not created")
-            with _mapped(path):
-                raise failure
+            # RETRY: a parent came or went meanwhile
 
     def _missing_parents(self, path: str, full: str) -> list[str]:
         """The ancestors of ``full`` below the chroot that do not exist, the top first."""
