@@ -93,7 +93,6 @@ class StreamRules:
         # failed with an unknown outcome) since the last backward move that settled it.
         self._reach: dict[tuple[int, str], int] = {}
         self._backward: Counter[tuple[int, str]] = Counter()  # backward ops in flight
-        self._inflight: Counter[tuple[int, str]] = Counter()  # every op in flight
         # The ops of each cursor in flight (their ``invoked`` steps), and those that were
         # in flight together with another op of their cursor at some moment.
         self._running: dict[tuple[int, str], set[int]] = {}
@@ -176,7 +175,6 @@ class StreamRules:
         backward = force or position is None
         op = CursorOp(lid, cursor, position, backward, self._next())
         key = (lid, cursor)
-        self._inflight[key] += 1
         running = self._running.setdefault(key, set())
         if running:
             self._overlapped.update(running)
@@ -193,7 +191,6 @@ class StreamRules:
 
     def commit_returned(self, op: CursorOp, ok: bool) -> None:
         key = (op.lid, op.cursor)
-        self._inflight[key] -= 1
         self._running[key].discard(op.invoked)
         overlapped = op.invoked in self._overlapped
         self._overlapped.discard(op.invoked)
@@ -201,10 +198,10 @@ class StreamRules:
             self._backward[key] -= 1
         if not ok:
             return
-        if op.backward and not self._inflight[key] and not overlapped:
+        if op.backward and not overlapped:
             # Settled where this move put it: what earlier commits wrote is overwritten.
-            # (Not when another op of the cursor ran at the same time: the store may
-            # have applied that one after it, whichever returned first.)
+            # (Not when another op of the cursor ran at the same time, in flight still or
+            # returned: the store may have applied that one after it.)
             if op.position is None:
                 self._reach.pop(key, None)
             else:
