@@ -29,17 +29,14 @@ class MemoryMetadataStore(MetadataStore):
         self._lock = threading.Lock()
 
     def create(self, path: str, data: bytes, *, ephemeral: bool = False) -> int:
-        path = normalize(path)
-        with self._lock:
-            if path in self._nodes:
-                raise NodeExistsError(f"{path} exists")
-            self._nodes[path] = (bytes(data), 0)
-        return 0
+        return self._create(normalize(path), data, None)
 
     def create_if(self, path: str, data: bytes, exists: str) -> int:
-        path, exists = normalize(path), normalize(exists)
+        return self._create(normalize(path), data, normalize(exists))
+
+    def _create(self, path: str, data: bytes, exists: str | None) -> int:
         with self._lock:
-            if exists not in self._nodes:
+            if exists is not None and exists not in self._nodes:
                 raise NoNodeError(f"{exists} does not exist: {path} was not created")
             if path in self._nodes:
                 raise NodeExistsError(f"{path} exists")
