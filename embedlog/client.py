@@ -407,7 +407,11 @@ class Client:
     async def delete_ledger_aio(self, ledger_id: int) -> None:
         self._check_open()
         ledger_id = validate.ledger_id(ledger_id)
-        md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
+        try:
+            md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
+        except NoSuchLedgerInMetadataError:
+            await self._finish_earlier_delete(ledger_id)
+            raise
         if md.state is not LedgerState.CLOSED:
             from embedlog.unbounded.deletion import fence_for_delete
 
@@ -434,18 +438,21 @@ class Client:
 
         await asyncio.gather(*(drop(b) for b in sorted(md.bookies())))
 
+    async def _finish_earlier_delete(self, ledger_id: int) -> None:
+        """An earlier delete may have dropped the ledger's node and then failed before
+        its cleanup: nothing else would ever remove what it left of the stream."""
+        await self.ctx.meta(streams.forget, self.ctx.metadata.store, ledger_id)
+
     async def _forget_stream(self, md: LedgerMetadata) -> None:
         """After its ledger was deleted: free the stream's name, drop its cursors and
         sink records."""
-        from embedlog.metadata import sinks
         from embedlog.unbounded import layout
 
         store = self.ctx.metadata.store
         name = layout.name(md)
         if name is not None:
             await self.ctx.meta(streams.free, store, name, md.ledger_id)
-        await self.ctx.meta(streams.delete_all_cursors, store, md.ledger_id)
-        await self.ctx.meta(sinks.delete_all, store, md.ledger_id)
+        await self.ctx.meta(streams.forget, store, md.ledger_id)
 
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         self._check_open()

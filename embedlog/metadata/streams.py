@@ -189,8 +189,7 @@ def _check_alive(store: Ops, ledger_id: int) -> Steps[None]:
     the ledger node before those paths, so a write it did not remove finds it gone here."""
     if (yield from store.exists(ledger_path(ledger_id))):
         return
-    yield from delete_all_cursors.steps(ledger_id)
-    yield from sinks.delete_all.steps(ledger_id)
+    yield from forget.steps(ledger_id)
     raise deleted_error(ledger_id)
 
 
@@ -331,3 +330,12 @@ def delete_cursor(store: MetadataStore, ledger_id: int, name: str) -> bool:
 def delete_all_cursors(store: Ops, ledger_id: int) -> Steps[None]:
     """Drop the stream's cursors and its trim point node."""
     yield from delete_tree.steps(_cursors_path(ledger_id))
+
+
+@recipe
+def forget(store: Ops, ledger_id: int) -> Steps[None]:
+    """Drop what this layer keeps of a ledger whose node is gone: its cursors, its trim
+    point node and its sink records. Nothing can make them again: each is made only while
+    the ledger's node exists (``create_if``), and ledger ids are never reused."""
+    yield from delete_all_cursors.steps(ledger_id)
+    yield from sinks.delete_all.steps(ledger_id)

@@ -24,7 +24,9 @@ wrote) is taken as evidence.
   at least the limit; ``max_age``, if every entry acknowledged in the trimmed range was
   appended more than ``max_age`` before the trim.
 * ``DeletedLedgerAcknowledgesNothing`` (issue #27's 2, 3): after ``delete_ledger(l)``
-  returned, no append invoked since succeeds, no cursor commit invoked since succeeds,
+  returned (or raised NoSuchLedgerInMetadataError: an earlier attempt dropped the
+  ledger's node, and this one finished its cleanup), no append invoked since succeeds,
+  no cursor commit invoked since succeeds,
   and at the end of the history no cursor or sink record of ``l`` exists. (An append or
   a commit that overlapped the delete may go either way: its answer may have been on
   the wire when the delete returned.) And no bookie that answered the delete's

@@ -265,7 +265,11 @@ class StreamOps:
                 try:
                     await client.delete_ledger_aio(lid)
                 except NoSuchLedgerInMetadataError:
-                    break  # an earlier attempt got that far
+                    # An earlier attempt dropped the ledger's node: this one removed
+                    # what that left of the stream before saying so.
+                    ctx.trace("delete-gone", "checker", lid)
+                    self.rules.delete_returned(lid)
+                    break
                 except BKError as exc:
                     ctx.trace("delete-failed", "checker", lid, type(exc).__name__)
                     await asyncio.sleep(1.0 + attempt)
@@ -304,8 +308,11 @@ class StreamOps:
             try:
                 await client.delete_ledger_aio(lid)
             except NoSuchLedgerInMetadataError:
-                # An earlier attempt deleted the ledger, then failed (its end is unknown).
+                # An earlier attempt dropped the ledger's node, then failed: this one
+                # removed what that left of the stream before saying so.
+                ctx.counts["delete.gone"] += 1
                 ctx.trace("delete-gone", name, lid)
+                self.rules.delete_returned(lid)
                 return
             except BKError as exc:
                 ctx.counts[f"delete.failed.{type(exc).__name__}"] += 1

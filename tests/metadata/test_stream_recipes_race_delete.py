@@ -26,8 +26,7 @@ LID = 7
 def _delete_stream(store: MetadataStore) -> None:
     """What ``Client.delete_ledger`` does to the metadata, in its order."""
     store.delete(ledger_path(LID))
-    streams.delete_all_cursors(store, LID)
-    sinks.delete_all(store, LID)
+    streams.forget(store, LID)
 
 
 def _race(store: MetadataStore, steps: Steps[object], racing: Callable[[Op], bool]) -> None:

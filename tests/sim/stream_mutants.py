@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from embedlog.client import Client
 from embedlog.metadata import streams
 from embedlog.metadata.recipe import Ops, Steps, recipe
 from embedlog.metadata.store import ANY_VERSION, NodeExistsError
@@ -74,9 +75,20 @@ def new_cursor_untouched() -> Any:
     return _patched(streams, "_write_cursor", untouched)
 
 
+def retried_delete_leaves_leftovers() -> Any:
+    """A delete of a ledger whose node is gone only says so: what an earlier delete that
+    failed after dropping the node left of the stream (cursors, sink records) stays."""
+
+    async def nothing(self: Client, ledger_id: int) -> None:
+        return None
+
+    return _patched(Client, "_finish_earlier_delete", nothing)
+
+
 MUTANTS: dict[str, Callable[[], Any]] = {
     "stale-cursors": stale_cursors,
     "limit-too-far": limit_too_far,
     "commit-ignores-delete": commit_ignores_delete,
     "new-cursor-untouched": new_cursor_untouched,
+    "retried-delete-leaves-leftovers": retried_delete_leaves_leftovers,
 }

@@ -49,6 +49,7 @@ CAUGHT = {
     "limit-too-far": (RETENTION_RULE, 5),
     "commit-ignores-delete": (DELETE_RULE, 0),
     "new-cursor-untouched": (CURSOR_RULE, 114),
+    "retried-delete-leaves-leftovers": (DELETE_RULE, 222),
     "forget-deletions": (DELETE_RULE, 1),  # the unsafe switch (bookie/tombstones.py)
 }
 SEARCH = 500

@@ -15,11 +15,16 @@ from unbounded_helpers import DelegatingStore, wait_until
 
 from embedlog import Retention
 from embedlog.aio import AsyncUnboundedLedger
-from embedlog.errors import InvalidTermError, LedgerDeletedError
+from embedlog.errors import (
+    InvalidTermError,
+    LedgerDeletedError,
+    MetadataError,
+    NoSuchLedgerInMetadataError,
+)
 from embedlog.metadata import sinks, streams
 from embedlog.metadata.client import ledger_path
 from embedlog.metadata.ledger_metadata import LedgerMetadata
-from embedlog.metadata.store import MetadataStore
+from embedlog.metadata.store import ANY_VERSION, MetadataStore
 from embedlog.unbounded import layout
 
 IDLE = 30.0
@@ -494,6 +499,61 @@ def test_deleting_a_stream_removes_its_sink_records(kind, make_cluster):
     cluster.client("admin").delete_ledger(ul.ledger_id)
     assert sinks.read_all(store, ul.ledger_id) == {}
     assert store.children(f"{sinks.SINKS}/{ul.ledger_id:020d}") == []
+
+
+class LostAfterLedgerDelete(DelegatingStore):
+    """Every call after the delete of ``ledger``'s node fails as a lost connection,
+    until ``healed``."""
+
+    def __init__(self, inner: MetadataStore, ledger: int) -> None:
+        super().__init__(inner)
+        self.path = ledger_path(ledger)
+        self.lost = self.healed = False
+
+    def _check(self) -> None:
+        if self.lost and not self.healed:
+            raise MetadataError("ZooKeeper ConnectionLoss (the test's)")
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        self._check()
+        self.inner.delete(path, version)
+        self.lost = self.lost or path == self.path
+
+    def children(self, path: str) -> list[str]:
+        self._check()
+        return self.inner.children(path)
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        self._check()
+        return self.inner.get(path)
+
+
+def test_deleting_again_after_a_delete_failed_midway_removes_what_it_left(make_cluster):
+    """The delete drops the ledger's node, then loses its connection before the cursors
+    and sink records: the next delete of the id finds no ledger, and must still remove
+    them (nothing else ever would), then say the ledger is gone."""
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2, name="orders")
+    ul.append(b"x")
+    ul.commit("c1", 0)
+    sinks.write(cluster.metadata.store, ul.ledger_id, "sink-1", b"{}", None)
+    lost = LostAfterLedgerDelete(cluster.metadata.store, ul.ledger_id)
+    cluster.metadata.store = lost
+    admin = cluster.client("admin")
+    with pytest.raises(MetadataError):
+        admin.delete_ledger(ul.ledger_id)
+    lost.healed = True
+    store = lost.inner
+    cursors = f"{streams.CURSORS}/{ul.ledger_id:020d}"
+    records = f"{sinks.SINKS}/{ul.ledger_id:020d}"
+    assert store.children(cursors) == ["c1"]  # what the failed delete left
+    assert store.children(records) == ["sink-1"]
+    with pytest.raises(NoSuchLedgerInMetadataError):
+        admin.delete_ledger(ul.ledger_id)
+    assert not store.exists(cursors)
+    assert store.children(records) == []
+    assert "orders" not in admin.list_streams()
+    admin.create_unbounded(3, 3, 2, name="orders")  # the name is free
 
 
 def test_a_bounded_ledger_is_fenced_before_it_is_deleted(make_cluster):
