@@ -53,6 +53,7 @@ from embedlog.testing.simmeta import (
 )
 from embedlog.testing.simnemesis import Nemesis
 from embedlog.testing.simnet import SimNetwork
+from embedlog.testing.simraces import HOLD_DISPLACED_RATES, DisplacedWrites
 from embedlog.testing.simtrace import SeedResult, Trace
 from embedlog.testing.workload import DIGEST, Aims, Workload, judge_outcome
 from embedlog.testing.workload_bounded import BoundedWorkload
@@ -211,7 +212,8 @@ class Simulation:
         self.meta = MetadataClient(
             FaultyMetadataStore(self.store, self.metafaults), clock=self.clock
         )
-        loop.set_default_executor(SimMetadataExecutor(loop, self.metafaults))
+        executor = SimMetadataExecutor(loop, self.metafaults)
+        loop.set_default_executor(executor)
         # The clients' own choices (which bookies a stream's next fragment leaves out):
         # one generator for all, drawn in the order the history makes the choices.
         self._choices_rng = seeded(seed, "global")
@@ -261,6 +263,14 @@ class Simulation:
         )
         if self.races is not None:
             self.disk_faults.wipe_probability = self.races.wipe
+        self._displaced: DisplacedWrites | None = None
+        if self.races is not None and sc.ledger_kind == "unbounded":
+            rng = seeded(seed, "displaced-writes")
+            rate = rng.choice(HOLD_DISPLACED_RATES)
+            self.trace("aim", "hold-displaced", rate)
+            executor.hold = self._displaced = DisplacedWrites(
+                self.truth, rng, rate, self.decide, self.trace, self.counts
+            )
         self.nemesis = Nemesis(self.ctx, self, self.disk_faults, seed)
         self.workload: Workload = make_workload(self.ctx, self, self.nemesis)
         self.oracle = self.workload.oracle
@@ -455,6 +465,11 @@ class Simulation:
         store = self.meta.store
         assert isinstance(store, FaultyMetadataStore)
         store.watch(on_write, on_read)
+
+    async def next_stream_write(self, limit: float) -> int | None:
+        if self._displaced is None:
+            return None
+        return await self._displaced.next_write(limit)
 
     async def heal_and_check(self, retrying: Sequence[asyncio.Future[Any]] = ()) -> None:
         """The end of every history: heal the network, bring every bookie back, let repair

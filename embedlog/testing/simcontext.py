@@ -134,3 +134,8 @@ class ClusterControl(Protocol):
     ) -> None:
         """Called with (operation, path) at each write and read the store serves."""
         ...
+
+    async def next_stream_write(self, limit: float) -> int | None:
+        """The race scenarios' takeovers aimed at a stream writer's metadata write
+        (simraces.DisplacedWrites.next_write); None when not aimed."""
+        ...

@@ -34,6 +34,7 @@ from embedlog.errors import MetadataError
 from embedlog.metadata.recipe import Op, Recipe, Steps
 from embedlog.metadata.store import ANY_VERSION, MetadataStore, SessionView
 from embedlog.testing.decisions import always
+from embedlog.testing.simraces import HOLD_POLL, Hold
 
 T = TypeVar("T")
 
@@ -296,6 +297,9 @@ class SimMetadataExecutor(concurrent.futures.ThreadPoolExecutor):
         super().__init__(max_workers=1)
         self._loop = loop
         self._faults = faults
+        # An aim (simraces.DisplacedWrites): given a call as it reaches the store, a Hold
+        # it waits out there first, or None.
+        self.hold: Callable[[Callable[..., Any], tuple[Any, ...]], Hold | None] | None = None
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
@@ -366,6 +370,32 @@ class SimMetadataExecutor(concurrent.futures.ThreadPoolExecutor):
         """The call reached the store: run it, and ``deliver`` its outcome (and whether it
         is an exception) ``after`` seconds later. A recipe (metadata/recipe.py) runs one
         store operation here; the rest follow one round trip apart (``_answered``)."""
+        if self.hold is not None and (hold := self.hold(fn, args)) is not None:
+            self._wait(hold, self._loop.time() + hold.longest, fn, args, after, deliver)
+            return
+        self._serve_now(fn, args, after, deliver)
+
+    def _wait(
+        self,
+        hold: Hold,
+        until: float,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        after: float,
+        deliver: Callable[[Any, bool], None],
+    ) -> None:
+        if hold.done() or self._loop.time() >= until:
+            self._serve_now(fn, args, after, deliver)
+        else:
+            self._loop.call_later(HOLD_POLL, self._wait, hold, until, fn, args, after, deliver)
+
+    def _serve_now(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        after: float,
+        deliver: Callable[[Any, bool], None],
+    ) -> None:
         if isinstance(fn, Recipe):
             try:
                 store, *rest = args

@@ -38,6 +38,11 @@ mix, some of them none):
   (a refusal that came first would end the writer before it could be acknowledged);
 * **compound aims** (simcombos.py): several of these in one order at one ledger, for
   the histories that need them all (BP-46 scenario 1; issue #12's dirty leftover);
+* **displaced writes** (streams): a writer's metadata write (a rollover, an ensemble
+  change) that reaches the store while another client's takeover of its stream is under
+  way (IN_RECOVERY in a newer term) waits there until that takeover opened its term, so
+  the writer loses its compare-and-swap to an open newer term and must see it is no
+  longer the writer, not merely a recovery in progress;
 * a probe at the end: every bookie of a write set is asked for each of its entries
   (a stream's acknowledged ones, every entry of a closed bounded ledger), so that a
   negative for an entry a bookie acknowledged (``NoNegativeForAckedEntry``) does not
@@ -46,12 +51,15 @@ mix, some of them none):
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 
 from attrs import frozen
 
+from embedlog.metadata.client import MetadataClient
+from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.messages import ReadFlags, Request
 
 # Request kinds (``Request.kind``) whose losses the races aim at, and the rates drawn.
@@ -95,6 +103,15 @@ WIPED_REBOOT_RATES = (0.3, 0.7, 0.0, 0.0)
 # ... and how often a stream's term writer (E > WQ > AQ) is cut off from all but one
 # bookie while another client takes the stream over (the dirty leftover).
 DIRTY_LEFTOVER_RATES = (0.0, 0.0, 0.3, 0.7)
+
+
+# How often a displaced stream writer's metadata write waits for the takeover (drawn per
+# seed, apart from RaceProfile: the bounded scenarios' draws and traces stay as they were),
+# and how long at most.
+HOLD_DISPLACED_RATES = (0.0, 0.5, 1.0)
+HOLD_DISPLACED_FOR = 3.0
+HOLD_LINGER = (0.0, 1.0)  # seconds a held write still waits once the newer term opened
+HOLD_POLL = 0.05
 
 
 @frozen
@@ -212,3 +229,114 @@ class Gates:
         self._until.clear()
         self._held.clear()
         return held
+
+
+class DisplacedWrites:
+    """The displaced-writes aims (``SimMetadataExecutor.hold``): given a metadata call,
+    whether it waits at the store, and until what.
+
+    A stream's writer learns of a takeover from the bookies (EINVALIDTERM) or when its
+    compare-and-swap of the ledger's metadata loses; after the loss it reads the metadata
+    again and must check it is still the writer. Left alone, the takeover has usually not
+    finished by then (IN_RECOVERY), or has not begun: held until it has, the writer reads
+    an OPEN stream in a newer term, whose metadata it must not write its own fragment into.
+    Two ways in: a writer's write that reaches the store during a takeover waits for its
+    end; and an aimed takeover (``next_write``) starts at a writer's write, which waits
+    for it.
+    """
+
+    def __init__(
+        self,
+        truth: MetadataClient,
+        rng: random.Random,
+        rate: float,
+        decide: Callable[..., bool],
+        trace: Callable[..., None],
+        counts: Counter[str],
+    ) -> None:
+        self._truth = truth
+        self._rng = rng
+        self._rate = rate
+        self._decide = decide
+        self._trace = trace
+        self._counts = counts
+        self._takeovers: list[asyncio.Future[int]] = []  # aimed takeovers waiting
+
+    async def next_write(self, limit: float) -> int | None:
+        """An aimed takeover (now and then): the stream whose writer next writes its
+        metadata, that write held until a takeover opened a newer term (None: not aimed,
+        or no write within ``limit`` seconds)."""
+        if self._rate <= 0 or self._rng.random() >= self._rate:
+            return None
+        moment: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._takeovers.append(moment)
+        await asyncio.wait([moment], timeout=limit)
+        if not moment.done():
+            moment.cancel()
+            self._takeovers.remove(moment)
+            return None
+        return moment.result()
+
+    def __call__(self, fn: Callable[..., object], args: tuple[object, ...]) -> Hold | None:
+        if getattr(fn, "__name__", None) != "write_ledger" or not args:
+            return None
+        md = args[0]
+        if not isinstance(md, LedgerMetadata) or not md.unbounded:
+            return None
+        now = self._stored(md.ledger_id)
+        if now is None or now.term < md.term:
+            return None
+        if now.term == md.term:  # the writer's own: an aimed takeover may start here
+            new_fragment = md.fragments[-1:] != now.fragments[-1:]  # a rollover, a change
+            if now.state is not LedgerState.OPEN or not new_fragment or not self._takeovers:
+                return None
+            why = "aimed"
+        elif now.state is LedgerState.IN_RECOVERY:
+            if self._rng.random() >= self._rate:
+                return None
+            why = "recovering"
+        else:
+            return None
+        if not self._decide("hold-displaced", why, md.ledger_id, md.term, now.term):
+            return None
+        if why == "aimed":
+            self._takeovers.pop(0).set_result(md.ledger_id)
+        self._counts[f"aim.hold_displaced.{why}"] += 1
+        self._trace("hold-displaced", why, md.ledger_id, md.term, now.term)
+        # After the newer term opened, its writer has a moment to append before the
+        # displaced write lands: what a write into its metadata would then hide.
+        linger = self._rng.uniform(*HOLD_LINGER)
+        opened: list[float] = []
+        loop = asyncio.get_running_loop()
+
+        def done() -> bool:
+            if not opened and self._taken_over(md.ledger_id, md.term):
+                opened.append(loop.time())
+            return bool(opened) and loop.time() >= opened[0] + linger
+
+        return Hold(done, HOLD_DISPLACED_FOR + linger)
+
+    def _stored(self, ledger_id: int) -> LedgerMetadata | None:
+        try:
+            return self._truth.read_ledger(ledger_id)
+        except Exception:  # deleted: nothing to wait for
+            return None
+
+    def _taken_over(self, ledger_id: int, term: int) -> bool:
+        """Whether a takeover from ``term`` is over (a newer term opened, or the stream
+        is gone)."""
+        now = self._stored(ledger_id)
+        if now is None:
+            return True
+        if now.term > term and now.state is LedgerState.OPEN:
+            self._counts["aim.hold_displaced.opened"] += 1
+            return True
+        return False
+
+
+@frozen
+class Hold:
+    """A metadata call waits at the store until ``done()`` (polled) or ``longest`` seconds."""
+
+    done: Callable[[], bool]
+    longest: float

@@ -35,6 +35,7 @@ from embedlog.testing.oracle_quorum import AckQuorumRule, LafrRule
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
 from embedlog.testing.simcombos import dirty_leftover, dirty_leftover_at, dirty_leftover_ready
 from embedlog.testing.simcontext import ClusterControl, SimContext
+from embedlog.testing.simraces import AIM_RECOVERY_WAIT
 from embedlog.testing.workload import (
     DIGEST,
     PASSWORD,
@@ -192,7 +193,9 @@ class UnboundedWorkload:
         self._writing += 1
         try:
             await asyncio.sleep(rng.uniform(0.02, 0.3) if rng.random() < 0.7 else rng.uniform(0, 2))
-            aimed = await aimed_ledger(ctx, self.aims, name)
+            aimed = await self.cluster.next_stream_write(AIM_RECOVERY_WAIT)
+            if aimed is None:
+                aimed = await aimed_ledger(ctx, self.aims, name)
             if self.ledgers:
                 lid = aimed if aimed in self.ledgers else rng.choice(self.ledgers)
                 if ctx.decide("takeover", name, lid):

@@ -237,9 +237,9 @@ def test_a_cut_that_failed_and_was_made_by_its_retry_counts_once():
 
 
 def test_a_history_with_a_cut_made_again_after_a_failed_flush_holds():
-    """Seed 2902 of `unbounded-races` (the 10,000-seed run): a cut answered EIO, its flush
-    having met a failing fsync, is made again by the retry; the rule leaves the failed
-    attempt's record out, and the history holds every invariant."""
-    result = run_seed(2902, "unbounded-races", keep_trace=False)
+    """Seed 638 of `unbounded-races` (the one of seeds 0-3,999 that has it): a cut
+    answered EIO, its flush having met a failing fsync, is made again by the retry; the
+    rule leaves the failed attempt's record out, and the history holds every invariant."""
+    result = run_seed(638, "unbounded-races", keep_trace=False)
     assert result.ok, [str(v) for v in result.violations]
     assert result.counts["check.truncates_once.failed_cut_left_out"] == 1
