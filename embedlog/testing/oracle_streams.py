@@ -15,7 +15,11 @@ wrote) is taken as evidence.
   exempt; a manual ``trim`` may pass cursors, and no such stream is judged). A commit
   of ``y > x`` still in flight, or failed with an unknown outcome (a ConnectionLoss
   after it applied), may have moved ``c`` to ``y``: a trim up to ``y + 1`` passes
-  nothing then.
+  nothing then. A force commit or a delete of ``c`` that returned settles ``c`` where
+  it put it, or at the highest position an op of ``c`` that was in flight beside it
+  may have written (the store may have applied that op after it); and a commit that
+  ran beside a force commit or a delete protects nothing (that move back may have
+  been applied after it, though it returned first).
 * ``RetentionTrimsOnlyBeyondItsLimits`` (issue #27's 5-7): a trim of a stream that nobody
   trimmed by hand is retention's, and one limit alone justifies it: ``max_entries``, if
   at most the ids from the new first kept entry to the highest confirmed id, less the
@@ -68,6 +72,16 @@ class CursorOp:
     position: int | None  # None: a delete of the cursor
     backward: bool  # a force commit or a delete: may move the cursor back
     invoked: int  # the history's step when it was invoked
+    # Of the ops of its cursor in flight at some moment of its own flight (the store may
+    # have applied them after it): the highest position + 1 one of them may write (0:
+    # none), and whether one of them may move the cursor back.
+    beside: int = 0
+    beside_backward: bool = False
+
+    def ran_beside(self, other: CursorOp) -> None:
+        if other.position is not None:
+            self.beside = max(self.beside, other.position + 1)
+        self.beside_backward |= other.backward
 
 
 class StreamRules:
@@ -95,10 +109,8 @@ class StreamRules:
         # failed with an unknown outcome) since the last backward move that settled it.
         self._reach: dict[tuple[int, str], int] = {}
         self._backward: Counter[tuple[int, str]] = Counter()  # backward ops in flight
-        # The ops of each cursor in flight (their ``invoked`` steps), and those that were
-        # in flight together with another op of their cursor at some moment.
-        self._running: dict[tuple[int, str], set[int]] = {}
-        self._overlapped: set[int] = set()
+        # The ops of each cursor in flight, by their ``invoked`` steps.
+        self._running: dict[tuple[int, str], dict[int, CursorOp]] = {}
         self._deleted: dict[int, tuple[float, int]] = {}  # delete returned: (time, step)
         self._dropped_by: set[tuple[str, int]] = set()  # (bookie, lid): DELETE_LEDGER done
         self._late_adds: dict[int, tuple[str, Request]] = {}  # id(request): sent after delete
@@ -177,11 +189,11 @@ class StreamRules:
         backward = force or position is None
         op = CursorOp(lid, cursor, position, backward, self._next())
         key = (lid, cursor)
-        running = self._running.setdefault(key, set())
-        if running:
-            self._overlapped.update(running)
-            self._overlapped.add(op.invoked)
-        running.add(op.invoked)
+        running = self._running.setdefault(key, {})
+        for other in running.values():
+            other.ran_beside(op)
+            op.ran_beside(other)
+        running[op.invoked] = op
         if position is not None:
             self._reach[key] = max(self._reach.get(key, position + 1), position + 1)
         if backward:
@@ -193,21 +205,22 @@ class StreamRules:
 
     def commit_returned(self, op: CursorOp, ok: bool) -> None:
         key = (op.lid, op.cursor)
-        self._running[key].discard(op.invoked)
-        overlapped = op.invoked in self._overlapped
-        self._overlapped.discard(op.invoked)
+        del self._running[key][op.invoked]
         if op.backward:
             self._backward[key] -= 1
         if not ok:
             return
-        if op.backward and not overlapped:
-            # Settled where this move put it: what earlier commits wrote is overwritten.
-            # (Not when another op of the cursor ran at the same time, in flight still or
-            # returned: the store may have applied that one after it.)
-            if op.position is None:
-                self._reach.pop(key, None)
+        if op.backward:
+            # Settled where this move put it, or where an op that ran beside it put it
+            # (the store may have applied that one after it): what commits before it
+            # wrote is overwritten.
+            reach = max(op.beside, 0 if op.position is None else op.position + 1)
+            if op.beside:
+                self._counts["streams.settled_beside"] += 1
+            if reach:
+                self._reach[key] = reach
             else:
-                self._reach[key] = op.position + 1
+                self._reach.pop(key, None)
         deleted = self._deleted.get(op.lid)
         if op.position is not None and deleted is not None and op.invoked > deleted[1]:
             self._violate(
@@ -215,7 +228,11 @@ class StreamRules:
                 f"commit({op.cursor!r}, {op.position}) of ledger {op.lid} succeeded; it was "
                 f"invoked after delete_ledger({op.lid}) returned at {deleted[0]:.6f}",
             )
-        if op.position is None or self._backward[key] > 0:
+        if op.beside_backward and op.position is not None:
+            self._counts["streams.commit_beside_backward"] += 1
+        if op.position is None or self._backward[key] > 0 or op.beside_backward:
+            # A move back may still come, or may have been applied after this commit
+            # though it returned first: the cursor may be below this position, or gone.
             return
         floor = op.position + 1
         before = self._protects.get(key)

@@ -139,22 +139,39 @@ def test_a_force_commit_that_returned_protects_its_own_position():
     assert h.rules_of() == [CURSOR_RULE]
 
 
-def test_a_force_commit_that_ran_beside_another_commit_settles_nothing():
+def test_a_force_commit_that_ran_beside_another_commit_settles_at_the_higher_of_them():
     # Seed 4848 of unbounded-streams: a force commit back to 2 applied first and was
     # answered last; a forward commit to 14, invoked while it was in flight, applied
-    # after it and returned first. The cursor is at 14: a trim to 14 passes nothing.
+    # after it and returned first. The cursor is at 14: a trim to 15 passes nothing.
     h = History(Retention(max_entries=2))
     for e in range(20):
         h.ack(e)
-    h.commit("a", 6)
+    h.commit("a", 18)
     back = h.rules.commit_started(LID, "a", 2, True)
     h.commit("a", 14)
     h.rules.commit_returned(back, ok=True)
-    h.rules.first_kept(LID, 14)
+    h.rules.first_kept(LID, 15)
     assert h.violations == []
-    # Once no commit runs beside it, a force commit protects its position again.
-    h.commit("a", 3, force=True)
+    # Both moves are done: the cursor is at 2 or at 14, whatever it was before them.
     h.rules.first_kept(LID, 16)
+    assert h.rules_of() == [CURSOR_RULE]
+
+
+def test_a_commit_that_ran_beside_a_delete_of_its_cursor_protects_nothing():
+    # The delete may have been applied after the commit's write, though it returned
+    # first: the cursor may be gone, and a trim may pass where it was.
+    h = History(Retention(max_entries=2))
+    for e in range(30):
+        h.ack(e)
+    delete = h.rules.commit_started(LID, "a", None, False)
+    commit = h.rules.commit_started(LID, "a", 14, False)
+    h.rules.commit_returned(delete, ok=True)
+    h.rules.commit_returned(commit, ok=True)
+    h.rules.first_kept(LID, 18)
+    assert h.violations == []
+    # A commit with nothing beside it protects its position again.
+    h.commit("a", 18)
+    h.rules.first_kept(LID, 20)
     assert h.rules_of() == [CURSOR_RULE]
 
 
