@@ -445,6 +445,9 @@ class Simulation:
     def unblind(self, who: str, lid: int) -> None:
         self.net.unblind(who, lid)
 
+    def lose_adds(self, who: str, bookie: str, lid: int, until: float) -> None:
+        self.net.lose_adds(who, bookie, lid, until)
+
     def gate(self, bookie: str, lid: int, until: float) -> None:
         self.net.gate(bookie, lid, until)
 

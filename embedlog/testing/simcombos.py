@@ -26,6 +26,15 @@ from streams of their own (``seeded(seed, "combo", ...)``), so a seed whose rate
   it holds above. The new term's first append to it is held up, acknowledged by the
   others, and a reader asks that bookie for it.
 
+* **a displaced wipe** (BP-46 for a bookie the stream no longer lists): before a new
+  stream's first append, another client takes it over, blind to one bookie of the
+  first write set (it never hears of the new term) and losing its adds to another
+  (which answers its fence and reads, and then is replaced in the no-op's ensemble
+  change: the metadata no longer lists it). That one is wiped and boots at once; the
+  old writer then appends, its request to the third bookie lost. Only the term that
+  bookie's suspicious boot raises for a stream it is not listed in keeps the old
+  writer's append from being acknowledged after the takeover.
+
 While a compound aim runs it holds the bookies of the ledger's ensemble
 (``FaultBudget.busy``): the nemesis, the strikes and the disk faults leave them alone.
 """
@@ -64,6 +73,10 @@ CUT_OFF_WAIT = 0.5
 POLL = 0.005
 HELD_ADD = (0.05, 0.8)
 TAKEOVER_TRIES = 3  # a wiped bookie's boot (its cookie fix) may meet a metadata fault
+# The displaced wipe: its per-seed rates (0 in half the seeds), and how long its lost
+# requests last at most.
+DISPLACED_WIPE_RATES = (0.0, 0.0, 0.5, 1.0)
+DISPLACED_WIPE_FOR = 5.0
 
 
 class StreamWork(Protocol):
@@ -286,5 +299,101 @@ async def dirty_leftover(
     finally:
         alone.set()
         cluster.spare(who, lid, False)
+        for b in held:
+            budget.busy(b, False)
+
+
+def displaced_wipe_rate(ctx: SimContext) -> float:
+    """The seed's rate of the displaced wipe per new stream (0 outside the race scenarios)."""
+    if ctx.races is None:
+        return 0.0
+    return ctx.combo_rng("displaced-wipe").choice(DISPLACED_WIPE_RATES)
+
+
+def displaced_wipe_ready(
+    ctx: SimContext, cluster: ClusterControl, writer: TermWriter, rate: float
+) -> bool:
+    """Whether the displaced wipe starts at ``writer`` now: a new stream before its first
+    append, its ensemble up and held by nothing else, two more bookies to replace two of
+    it, and the seed's rate fires."""
+    if rate <= 0 or writer.next_entry_id != 0 or ctx.ack_quorum < 2:
+        return False
+    ensemble = writer.md.last_fragment[1]
+    budget = ctx.budget
+    if not all(cluster.writable(b) and not budget.is_busy(b) for b in ensemble):
+        return False
+    spares = [b for b in cluster.up() if b not in ensemble and cluster.writable(b)]
+    if len(spares) < 2:
+        return False
+    return ctx.combo_rng("displaced-wipe").random() < rate
+
+
+async def displaced_wipe(
+    ctx: SimContext,
+    cluster: ClusterControl,
+    work: StreamWork,
+    client_name: str,
+    lid: int,
+    writer: TermWriter,
+) -> None:
+    """The displaced wipe (module docstring) against ``client_name``'s new stream ``lid``,
+    whose writer appends once this returned."""
+    rng = ctx.combo_rng("displaced-wipe")
+    budget = ctx.budget
+    md = writer.md
+    ws = write_set_bookies(0, md.ensemble_for(0), md.write_quorum)
+    wipeable = [b for b in ws if budget.may_wipe(b)]
+    if not wipeable:
+        ctx.counts["combo.displaced_wipe.missed.no_victim"] += 1
+        return
+    victim = rng.choice(wipeable)
+    unaware = rng.choice([b for b in ws if b != victim])
+    refusing = [b for b in ws if b not in (victim, unaware)]  # WQ <= 3: one at most
+    ctx.counts["combo.displaced_wipe"] += 1
+    who = f"u{ctx.counts['combo.displaced_wipe']}"
+    ctx.trace("combo", "displaced-wipe", client_name, lid, "unaware", unaware, "wipe", victim)
+    held = [b for b in md.last_fragment[1] if not budget.is_busy(b)]
+    for b in held:
+        budget.busy(b, True)
+    budget.reserve_lossy(victim)
+    alone = work.hold(lid)
+    try:
+        client = cluster.client(who)
+        cluster.spare(who, lid, True)
+        until = ctx.clock.monotonic() + DISPLACED_WIPE_FOR
+        cluster.blind(who, unaware, lid, "all", until)
+        cluster.lose_adds(who, victim, lid, until)
+        handle = None
+        for _ in range(TAKEOVER_TRIES):
+            handle = await work.take_over(client, who, lid, holder=True)
+            if handle is not None:
+                break
+            await asyncio.sleep(rng.uniform(0.05, 0.3))
+        if handle is None:
+            ctx.counts["combo.displaced_wipe.missed.takeover"] += 1
+            return
+        if victim in ctx.truth.read_ledger(lid).bookies():
+            ctx.counts["combo.displaced_wipe.missed.listed"] += 1
+            return
+        if not (cluster.serving(victim) and budget.may_wipe(victim) and cluster.may_take_down()):
+            ctx.counts["combo.displaced_wipe.missed.victim"] += 1
+            return
+        await cluster.take_down(victim, wipe=True)
+        for _ in range(BOOT_TRIES):
+            ctx.counts["fault.restart"] += 1
+            ctx.trace("restart", victim)
+            if await cluster.boot(victim):
+                ctx.counts["combo.displaced_wipe.done"] += 1
+                break
+            await asyncio.sleep(rng.uniform(0.01, 0.1))
+        # The old writer's first append reaches the unaware bookie and the wiped one; the
+        # third's refusal is lost, so the wiped bookie's term alone can refuse it.
+        for b in refusing:
+            cluster.blind(client_name, b, lid, "all", ctx.clock.monotonic() + BLIND_FOR[1])
+    finally:
+        cluster.unblind(who, lid)
+        alone.set()
+        cluster.spare(who, lid, False)
+        budget.reserve_lossy(None)
         for b in held:
             budget.busy(b, False)

@@ -111,6 +111,11 @@ class ClusterControl(Protocol):
 
     def unblind(self, who: str, lid: int) -> None: ...
 
+    def lose_adds(self, who: str, bookie: str, lid: int, until: float) -> None:
+        """Until virtual time ``until``, ``who``'s adds for ``lid`` to ``bookie`` are lost
+        (its fences and reads go through)."""
+        ...
+
     def gate(self, bookie: str, lid: int, until: float) -> None:
         """``bookie`` takes no fence of ``lid`` until ``until``."""
         ...

@@ -125,6 +125,8 @@ class SimNetwork(Transport):
         # once, then "spent", or "all"; until when).
         self._blind: dict[tuple[str, int], tuple[str, str, float]] = {}
         self._fenced: set[tuple[str, int]] = set()  # (bookie, ledger) a fence was sent to
+        # A compound aim's lost adds: (client, bookie, ledger) -> until when (lose_adds)
+        self._adds_lost: dict[tuple[str, str, int], float] = {}
         # (client, ledger) whose requests the aimed losses spare (a compound aim's own)
         self.spared: set[tuple[str, int]] = set()
         # (client, bookie, ledger) -> extra delay of the client's next add there (hold_next)
@@ -164,6 +166,7 @@ class SimNetwork(Transport):
         if self._aims is not None:
             self._aims.heal()
         self._blind.clear()
+        self._adds_lost.clear()
         self._holds.clear()
         for deliver in self.gates.open_all():
             deliver()
@@ -188,6 +191,20 @@ class SimNetwork(Transport):
     def unblind(self, src: str, ledger: int) -> None:
         """End ``src``'s blind spot for ``ledger`` now."""
         self._blind.pop((src, ledger), None)
+
+    def lose_adds(self, src: str, bookie: str, ledger: int, until: float) -> None:
+        """Until virtual time ``until``, lose ``src``'s adds for ``ledger`` to ``bookie``
+        (its other requests, fences and reads, go through)."""
+        self._adds_lost[(src, bookie, ledger)] = until
+
+    def _add_lost(self, src: str, bookie: str, req: Request) -> bool:
+        until = self._adds_lost.get((src, bookie, req.ledger_id))
+        if until is None or req.kind not in ("add", "recovery_add"):
+            return False
+        if self._running_loop().time() > until:
+            del self._adds_lost[(src, bookie, req.ledger_id)]
+            return False
+        return True
 
     def hold_next(self, src: str, bookie: str, ledger: int, delay: float) -> None:
         """Hold ``src``'s next add for ``ledger`` to ``bookie`` up for ``delay`` more
@@ -301,6 +318,9 @@ class SimNetwork(Transport):
             # The blind spot is the decision (Simulation.blind): its losses follow from it.
             lost = True
             self._count(f"net.blind.{req.kind}")
+        elif self._adds_lost and self._add_lost(src, bookie_id, req):
+            lost = True  # the compound aim's decision (lose_adds)
+            self._count("net.add_lost_aimed")
         elif self._aimed_loss(req) and not (
             (self._blind and self._blind_spot(src, req.ledger_id) is not None)
             or (src, req.ledger_id) in self.spared

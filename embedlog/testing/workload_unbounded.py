@@ -33,7 +33,14 @@ from embedlog.testing.oracle_fence import FenceRule
 from embedlog.testing.oracle_fence_term import FenceAndTermRule
 from embedlog.testing.oracle_quorum import AckQuorumRule, LafrRule
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
-from embedlog.testing.simcombos import dirty_leftover, dirty_leftover_at, dirty_leftover_ready
+from embedlog.testing.simcombos import (
+    dirty_leftover,
+    dirty_leftover_at,
+    dirty_leftover_ready,
+    displaced_wipe,
+    displaced_wipe_rate,
+    displaced_wipe_ready,
+)
 from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.simraces import AIM_RECOVERY_WAIT
 from embedlog.testing.workload import (
@@ -78,6 +85,7 @@ class UnboundedWorkload:
         self._writing = 0  # streams still being written (followers stop when none are)
         self._quiet = asyncio.Event()
         self._held: dict[int, asyncio.Event] = {}  # streams a compound aim holds (hold)
+        self._wipe_rate = displaced_wipe_rate(ctx)  # simcombos.py: the displaced wipe
         # Whether takeovers write the truncate no-op (off only under an unsafe switch):
         # with it, the new term owns the no-op's id and everything above.
         self._noop = not ctx.client_options.get("unsafe_takeover_without_noop", False)
@@ -261,6 +269,8 @@ class UnboundedWorkload:
         n_adds = rng.randint(*ctx.scenario.entries)
         leftover_at = dirty_leftover_at(ctx, n_adds)
         combos: list[asyncio.Future[None]] = []
+        if displaced_wipe_ready(ctx, self.cluster, writer, self._wipe_rate):
+            await displaced_wipe(ctx, self.cluster, self, name, lid, writer)
         for seq in range(n_adds):
             if writer.error is not None:
                 break

@@ -178,3 +178,37 @@ def test_a_boot_that_leaves_an_owed_stream_below_its_term_is_caught():
         RULE,
         "check.fence_and_term",
     )
+
+
+@contextmanager
+def unlisted_stream_without_term() -> Iterator[None]:
+    """BP-46 phase one leaves an open stream that does not list the bookie at the term its
+    disk has (a wiped disk: none): a takeover raised it there, then replaced it."""
+    protection_for = boot.protection_for
+
+    def mutant(md: LedgerMetadata, *, owes: bool, skip_fence: bool = False) -> Protection:
+        plan = protection_for(md, owes=owes, skip_fence=skip_fence)
+        if not owes and md.unbounded and not md.is_closed:
+            return Protection(fence=plan.fence, limbo=plan.limbo, term=None)
+        return plan
+
+    boot.protection_for = mutant  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        boot.protection_for = protection_for
+
+
+UNLISTED_FIRST = 57  # first violating seed of `unbounded-nojournal-races` (searched if moved)
+
+
+def test_a_boot_that_leaves_an_unlisted_stream_below_its_term_is_caught():
+    # Reached through the displaced wipe (simcombos.py): none of 1,000 seeds before it.
+    caught_then_clean(
+        unlisted_stream_without_term,
+        "unbounded-nojournal-races",
+        UNLISTED_FIRST,
+        SEARCH,
+        RULE,
+        "combo.displaced_wipe.done",
+    )
