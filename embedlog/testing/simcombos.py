@@ -42,6 +42,7 @@ While a compound aim runs it holds the bookies of the ledger's ensemble
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import TYPE_CHECKING, Protocol
 
 from embedlog.errors import BKError
@@ -157,21 +158,30 @@ async def quiet_writer_wiped_reboot(
         if not recovery.done() or not recovery.result():
             ctx.counts["combo.wiped_reboot.missed.recovery"] += 1
             return  # the writer goes on where it was
-        if not (cluster.serving(victim) and budget.may_wipe(victim) and cluster.may_take_down()):
-            ctx.counts["combo.wiped_reboot.missed.victim"] += 1
-            return
-        await cluster.take_down(victim, wipe=True)
-        for _ in range(BOOT_TRIES):
-            ctx.counts["fault.restart"] += 1
-            ctx.trace("restart", victim)
-            if await cluster.boot(victim):
-                ctx.counts["combo.wiped_reboot.done"] += 1
-                break
-            await asyncio.sleep(rng.uniform(0.01, 0.1))
+        await _wipe_and_boot(ctx, cluster, victim, rng, "wiped_reboot")
     finally:
         budget.reserve_lossy(None)
         for b in held:
             budget.busy(b, False)
+
+
+async def _wipe_and_boot(
+    ctx: SimContext, cluster: ClusterControl, victim: str, rng: random.Random, combo: str
+) -> bool:
+    """Crash ``victim``, wipe its disks and boot it at once (the operator's cookie fix),
+    if it still serves and the budgets allow; whether it was taken down."""
+    if not (cluster.serving(victim) and ctx.budget.may_wipe(victim) and cluster.may_take_down()):
+        ctx.counts[f"combo.{combo}.missed.victim"] += 1
+        return False
+    await cluster.take_down(victim, wipe=True)
+    for _ in range(BOOT_TRIES):
+        ctx.counts["fault.restart"] += 1
+        ctx.trace("restart", victim)
+        if await cluster.boot(victim):
+            ctx.counts[f"combo.{combo}.done"] += 1
+            break
+        await asyncio.sleep(rng.uniform(0.01, 0.1))
+    return True
 
 
 async def _recover(ctx: SimContext, oracle: Oracle, client: Client, lid: int, who: str) -> bool:
@@ -375,17 +385,8 @@ async def displaced_wipe(
         if victim in ctx.truth.read_ledger(lid).bookies():
             ctx.counts["combo.displaced_wipe.missed.listed"] += 1
             return
-        if not (cluster.serving(victim) and budget.may_wipe(victim) and cluster.may_take_down()):
-            ctx.counts["combo.displaced_wipe.missed.victim"] += 1
+        if not await _wipe_and_boot(ctx, cluster, victim, rng, "displaced_wipe"):
             return
-        await cluster.take_down(victim, wipe=True)
-        for _ in range(BOOT_TRIES):
-            ctx.counts["fault.restart"] += 1
-            ctx.trace("restart", victim)
-            if await cluster.boot(victim):
-                ctx.counts["combo.displaced_wipe.done"] += 1
-                break
-            await asyncio.sleep(rng.uniform(0.01, 0.1))
         # The old writer's first append reaches the unaware bookie and the wiped one; the
         # third's refusal is lost, so the wiped bookie's term alone can refuse it.
         for b in refusing:

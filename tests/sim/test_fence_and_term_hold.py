@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import pytest
 from seed_search import caught_then_clean
@@ -147,14 +147,14 @@ def test_a_refused_add_is_not_judged():
 
 
 @contextmanager
-def owed_stream_limbo_without_term() -> Iterator[None]:
-    """BP-46 phase one puts an open stream the bookie may owe entries of in limbo, but
-    leaves its term as the disk has it (a wiped disk: none)."""
+def _open_stream_without_term(owed: bool) -> Iterator[None]:
+    """BP-46 phase one leaves an open stream the bookie may owe entries of (``owed``), or
+    one that does not list it, at the term its disk has (a wiped disk: none)."""
     protection_for = boot.protection_for
 
     def mutant(md: LedgerMetadata, *, owes: bool, skip_fence: bool = False) -> Protection:
         plan = protection_for(md, owes=owes, skip_fence=skip_fence)
-        if owes and md.unbounded and not md.is_closed:
+        if owes == owed and md.unbounded and not md.is_closed:
             return Protection(fence=plan.fence, limbo=plan.limbo, term=None)
         return plan
 
@@ -163,6 +163,12 @@ def owed_stream_limbo_without_term() -> Iterator[None]:
         yield
     finally:
         boot.protection_for = protection_for
+
+
+def owed_stream_limbo_without_term() -> AbstractContextManager[None]:
+    """BP-46 phase one puts an open stream the bookie may owe entries of in limbo, but
+    leaves its term as the disk has it (a wiped disk: none)."""
+    return _open_stream_without_term(owed=True)
 
 
 FIRST = 159  # first violating seed of `unbounded-nojournal` (searched again from 0 when moved)
@@ -180,23 +186,10 @@ def test_a_boot_that_leaves_an_owed_stream_below_its_term_is_caught():
     )
 
 
-@contextmanager
-def unlisted_stream_without_term() -> Iterator[None]:
+def unlisted_stream_without_term() -> AbstractContextManager[None]:
     """BP-46 phase one leaves an open stream that does not list the bookie at the term its
     disk has (a wiped disk: none): a takeover raised it there, then replaced it."""
-    protection_for = boot.protection_for
-
-    def mutant(md: LedgerMetadata, *, owes: bool, skip_fence: bool = False) -> Protection:
-        plan = protection_for(md, owes=owes, skip_fence=skip_fence)
-        if not owes and md.unbounded and not md.is_closed:
-            return Protection(fence=plan.fence, limbo=plan.limbo, term=None)
-        return plan
-
-    boot.protection_for = mutant  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        boot.protection_for = protection_for
+    return _open_stream_without_term(owed=False)
 
 
 UNLISTED_FIRST = 57  # first violating seed of `unbounded-nojournal-races` (searched if moved)
