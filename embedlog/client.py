@@ -409,14 +409,16 @@ class Client:
         ledger_id = validate.ledger_id(ledger_id)
         try:
             md = await self.ctx.meta(self.ctx.metadata.read_ledger, ledger_id)
+            if md.state is not LedgerState.CLOSED:
+                from embedlog.unbounded.deletion import fence_for_delete
+
+                md = await fence_for_delete(self.ctx, md)
+            await self.ctx.meta(self.ctx.metadata.delete_ledger, ledger_id)
         except NoSuchLedgerInMetadataError:
+            # Gone before this call, or deleted meanwhile by another: a delete that dropped
+            # the node and then failed leaves cursors and sink records nobody else removes.
             await self._finish_earlier_delete(ledger_id)
             raise
-        if md.state is not LedgerState.CLOSED:
-            from embedlog.unbounded.deletion import fence_for_delete
-
-            md = await fence_for_delete(self.ctx, md)
-        await self.ctx.meta(self.ctx.metadata.delete_ledger, ledger_id)
         if md.unbounded:
             await self._forget_stream(md)
         key = md.master_key
@@ -439,9 +441,9 @@ class Client:
         await asyncio.gather(*(drop(b) for b in sorted(md.bookies())))
 
     async def _finish_earlier_delete(self, ledger_id: int) -> None:
-        """An earlier delete may have dropped the ledger's node and then failed before
-        its cleanup: nothing else would ever remove what it left of the stream."""
-        await self.ctx.meta(streams.forget, self.ctx.metadata.store, ledger_id)
+        """Remove what a delete that dropped the ledger's node and then failed left of the
+        stream, if anything (``streams.forget_deleted``: never a live stream's)."""
+        await self.ctx.meta(streams.forget_deleted, self.ctx.metadata.store, ledger_id)
 
     async def _forget_stream(self, md: LedgerMetadata) -> None:
         """After its ledger was deleted: free the stream's name, drop its cursors and

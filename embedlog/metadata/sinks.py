@@ -23,7 +23,8 @@ from embedlog.metadata.store import NoNodeError
 SINKS = "/streams/sinks"
 
 
-def _base(ledger_id: int) -> str:
+def base(ledger_id: int) -> str:
+    """The node holding a stream's sink records."""
     return f"{SINKS}/{ledger_id:020d}"
 
 
@@ -31,9 +32,9 @@ def _base(ledger_id: int) -> str:
 def read_all(store: Ops, ledger_id: int) -> Steps[dict[str, tuple[bytes, int]]]:
     """Every sink record of ``ledger_id``: sink -> (data, version)."""
     out: dict[str, tuple[bytes, int]] = {}
-    for sink in (yield from store.children(_base(ledger_id))):
+    for sink in (yield from store.children(base(ledger_id))):
         try:
-            out[sink] = yield from store.get(f"{_base(ledger_id)}/{sink}")
+            out[sink] = yield from store.get(f"{base(ledger_id)}/{sink}")
         except NoNodeError:
             pass  # deleted meanwhile
     return out
@@ -43,7 +44,7 @@ def read_all(store: Ops, ledger_id: int) -> Steps[dict[str, tuple[bytes, int]]]:
 def write(store: Ops, ledger_id: int, sink: str, data: bytes, version: int | None) -> Steps[int]:
     """Store ``data`` as the record: created when ``version`` is None (NodeExistsError if
     it exists), else replaced if still at ``version`` (MetadataVersionError if not)."""
-    path = f"{_base(ledger_id)}/{sink}"
+    path = f"{base(ledger_id)}/{sink}"
     if not (yield from store.exists(ledger_path(ledger_id))):
         raise _deleted(ledger_id)
     try:
@@ -70,4 +71,4 @@ def _deleted(ledger_id: int) -> LedgerDeletedError:
 
 @recipe
 def delete_all(store: Ops, ledger_id: int) -> Steps[None]:
-    yield from delete_tree.steps(_base(ledger_id))
+    yield from delete_tree.steps(base(ledger_id))

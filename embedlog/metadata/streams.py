@@ -334,8 +334,29 @@ def delete_all_cursors(store: Ops, ledger_id: int) -> Steps[None]:
 
 @recipe
 def forget(store: Ops, ledger_id: int) -> Steps[None]:
-    """Drop what this layer keeps of a ledger whose node is gone: its cursors, its trim
-    point node and its sink records. Nothing can make them again: each is made only while
-    the ledger's node exists (``create_if``), and ledger ids are never reused."""
+    """Drop what this layer keeps of a ledger whose node its caller saw go: its cursors,
+    its trim point node and its sink records. Nothing can make them again: each is made
+    only while the ledger's node exists (``create_if``), and ledger ids are never reused."""
     yield from delete_all_cursors.steps(ledger_id)
     yield from sinks.delete_all.steps(ledger_id)
+
+
+@recipe
+def forget_deleted(store: Ops, ledger_id: int) -> Steps[bool]:
+    """What a delete that failed after it dropped the ledger's node left (cursors, the trim
+    point node, sink records): dropped, if anything is left and the node is gone; whether
+    it was. Something left proves the ledger existed (each is made only while its node
+    exists); its node gone, after a sync, then means it was deleted, for good (ids are never
+    reused). Nothing left, or the node there (a ledger whose id was taken and whose node is
+    not made yet, a lagging server's answer): nothing to do, and nothing of a live stream
+    goes."""
+    left = (yield from store.exists(_cursors_path(ledger_id))) or (
+        yield from store.exists(sinks.base(ledger_id))
+    )
+    if not left:
+        return False
+    yield from store.sync(ledger_path(ledger_id))
+    if (yield from store.exists(ledger_path(ledger_id))):
+        return False
+    yield from forget.steps(ledger_id)
+    return True

@@ -18,7 +18,7 @@ from embedlog.metadata import sinks, streams
 from embedlog.metadata.client import ledger_path
 from embedlog.metadata.memory import MemoryMetadataStore
 from embedlog.metadata.recipe import Op, Steps
-from embedlog.metadata.store import MetadataStore
+from embedlog.metadata.store import ANY_VERSION, MetadataStore
 
 LID = 7
 
@@ -108,3 +108,49 @@ def test_a_write_that_lands_before_the_delete_goes_with_the_stream() -> None:
     with pytest.raises(MetadataError):
         _race(store, steps, after_the_create)
     assert _left(store) == []
+
+
+# -- the cleanup a delete of a ledger whose node is gone runs (streams.forget_deleted) ------
+
+
+class _CountingStore(MemoryMetadataStore):
+    """Counts the writes made through it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        self.writes += 1
+        super().delete(path, version)
+
+
+def _with_leftovers(store: MetadataStore) -> None:
+    streams.commit(store, LID, "c1", 3, False)
+    sinks.write(store, LID, "sink-1", b"{}", None)
+
+
+def test_what_a_failed_delete_left_goes_once_the_node_is_gone() -> None:
+    store = _store()
+    _with_leftovers(store)
+    store.delete(ledger_path(LID))  # the delete that then failed
+    assert _left(store)
+    assert streams.forget_deleted(store, LID) is True
+    assert _left(store) == []
+
+
+def test_a_live_streams_cursors_and_records_are_never_dropped() -> None:
+    # A delete read "no such ledger" for an id another client had taken but whose node it
+    # had not made yet; the stream was made and written to before the cleanup ran.
+    store = _store()
+    _with_leftovers(store)
+    before = _left(store)
+    assert streams.forget_deleted(store, LID) is False
+    assert _left(store) == before
+    assert store.exists(ledger_path(LID))
+
+
+def test_an_id_that_never_held_a_stream_costs_no_write() -> None:
+    store = _CountingStore()
+    assert streams.forget_deleted(store, LID) is False
+    assert store.writes == 0

@@ -24,7 +24,7 @@ from embedlog.errors import (
 from embedlog.metadata import sinks, streams
 from embedlog.metadata.client import ledger_path
 from embedlog.metadata.ledger_metadata import LedgerMetadata
-from embedlog.metadata.store import ANY_VERSION, MetadataStore
+from embedlog.metadata.store import ANY_VERSION, MetadataStore, NoNodeError
 from embedlog.unbounded import layout
 
 IDLE = 30.0
@@ -554,6 +554,65 @@ def test_deleting_again_after_a_delete_failed_midway_removes_what_it_left(make_c
     assert store.children(records) == []
     assert "orders" not in admin.list_streams()
     admin.create_unbounded(3, 3, 2, name="orders")  # the name is free
+
+
+class StaleFirstRead(DelegatingStore):
+    """The first read of ``ledger``'s node says there is none: a lagging ZooKeeper server,
+    or a delete racing the creation of an id another client just took."""
+
+    def __init__(self, inner: MetadataStore, ledger: int) -> None:
+        super().__init__(inner)
+        self.path = ledger_path(ledger)
+        self.stale = True
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        if path == self.path and self.stale:
+            self.stale = False
+            raise NoNodeError(path)
+        return self.inner.get(path)
+
+
+def test_a_delete_that_reads_no_ledger_leaves_a_live_streams_cursors_alone(make_cluster):
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    ul.append(b"x")
+    ul.commit("c1", 0)
+    sinks.write(cluster.metadata.store, ul.ledger_id, "sink-1", b"{}", None)
+    store = cluster.metadata.store
+    cluster.metadata.store = StaleFirstRead(store, ul.ledger_id)
+    with pytest.raises(NoSuchLedgerInMetadataError):
+        cluster.client("admin").delete_ledger(ul.ledger_id)
+    assert store.children(f"{streams.CURSORS}/{ul.ledger_id:020d}") == ["c1"]
+    assert store.children(f"{sinks.SINKS}/{ul.ledger_id:020d}") == ["sink-1"]
+    assert ul.cursors() == {"c1": 0}
+
+
+class DeletedBeneath(DelegatingStore):
+    """Another delete drops ``ledger``'s node (and then fails) just before this client's
+    delete of it."""
+
+    def __init__(self, inner: MetadataStore, ledger: int) -> None:
+        super().__init__(inner)
+        self.path = ledger_path(ledger)
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        if path == self.path:
+            self.inner.delete(path)
+        self.inner.delete(path, version)
+
+
+def test_a_delete_that_another_delete_overtook_still_removes_what_that_one_left(make_cluster):
+    cluster = make_cluster(3)
+    ul = cluster.client("w").create_unbounded(3, 3, 2)
+    ul.append(b"x")
+    ul.commit("c1", 0)
+    store = cluster.metadata.store
+    sinks.write(store, ul.ledger_id, "sink-1", b"{}", None)
+    cluster.metadata.store = DeletedBeneath(store, ul.ledger_id)
+    with pytest.raises(NoSuchLedgerInMetadataError):
+        cluster.client("admin").delete_ledger(ul.ledger_id)
+    assert not store.exists(f"{streams.CURSORS}/{ul.ledger_id:020d}")
+    assert store.children(f"{sinks.SINKS}/{ul.ledger_id:020d}") == []
 
 
 def test_a_bounded_ledger_is_fenced_before_it_is_deleted(make_cluster):
