@@ -15,9 +15,10 @@ wrote) is taken as evidence.
   exempt; a manual ``trim`` may pass cursors, and no such stream is judged). A commit
   of ``y > x`` still in flight, or failed with an unknown outcome (a ConnectionLoss
   after it applied), may have moved ``c`` to ``y``: a trim up to ``y + 1`` passes
-  nothing then. A force commit or a delete of ``c`` that returned settles ``c`` where
-  it put it, or at the highest position an op of ``c`` that was in flight beside it
-  may have written (the store may have applied that op after it); and a commit that
+  nothing then. A force commit or a delete of ``c`` that returned settles ``c`` at the
+  higher of its own position and the highest position an op of ``c`` that was in
+  flight beside it may have written (the store may have applied that op after it);
+  and a commit that
   ran beside a force commit or a delete protects nothing (that move back may have
   been applied after it, though it returned first).
 * ``RetentionTrimsOnlyBeyondItsLimits`` (issue #27's 5-7): a trim of a stream that nobody

@@ -393,6 +393,7 @@ async def displaced_wipe(
             cluster.blind(client_name, b, lid, "all", ctx.clock.monotonic() + BLIND_FOR[1])
     finally:
         cluster.unblind(who, lid)
+        cluster.lose_adds(who, victim, lid, 0.0)  # over: its writer's adds reach it again
         alone.set()
         cluster.spare(who, lid, False)
         budget.reserve_lossy(None)

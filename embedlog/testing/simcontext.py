@@ -113,7 +113,7 @@ class ClusterControl(Protocol):
 
     def lose_adds(self, who: str, bookie: str, lid: int, until: float) -> None:
         """Until virtual time ``until``, ``who``'s adds for ``lid`` to ``bookie`` are lost
-        (its fences and reads go through)."""
+        (its fences and reads go through); a time passed ends it now."""
         ...
 
     def gate(self, bookie: str, lid: int, until: float) -> None:

@@ -194,8 +194,11 @@ class SimNetwork(Transport):
 
     def lose_adds(self, src: str, bookie: str, ledger: int, until: float) -> None:
         """Until virtual time ``until``, lose ``src``'s adds for ``ledger`` to ``bookie``
-        (its other requests, fences and reads, go through)."""
-        self._adds_lost[(src, bookie, ledger)] = until
+        (its other requests, fences and reads, go through); a time passed ends it now."""
+        if until <= self._running_loop().time():
+            self._adds_lost.pop((src, bookie, ledger), None)
+        else:
+            self._adds_lost[(src, bookie, ledger)] = until
 
     def _add_lost(self, src: str, bookie: str, req: Request) -> bool:
         until = self._adds_lost.get((src, bookie, req.ledger_id))

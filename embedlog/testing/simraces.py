@@ -270,12 +270,14 @@ class DisplacedWrites:
             return None
         moment: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._takeovers.append(moment)
-        await asyncio.wait([moment], timeout=limit)
-        if not moment.done():
-            moment.cancel()
-            self._takeovers.remove(moment)
-            return None
-        return moment.result()
+        try:
+            await asyncio.wait([moment], timeout=limit)
+        finally:
+            # Timed out, or the taker cancelled (the history's limit): no write waits for it.
+            if not moment.done():
+                moment.cancel()
+                self._takeovers.remove(moment)
+        return moment.result() if not moment.cancelled() else None
 
     def __call__(self, fn: Callable[..., object], args: tuple[object, ...]) -> Hold | None:
         if getattr(fn, "__name__", None) != "write_ledger" or not args:
