@@ -9,6 +9,12 @@ refuses: a plain add (not a recovery's write-back) of a ledger it fenced, an add
 stream in a term below one it answered a read of. (Adds and trims of a term raise it
 too; the rule records the reads, which is what recoveries and takeovers count.)
 
+Cuts keep their order too: a bookie that answered a stream's cut (a takeover's truncating
+no-op, its TRIM ABOVE) of term T as made has dropped what the older terms left above it,
+once for T; it never afterwards answers a cut of an older term as made (one that waited
+while T's came would drop what T's takeover may have recovered since), whichever came
+first. Judged by the order of the answers.
+
 Not after a crash without the journal, a wiped or replaced disk, a lost or rotted file
 either: what the disk forgot, the boot must restore before the bookie serves (BP-46
 phase one fences every ledger and raises every open stream's term to the metadata's,
@@ -34,6 +40,7 @@ from embedlog.wire.messages import (
     ReadFlags,
     Request,
     Response,
+    TrimFlags,
     unpack_results,
 )
 
@@ -41,7 +48,7 @@ RULE = "FenceAndTermHold"
 
 # A fencing read fenced the ledger when it was answered with the entry or without it.
 _FENCED = (StatusCode.EOK, StatusCode.ENOENTRY)
-_WATCHED = (OpCode.ADD, OpCode.ADD_BATCH, OpCode.READ)
+_WATCHED = (OpCode.ADD, OpCode.ADD_BATCH, OpCode.READ, OpCode.TRIM)
 
 
 class FenceAndTermRule:
@@ -67,6 +74,8 @@ class FenceAndTermRule:
         self._adds: dict[tuple[str, int], dict[int, tuple[int, Request]]] = {}
         # Streams a delete fenced somewhere: no longer judged (see answered).
         self._deleted: set[int] = set()
+        # (bookie, ledger) -> the highest term of a cut it answered as made
+        self._cuts: dict[tuple[str, int], int] = {}
 
     def arrived(self, bookie: str, req: Request) -> None:
         if req.op in _WATCHED:
@@ -79,6 +88,10 @@ class FenceAndTermRule:
             return
         seq, key = arrival[0], (bookie, req.ledger_id)
         if req.ledger_id in self._deleted:
+            return
+        if req.op == OpCode.TRIM:
+            if req.flags & TrimFlags.ABOVE and resp.status == StatusCode.EOK:
+                self._cut(bookie, key, req)
             return
         if req.op == OpCode.READ:
             if resp.status in _FENCED:
@@ -103,10 +116,26 @@ class FenceAndTermRule:
                 return
         if ok:
             self._acked(bookie, key, seq, req)
+            if req.op == OpCode.ADD and req.flags & AddFlags.TRUNCATE:
+                self._cut(bookie, key, req)
+
+    def _cut(self, bookie: str, key: tuple[str, int], req: Request) -> None:
+        if req.term == NO_TERM:
+            return
+        self._counts["check.cut_order"] += 1
+        newest = self._cuts.get(key, req.term)
+        if req.term < newest:
+            self._violate(
+                RULE,
+                f"{bookie} answered a cut of {req.ledger_id} above {req.entry_id} of term "
+                f"{req.term} as made after it had answered one of term {newest}",
+            )
+            return
+        self._cuts[key] = req.term
 
     def _forget(self, lid: int) -> None:
         self._deleted.add(lid)
-        for records in (self._raises, self._adds):
+        for records in (self._raises, self._adds, self._cuts):
             for key in [k for k in records if k[1] == lid]:
                 del records[key]
 

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, contextmanager
 import pytest
 from seed_search import caught_then_clean
 
-from embedlog.bookie import boot
+from embedlog.bookie import adds, boot
 from embedlog.bookie.integrity import Protection
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.testing.oracle_fence_term import RULE, FenceAndTermRule
@@ -25,6 +25,7 @@ from embedlog.wire.messages import (
     ReadFlags,
     Request,
     Response,
+    TrimFlags,
     pack_entries,
     pack_results,
 )
@@ -144,6 +145,61 @@ def test_a_refused_add_is_not_judged():
     b.answer(b.arrive(OpCode.ADD, term=4), StatusCode.EINVALIDTERM)
     b.answer(b.arrive(OpCode.ADD, term=6))
     assert b.seen == []
+
+
+def _cut(b: Bookie, term: int, *, trim: bool = False) -> Request:
+    if trim:
+        return b.arrive(OpCode.TRIM, term=term, flags=TrimFlags.ABOVE)
+    return b.arrive(OpCode.ADD, term=term, flags=AddFlags.TRUNCATE)
+
+
+@pytest.mark.parametrize("older_by_trim", [False, True])
+@pytest.mark.parametrize("newer_by_trim", [False, True])
+def test_an_older_cut_answered_as_made_after_a_newer_one_is_caught(older_by_trim, newer_by_trim):
+    b = Bookie()
+    older = _cut(b, 1, trim=older_by_trim)  # waits for the storage lock
+    newer = _cut(b, 2, trim=newer_by_trim)
+    b.answer(newer)
+    b.answer(older)
+    assert b.seen == [RULE]
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "status", "caught"),
+    [
+        (1, 2, StatusCode.EOK, False),  # in their order
+        (2, 2, StatusCode.EOK, False),  # a duplicate of the same term, answered as made
+        (2, 1, StatusCode.EINVALIDTERM, False),  # the stale one refused, as it must be
+    ],
+)
+def test_cuts_in_order_or_refused_are_not_caught(first, then, status, caught):
+    b = Bookie()
+    b.answer(_cut(b, first))
+    b.answer(_cut(b, then), status)
+    assert b.seen == ([RULE] if caught else [])
+
+
+@contextmanager
+def stale_cut_not_rechecked() -> Iterator[None]:
+    """A cut that waited for the storage lock does not look at the ledger's term again:
+    an older takeover's cut still cuts after a newer one's (the check under the lock,
+    ``Adds.truncate``'s only use of the term rule, always passes)."""
+    accepts = adds.bookie_accepts_term
+    adds.bookie_accepts_term = lambda stored, term: True  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        adds.bookie_accepts_term = accepts
+
+
+CUT_FIRST = 656  # first violating seed of `unbounded-races` (searched if moved)
+CUT_SEARCH = 1000
+
+
+def test_a_cut_made_after_a_newer_terms_is_caught():
+    caught_then_clean(
+        stale_cut_not_rechecked, "unbounded-races", CUT_FIRST, CUT_SEARCH, RULE, "check.cut_order"
+    )
 
 
 @contextmanager
