@@ -165,6 +165,18 @@ async def quiet_writer_wiped_reboot(
             budget.busy(b, False)
 
 
+async def _take_over_alone(
+    work: StreamWork, client: Client, who: str, lid: int, rng: random.Random
+) -> UnboundedLedger | None:
+    """A compound aim's takeover of ``lid`` (the others wait), tried again while it fails."""
+    for _ in range(TAKEOVER_TRIES):
+        handle = await work.take_over(client, who, lid, holder=True)
+        if handle is not None:
+            return handle
+        await asyncio.sleep(rng.uniform(0.05, 0.3))
+    return None
+
+
 async def _wipe_and_boot(
     ctx: SimContext, cluster: ClusterControl, victim: str, rng: random.Random, combo: str
 ) -> bool:
@@ -269,12 +281,7 @@ async def dirty_leftover(
             waited += POLL
         client = cluster.client(who)
         cluster.spare(who, lid, True)
-        handle = None
-        for _ in range(TAKEOVER_TRIES):
-            handle = await work.take_over(client, who, lid, holder=True)
-            if handle is not None:
-                break
-            await asyncio.sleep(rng.uniform(0.05, 0.3))
+        handle = await _take_over_alone(work, client, who, lid, rng)
         # The old writer's connections heal (it learns of the new term as they do).
         cluster.unblind(client_name, lid)
         if handle is None or handle.writer is None:
@@ -373,12 +380,7 @@ async def displaced_wipe(
         until = ctx.clock.monotonic() + DISPLACED_WIPE_FOR
         cluster.blind(who, unaware, lid, "all", until)
         cluster.lose_adds(who, victim, lid, until)
-        handle = None
-        for _ in range(TAKEOVER_TRIES):
-            handle = await work.take_over(client, who, lid, holder=True)
-            if handle is not None:
-                break
-            await asyncio.sleep(rng.uniform(0.05, 0.3))
+        handle = await _take_over_alone(work, client, who, lid, rng)
         if handle is None:
             ctx.counts["combo.displaced_wipe.missed.takeover"] += 1
             return
