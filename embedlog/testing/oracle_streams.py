@@ -18,9 +18,8 @@ wrote) is taken as evidence.
   nothing then. A force commit or a delete of ``c`` that returned settles ``c`` at the
   higher of its own position and the highest position an op of ``c`` that was in
   flight beside it may have written (the store may have applied that op after it);
-  and a commit that
-  ran beside a force commit or a delete protects nothing (that move back may have
-  been applied after it, though it returned first).
+  and a commit that ran beside a force commit or a delete protects nothing (that move
+  back may have been applied after it, though it returned first).
 * ``RetentionTrimsOnlyBeyondItsLimits`` (issue #27's 5-7): a trim of a stream that nobody
   trimmed by hand is retention's, and one limit alone justifies it: ``max_entries``, if
   at most the ids from the new first kept entry to the highest confirmed id, less the
@@ -109,7 +108,6 @@ class StreamRules:
         # The highest y + 1 a commit of the cursor may have written (in flight, returned, or
         # failed with an unknown outcome) since the last backward move that settled it.
         self._reach: dict[tuple[int, str], int] = {}
-        self._backward: Counter[tuple[int, str]] = Counter()  # backward ops in flight
         # The ops of each cursor in flight, by their ``invoked`` steps.
         self._running: dict[tuple[int, str], dict[int, CursorOp]] = {}
         self._deleted: dict[int, tuple[float, int]] = {}  # delete returned: (time, step)
@@ -199,16 +197,13 @@ class StreamRules:
             self._reach[key] = max(self._reach.get(key, position + 1), position + 1)
         if backward:
             # The cursor may move back from now on: it protects nothing until a commit
-            # returns with no such operation in flight.
-            self._backward[(lid, cursor)] += 1
-            self._protects.pop((lid, cursor), None)
+            # returns that ran beside no such operation.
+            self._protects.pop(key, None)
         return op
 
     def commit_returned(self, op: CursorOp, ok: bool) -> None:
         key = (op.lid, op.cursor)
         del self._running[key][op.invoked]
-        if op.backward:
-            self._backward[key] -= 1
         if not ok:
             return
         if op.backward:
@@ -231,9 +226,10 @@ class StreamRules:
             )
         if op.beside_backward and op.position is not None:
             self._counts["streams.commit_beside_backward"] += 1
-        if op.position is None or self._backward[key] > 0 or op.beside_backward:
-            # A move back may still come, or may have been applied after this commit
-            # though it returned first: the cursor may be below this position, or gone.
+        if op.position is None or op.beside_backward:
+            # A move back that ran beside this commit (one still in flight did) may have
+            # been applied after it, though it returned first: the cursor may be below
+            # this position, or gone.
             return
         floor = op.position + 1
         before = self._protects.get(key)
