@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
 from embedlog.errors import BKError
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     from embedlog.client import Client
     from embedlog.ledger.writer import LedgerWriter
     from embedlog.testing.oracle import Oracle
+    from embedlog.testing.simbudget import FaultBudget
     from embedlog.unbounded.ledger import UnboundedLedger
     from embedlog.unbounded.writer import TermWriter
 
@@ -140,17 +143,13 @@ async def quiet_writer_wiped_reboot(
         ctx.counts["combo.wiped_reboot.missed.no_victim"] += 1
         return
     victim = rng.choice(wipeable)
-    budget.reserve_lossy(victim)
     blind = rng.choice([b for b in ws if b != victim])
     ctx.counts["combo.wiped_reboot"] += 1
     who = f"q{ctx.counts['combo.wiped_reboot']}"
     ctx.trace("combo", "wiped-reboot", name, lid, eid, "blind", blind, "wipe", victim)
     # The nemesis and the strikes leave the ensemble alone meanwhile: a wipe or a crash of
     # another of its bookies would end the history this aims at before it happened.
-    held = [b for b in md.last_fragment[1] if not budget.is_busy(b)]
-    for b in held:
-        budget.busy(b, True)
-    try:
+    with _holding(budget, md.last_fragment[1], victim):
         client = cluster.client(who)
         cluster.blind(who, blind, lid, "all", ctx.clock.monotonic() + rng.uniform(*BLIND_FOR))
         recovery = asyncio.ensure_future(_recover(ctx, oracle, client, lid, who))
@@ -159,8 +158,25 @@ async def quiet_writer_wiped_reboot(
             ctx.counts["combo.wiped_reboot.missed.recovery"] += 1
             return  # the writer goes on where it was
         await _wipe_and_boot(ctx, cluster, victim, rng, "wiped_reboot")
+
+
+@contextmanager
+def _holding(
+    budget: FaultBudget, bookies: Iterable[str], victim: str | None = None
+) -> Iterator[None]:
+    """While a compound aim runs: ``bookies`` (those nothing holds yet) busy, so that the
+    nemesis, the strikes and the disk faults leave them alone, and the lossy budget held
+    for ``victim``, the bookie it is about to wipe (a crash elsewhere would spend it)."""
+    held = [b for b in bookies if not budget.is_busy(b)]
+    for b in held:
+        budget.busy(b, True)
+    if victim is not None:
+        budget.reserve_lossy(victim)
+    try:
+        yield
     finally:
-        budget.reserve_lossy(None)
+        if victim is not None:
+            budget.reserve_lossy(None)
         for b in held:
             budget.busy(b, False)
 
@@ -266,58 +282,54 @@ async def dirty_leftover(
     n = ctx.counts["combo.dirty_leftover"]
     who = f"d{n}"
     ctx.trace("combo", "dirty-leftover", client_name, lid, "keep", keep)
-    held = [b for b in ensemble if not budget.is_busy(b)]
-    for b in held:
-        budget.busy(b, True)
-    alone = work.hold(lid)
-    try:
-        # The old term's appends reach only ``keep`` from now on (none completes).
-        cluster.blind(client_name, keep, lid, "others", ctx.clock.monotonic() + CUT_OFF_FOR)
-        # The takeover starts once the old writer sent a few ids more (some of them reach
-        # ``keep`` only, the others nothing), or a while later at most.
-        cut_at, waited = writer.next_entry_id, 0.0
-        while writer.next_entry_id <= cut_at + md.ensemble_size and waited < CUT_OFF_WAIT:
-            await asyncio.sleep(POLL)
-            waited += POLL
-        client = cluster.client(who)
-        cluster.spare(who, lid, True)
-        handle = await _take_over_alone(work, client, who, lid, rng)
-        # The old writer's connections heal (it learns of the new term as they do).
-        cluster.unblind(client_name, lid)
-        if handle is None or handle.writer is None:
-            ctx.counts["combo.dirty_leftover.missed.takeover"] += 1
-            return
-        new = handle.writer
-        eid = new.next_entry_id
-        nmd = new.md
-        ws = write_set_bookies(eid, nmd.ensemble_for(eid), nmd.write_quorum)
-        noop_ws = write_set_bookies(eid - 1, nmd.ensemble_for(eid - 1), nmd.write_quorum)
-        if keep not in ws or keep in noop_ws:
-            # The no-op's truncate reached it, or the next id is not its to hold.
-            ctx.counts["combo.dirty_leftover.missed.write_set"] += 1
-            return
-        # The new term's first append reaches ``keep`` late: acknowledged by the others,
-        # while ``keep`` still holds whatever the old term left at that id.
-        cluster.hold_next(who, keep, lid, rng.uniform(*HELD_ADD))
-        acked = work.append(handle, who, b"dirty-leftover")
-        await asyncio.wait([acked])
-        if acked.exception() is not None or acked.result() != eid:
-            ctx.counts["combo.dirty_leftover.missed.append"] += 1
-            return
-        ctx.counts["combo.dirty_leftover.read"] += 1
-        ctx.trace("combo-read", who, keep, lid, eid)
-        # A reader of its own: on the new term's connection the read would wait behind
-        # the held add.
-        reader = cluster.client(f"{who}-reader")
+    with _holding(budget, ensemble):
+        alone = work.hold(lid)
         try:
-            await reader.ctx.bookies.call(keep, OpCode.READ, lid, eid)
-        except BKError:
-            pass  # unknown: the oracle judged whatever the bookie answered
-    finally:
-        alone.set()
-        cluster.spare(who, lid, False)
-        for b in held:
-            budget.busy(b, False)
+            # The old term's appends reach only ``keep`` from now on (none completes).
+            cluster.blind(client_name, keep, lid, "others", ctx.clock.monotonic() + CUT_OFF_FOR)
+            # The takeover starts once the old writer sent a few ids more (some of them reach
+            # ``keep`` only, the others nothing), or a while later at most.
+            cut_at, waited = writer.next_entry_id, 0.0
+            while writer.next_entry_id <= cut_at + md.ensemble_size and waited < CUT_OFF_WAIT:
+                await asyncio.sleep(POLL)
+                waited += POLL
+            client = cluster.client(who)
+            cluster.spare(who, lid, True)
+            handle = await _take_over_alone(work, client, who, lid, rng)
+            # The old writer's connections heal (it learns of the new term as they do).
+            cluster.unblind(client_name, lid)
+            if handle is None or handle.writer is None:
+                ctx.counts["combo.dirty_leftover.missed.takeover"] += 1
+                return
+            new = handle.writer
+            eid = new.next_entry_id
+            nmd = new.md
+            ws = write_set_bookies(eid, nmd.ensemble_for(eid), nmd.write_quorum)
+            noop_ws = write_set_bookies(eid - 1, nmd.ensemble_for(eid - 1), nmd.write_quorum)
+            if keep not in ws or keep in noop_ws:
+                # The no-op's truncate reached it, or the next id is not its to hold.
+                ctx.counts["combo.dirty_leftover.missed.write_set"] += 1
+                return
+            # The new term's first append reaches ``keep`` late: acknowledged by the others,
+            # while ``keep`` still holds whatever the old term left at that id.
+            cluster.hold_next(who, keep, lid, rng.uniform(*HELD_ADD))
+            acked = work.append(handle, who, b"dirty-leftover")
+            await asyncio.wait([acked])
+            if acked.exception() is not None or acked.result() != eid:
+                ctx.counts["combo.dirty_leftover.missed.append"] += 1
+                return
+            ctx.counts["combo.dirty_leftover.read"] += 1
+            ctx.trace("combo-read", who, keep, lid, eid)
+            # A reader of its own: on the new term's connection the read would wait behind
+            # the held add.
+            reader = cluster.client(f"{who}-reader")
+            try:
+                await reader.ctx.bookies.call(keep, OpCode.READ, lid, eid)
+            except BKError:
+                pass  # unknown: the oracle judged whatever the bookie answered
+        finally:
+            alone.set()
+            cluster.spare(who, lid, False)
 
 
 def displaced_wipe_rate(ctx: SimContext) -> float:
@@ -369,35 +381,29 @@ async def displaced_wipe(
     ctx.counts["combo.displaced_wipe"] += 1
     who = f"u{ctx.counts['combo.displaced_wipe']}"
     ctx.trace("combo", "displaced-wipe", client_name, lid, "unaware", unaware, "wipe", victim)
-    held = [b for b in md.last_fragment[1] if not budget.is_busy(b)]
-    for b in held:
-        budget.busy(b, True)
-    budget.reserve_lossy(victim)
-    alone = work.hold(lid)
-    try:
-        client = cluster.client(who)
-        cluster.spare(who, lid, True)
-        until = ctx.clock.monotonic() + DISPLACED_WIPE_FOR
-        cluster.blind(who, unaware, lid, "all", until)
-        cluster.lose_adds(who, victim, lid, until)
-        handle = await _take_over_alone(work, client, who, lid, rng)
-        if handle is None:
-            ctx.counts["combo.displaced_wipe.missed.takeover"] += 1
-            return
-        if victim in ctx.truth.read_ledger(lid).bookies():
-            ctx.counts["combo.displaced_wipe.missed.listed"] += 1
-            return
-        if not await _wipe_and_boot(ctx, cluster, victim, rng, "displaced_wipe"):
-            return
-        # The old writer's first append reaches the unaware bookie and the wiped one; the
-        # third's refusal is lost, so the wiped bookie's term alone can refuse it.
-        for b in refusing:
-            cluster.blind(client_name, b, lid, "all", ctx.clock.monotonic() + BLIND_FOR[1])
-    finally:
-        cluster.unblind(who, lid)
-        cluster.lose_adds(who, victim, lid, 0.0)  # over: its writer's adds reach it again
-        alone.set()
-        cluster.spare(who, lid, False)
-        budget.reserve_lossy(None)
-        for b in held:
-            budget.busy(b, False)
+    with _holding(budget, md.last_fragment[1], victim):
+        alone = work.hold(lid)
+        try:
+            client = cluster.client(who)
+            cluster.spare(who, lid, True)
+            until = ctx.clock.monotonic() + DISPLACED_WIPE_FOR
+            cluster.blind(who, unaware, lid, "all", until)
+            cluster.lose_adds(who, victim, lid, until)
+            handle = await _take_over_alone(work, client, who, lid, rng)
+            if handle is None:
+                ctx.counts["combo.displaced_wipe.missed.takeover"] += 1
+                return
+            if victim in ctx.truth.read_ledger(lid).bookies():
+                ctx.counts["combo.displaced_wipe.missed.listed"] += 1
+                return
+            if not await _wipe_and_boot(ctx, cluster, victim, rng, "displaced_wipe"):
+                return
+            # The old writer's first append reaches the unaware bookie and the wiped one; the
+            # third's refusal is lost, so the wiped bookie's term alone can refuse it.
+            for b in refusing:
+                cluster.blind(client_name, b, lid, "all", ctx.clock.monotonic() + BLIND_FOR[1])
+        finally:
+            cluster.unblind(who, lid)
+            cluster.lose_adds(who, victim, lid, 0.0)  # over: its writer's adds reach it again
+            alone.set()
+            cluster.spare(who, lid, False)
