@@ -38,11 +38,13 @@ mix, some of them none):
   (a refusal that came first would end the writer before it could be acknowledged);
 * **compound aims** (simcombos.py): several of these in one order at one ledger, for
   the histories that need them all (BP-46 scenario 1; issue #12's dirty leftover);
-* **displaced writes** (streams): a writer's metadata write (a rollover, an ensemble
-  change) that reaches the store while another client's takeover of its stream is under
-  way (IN_RECOVERY in a newer term) waits there until that takeover opened its term, so
-  the writer loses its compare-and-swap to an open newer term and must see it is no
-  longer the writer, not merely a recovery in progress;
+* **displaced writes** (streams): a write of a stream's metadata in an older term (a
+  displaced writer's rollover or ensemble change, a trim) that reaches the store while a
+  newer term's takeover is under way (IN_RECOVERY) waits there until a newer term opened;
+  and an aimed takeover may start at a write of the stream's own term that changes its
+  last fragment, which waits for it the same way. The writer loses its compare-and-swap
+  to an open newer term and must see it is no longer the writer, not merely a recovery
+  in progress;
 * a probe at the end: every bookie of a write set is asked for each of its entries
   (a stream's acknowledged ones, every entry of a closed bounded ledger), so that a
   negative for an entry a bookie acknowledged (``NoNegativeForAckedEntry``) does not
@@ -58,6 +60,7 @@ from collections.abc import Callable
 
 from attrs import frozen
 
+from embedlog.errors import NoSuchLedgerInMetadataError
 from embedlog.metadata.client import MetadataClient
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 from embedlog.wire.messages import ReadFlags, Request
@@ -321,7 +324,7 @@ class DisplacedWrites:
     def _stored(self, ledger_id: int) -> LedgerMetadata | None:
         try:
             return self._truth.read_ledger(ledger_id)
-        except Exception:  # deleted: nothing to wait for
+        except NoSuchLedgerInMetadataError:  # deleted: nothing to wait for
             return None
 
     def _taken_over(self, ledger_id: int, term: int) -> bool:
