@@ -6,9 +6,10 @@ process (``run_seed``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
+
+from seed_search import patched
 
 from embedlog.ledger.pending import PendingAdd
 from embedlog.ledger.pipeline import AddPipeline
@@ -35,18 +36,8 @@ def _on_all_ok_without_slot_check(
     self.complete()
 
 
-@contextmanager
-def _patched(cls: type, name: str, fn: Callable[..., Any]) -> Iterator[None]:
-    before = cls.__dict__[name]
-    setattr(cls, name, fn)
-    try:
-        yield
-    finally:
-        setattr(cls, name, before)
-
-
 def batch_acks_skip_slot_check() -> Any:
-    return _patched(AddPipeline, "on_all_ok", _on_all_ok_without_slot_check)
+    return patched(AddPipeline, "on_all_ok", _on_all_ok_without_slot_check)
 
 
 MUTANTS: dict[str, Callable[[], Any]] = {

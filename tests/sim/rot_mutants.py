@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from seed_search import patched
+
 from embedlog.bookie import entrylog
 from embedlog.bookie.entrylog import RECORD, EntryLogs
 from embedlog.bookie.storage import LedgerStorage
@@ -48,25 +50,15 @@ def _read_many_without_crc(
     return datas, None
 
 
-@contextmanager
-def _patched(name: str, fn: Callable[..., Any]) -> Iterator[None]:
-    before = getattr(EntryLogs, name)
-    setattr(EntryLogs, name, fn)
-    try:
-        yield
-    finally:
-        setattr(EntryLogs, name, before)
-
-
 def single_reads_skip_crc() -> Any:
     """Single entry reads (READ: readers, recovery reads, BP-46 repair's check of what it
     holds) take a record without its CRC."""
-    return _patched("read", _read_without_crc)
+    return patched(EntryLogs, "read", _read_without_crc)
 
 
 def batch_reads_skip_crc() -> Any:
     """READ_BATCH runs take records without their CRC."""
-    return _patched("read_many", _read_many_without_crc)
+    return patched(EntryLogs, "read_many", _read_many_without_crc)
 
 
 @contextmanager

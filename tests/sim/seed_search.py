@@ -5,9 +5,27 @@ the test then still holds (the mutant is caught within the bound) and says where
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 from embedlog.testing.sim import run_seed
+
+_ABSENT = object()
+
+
+@contextmanager
+def patched(owner: Any, name: str, value: object) -> Iterator[None]:
+    """A test-only mutant: ``owner.name`` (a module's or a class's own attribute) is
+    ``value`` while the block runs, then what it was."""
+    before = vars(owner).get(name, _ABSENT)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if before is _ABSENT:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, before)
 
 
 def violations(

@@ -4,25 +4,16 @@ patches the real code in this process (run seeds with ``run_seed``, not in worke
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
+
+from seed_search import patched
 
 from embedlog.client import Client
 from embedlog.metadata import streams
 from embedlog.metadata.recipe import Ops, Steps, recipe
 from embedlog.metadata.store import ANY_VERSION, NodeExistsError
 from embedlog.unbounded import retention, trim
-
-
-@contextmanager
-def _patched(module: Any, name: str, value: object) -> Iterator[None]:
-    before = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, before)
 
 
 def stale_cursors() -> Any:
@@ -34,13 +25,13 @@ def stale_cursors() -> Any:
         positions = await ctx.meta(streams.cursors, ctx.metadata.store, md.ledger_id)
         return await decide(ctx, md, lambda first, _now: wanted(first, positions))
 
-    return _patched(trim, "decide", stale)
+    return patched(trim, "decide", stale)
 
 
 def limit_too_far() -> Any:
     """Retention's point lies a few entries beyond what its limits ask for."""
     limit_point = retention.limit_point
-    return _patched(retention, "limit_point", lambda *a, **k: limit_point(*a, **k) + 4)
+    return patched(retention, "limit_point", lambda *a, **k: limit_point(*a, **k) + 4)
 
 
 def commit_ignores_delete() -> Any:
@@ -56,7 +47,7 @@ def commit_ignores_delete() -> Any:
             yield from store.set(path, data, ANY_VERSION)
         return 0
 
-    return _patched(streams, "commit", commit)
+    return patched(streams, "commit", commit)
 
 
 def new_cursor_untouched() -> Any:
@@ -72,7 +63,7 @@ def new_cursor_untouched() -> Any:
         moved_back = yield from write(store, ledger_id, path, name, entry_id, force)
         return moved_back and existed
 
-    return _patched(streams, "_write_cursor", untouched)
+    return patched(streams, "_write_cursor", untouched)
 
 
 def retried_delete_leaves_leftovers() -> Any:
@@ -82,7 +73,7 @@ def retried_delete_leaves_leftovers() -> Any:
     async def nothing(self: Client, ledger_id: int) -> None:
         return None
 
-    return _patched(Client, "_finish_earlier_delete", nothing)
+    return patched(Client, "_finish_earlier_delete", nothing)
 
 
 MUTANTS: dict[str, Callable[[], Any]] = {

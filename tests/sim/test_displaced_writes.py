@@ -8,10 +8,9 @@ simulator catches it at the seed pinned here; before the aim, 1,000 seeds of
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
-from seed_search import caught_then_clean
+from seed_search import caught_then_clean, patched
 
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.unbounded import writer
@@ -21,20 +20,14 @@ FIRST = 216  # the mutant's first violating seed (searched from 0 if it moved)
 SEARCH = 1000
 
 
-@contextmanager
-def rollover_keeps_a_lost_cas() -> Iterator[None]:
+def rollover_keeps_a_lost_cas() -> AbstractContextManager[None]:
     """A rollover that lost its compare-and-swap takes the metadata it read again as its
     own, whatever term it is in."""
-    check = writer.check_still_ours
 
     def trusting(md: LedgerMetadata, term: int) -> None:
         return None
 
-    writer.check_still_ours = trusting  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        writer.check_still_ours = check
+    return patched(writer, "check_still_ours", trusting)
 
 
 def test_a_writer_that_writes_into_a_newer_terms_metadata_is_caught():

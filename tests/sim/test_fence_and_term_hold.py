@@ -6,11 +6,10 @@ pinned here."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 
 import pytest
-from seed_search import caught_then_clean
+from seed_search import caught_then_clean, patched
 
 from embedlog.bookie import adds, boot
 from embedlog.bookie.integrity import Protection
@@ -179,17 +178,11 @@ def test_cuts_in_order_or_refused_are_not_caught(first, then, status, caught):
     assert b.seen == ([RULE] if caught else [])
 
 
-@contextmanager
-def stale_cut_not_rechecked() -> Iterator[None]:
+def stale_cut_not_rechecked() -> AbstractContextManager[None]:
     """A cut that waited for the storage lock does not look at the ledger's term again:
     an older takeover's cut still cuts after a newer one's (the check under the lock,
     ``Adds.truncate``'s only use of the term rule, always passes)."""
-    accepts = adds.bookie_accepts_term
-    adds.bookie_accepts_term = lambda stored, term: True  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        adds.bookie_accepts_term = accepts
+    return patched(adds, "bookie_accepts_term", lambda stored, term: True)
 
 
 CUT_FIRST = 656  # first violating seed of `unbounded-races` (searched if moved)
@@ -202,8 +195,7 @@ def test_a_cut_made_after_a_newer_terms_is_caught():
     )
 
 
-@contextmanager
-def _open_stream_without_term(owed: bool) -> Iterator[None]:
+def _open_stream_without_term(owed: bool) -> AbstractContextManager[None]:
     """BP-46 phase one leaves an open stream the bookie may owe entries of (``owed``), or
     one that does not list it, at the term its disk has (a wiped disk: none)."""
     protection_for = boot.protection_for
@@ -214,11 +206,7 @@ def _open_stream_without_term(owed: bool) -> Iterator[None]:
             return Protection(fence=plan.fence, limbo=plan.limbo, term=None)
         return plan
 
-    boot.protection_for = mutant  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        boot.protection_for = protection_for
+    return patched(boot, "protection_for", mutant)
 
 
 def owed_stream_limbo_without_term() -> AbstractContextManager[None]:
