@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
-import sys
 import tempfile
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any
+
+from embedlog.stopsignals import StopSignals
 
 SANDBOX_CHROOT = "/embedlog"
 PROG = "embedlog sandbox"
@@ -77,29 +75,6 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
-class _StopSignals:
-    """SIGINT and SIGTERM set ``stop`` instead of raising in whatever code runs: the
-    shutdown then runs once, in order, with no KeyboardInterrupt tracebacks from threads."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopSignals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.stop.is_set():
-            print("already stopping; please wait", file=sys.stderr, flush=True)
-        self.stop.set()
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
 def _sandbox(args: argparse.Namespace) -> int:
     from embedlog.cluster import LocalCluster
     from embedlog.console import fail
@@ -129,7 +104,7 @@ def _sandbox(args: argparse.Namespace) -> int:
     zk_running = False
     cluster: LocalCluster | None = None
     exporter: MetricsServer | None = None
-    with _StopSignals() as signals:
+    with StopSignals(repeat_message="already stopping; please wait") as signals:
         try:
             uri = args.metadata_uri
             if uri is None:
@@ -184,7 +159,7 @@ def _sandbox(args: argparse.Namespace) -> int:
                     return fail(f"{PROG}: error: cannot serve metrics: {exc}")
                 print(f"Prometheus metrics: {exporter.url}")
             _say("sandbox running; Ctrl-C to stop")
-            signals.stop.wait()
+            signals.wait()
         finally:
             if exporter is not None:
                 exporter.close()

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from embedlog.process.settings import SettingError, resolve
+from embedlog.stopsignals import StopSignals
 
 PROG = "embedlog bookie run"
 
@@ -106,11 +106,9 @@ def run(args: argparse.Namespace) -> int:
         settings = resolve(_flags(args), Path(args.config) if args.config else None)
     except SettingError as exc:
         return _error(str(exc), args.ready_file)
-    stop = threading.Event()
     # From here on SIGTERM and SIGINT only ask for a stop: one arriving during the boot
     # stops the bookie cleanly once it has booted.
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with StopSignals() as signals:
         service = BookieService(settings)
         try:
             service.start()
@@ -140,9 +138,8 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         if args.stop_on_stdin_eof:
-            threading.Thread(target=_stop_at_eof, args=(stop,), daemon=True).start()
-        while not stop.wait(1.0):
-            pass
+            threading.Thread(target=_stop_at_eof, args=(signals.stop,), daemon=True).start()
+        signals.wait()
         from embedlog.errors import BKError
 
         try:
@@ -152,9 +149,6 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"bookie {service.bookie_id} stopped cleanly", flush=True)
         return 0
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _stop_at_eof(stop: threading.Event) -> None:
