@@ -19,7 +19,7 @@ from attrs import define, frozen
 from embedlog.bookie import cookie as cookies
 from embedlog.bookie import records
 from embedlog.bookie.config import BookieConfig
-from embedlog.bookie.disk import Disk
+from embedlog.bookie.disk import Disk, child
 from embedlog.bookie.index import NOJOURNAL, PROTECT, REPAIR, LedgerInfo
 from embedlog.bookie.integrity import Protection, owes_entries, protection_for, suspicion_reasons
 from embedlog.bookie.journal import Journal
@@ -168,7 +168,7 @@ async def _boot(env: BootEnv, opened: _Opened) -> BootReport:
     first_boot = check.first_boot
     # A new or wiped index disk (no cookie yet) gets a new LevelDB; any other must
     # already have one, or it was damaged (see LedgerIndex).
-    new_index = first_boot or not disk.exists(cfg.index_dir / cookies.COOKIE_FILE)
+    new_index = first_boot or not disk.exists(child(cfg.index_dir, cookies.COOKIE_FILE))
     for d in cookies.cookie_dirs(cfg):
         try:
             disk.mkdir(d)

@@ -14,7 +14,7 @@ from pathlib import Path
 from attrs import frozen
 
 from embedlog.bookie.config import BookieConfig
-from embedlog.bookie.disk import REAL_DISK, Disk
+from embedlog.bookie.disk import REAL_DISK, Disk, child
 from embedlog.errors import CookieError
 from embedlog.metadata.client import MetadataClient
 
@@ -67,7 +67,7 @@ def _read_dir_cookie(directory: Path, disk: Disk) -> Cookie | str | None:
     if not disk.exists(directory):
         return "missing"
     try:
-        data = disk.read(directory / COOKIE_FILE)
+        data = disk.read(child(directory, COOKIE_FILE))
     except FileNotFoundError:
         return None
     try:
@@ -188,7 +188,7 @@ def write_cookies(config: BookieConfig, metadata: MetadataClient, disk: Disk = R
     data = cookie.to_bytes()
     for d in cookie_dirs(config):
         disk.mkdir(d)
-        disk.write_atomic(d / COOKIE_FILE, data)
+        disk.write_atomic(child(d, COOKIE_FILE), data)
     stored = metadata.read_cookie(config.bookie_id)
     metadata.write_cookie(config.bookie_id, data, None if stored is None else stored[1])
     return cookie

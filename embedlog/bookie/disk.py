@@ -13,6 +13,7 @@ Paths stay ``Path`` objects so that messages name the files an operator would lo
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Protocol
@@ -21,6 +22,15 @@ from embedlog.bookie.files import AppendFile
 from embedlog.bookie.kv import KeyValueStore
 from embedlog.bookie.leveldb import LevelDBStore, has_leveldb
 from embedlog.dirlock import DirLock
+
+
+@functools.lru_cache(maxsize=4096)
+def child(directory: Path, name: str) -> Path:
+    """``directory / name``, the same object again for the same pair. A bookie names the
+    same few files over and over (its journal's and entry logs' files, its cookies, at
+    each boot and listing): each join parses and formats a new path, and in a simulated
+    stream history those joins were 2% of the CPU (py-spy)."""
+    return directory / name
 
 
 class AppendOnlyFile(Protocol):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import crc32c
 
-from embedlog.bookie.disk import REAL_DISK, AppendOnlyFile, Disk
+from embedlog.bookie.disk import REAL_DISK, AppendOnlyFile, Disk, child
 from embedlog.bookie.gilsteps import map_in_steps
 from embedlog.errors import BookieIOError
 
@@ -115,7 +115,7 @@ class EntryLogs:
         self._files[self.current_id] = disk.open_append(self._path(self.current_id))
 
     def _path(self, log_id: int) -> Path:
-        return self.dir / f"{log_id:08d}{SUFFIX}"
+        return child(self.dir, f"{log_id:08d}{SUFFIX}")
 
     def append_many(
         self, ledger_id: int, entry_ids: list[int], entries: dict[int, bytes]

@@ -34,6 +34,7 @@ fails the read with BookieIOError (EIO), never an answer that an entry is absent
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Iterable, Iterator
 from itertools import repeat
@@ -63,6 +64,16 @@ _LOG_KEY = struct.Struct(">cI")
 _LOG_END = struct.Struct(">Q")
 
 
+_HEX_KEY = re.compile(r"[0-9a-f]*")
+_JSON_BOOL = {False: "false", True: "true"}
+_JSON_INT = rb"(-?(?:0|[1-9][0-9]*))"  # JSON's integers: no leading zeros
+_STATE_JSON = re.compile(
+    rb'\{"k":"([0-9a-f]*)","f":(true|false),"l":(true|false),'
+    + b",".join(b'"%s":%s' % (name, _JSON_INT) for name in (b"t", b"x", b"c", b"r", b"u"))
+    + rb"\}"
+)
+
+
 @define
 class LedgerInfo:
     """Per-ledger state a bookie keeps (mutable; changes are journaled, then flushed)."""
@@ -77,22 +88,42 @@ class LedgerInfo:
     truncated_term: int = -1  # unbounded ledgers: the term whose truncate no-op was applied
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "k": self.master_key,
-                "f": self.fenced,
-                "l": self.limbo,
-                "t": self.term,
-                "x": self.explicit_lac,
-                "c": self.lac,
-                "r": self.lafr,
-                "u": self.truncated_term,
-            },
-            separators=(",", ":"),
+        """The JSON object ``{"k", "f", "l", "t", "x", "c", "r", "u"}`` in that order,
+        without spaces: the bytes ``json.dumps`` writes, built directly when the key is
+        hex (always, but for a hand-made state). The index and the journal's state
+        records hold one per change: json.dumps took 3.4 us, this 0.4 (1% of a stream
+        seed's CPU in the simulator)."""
+        if _HEX_KEY.fullmatch(self.master_key) is None:
+            return json.dumps(self._as_dict(), separators=(",", ":")).encode()
+        return (
+            f'{{"k":"{self.master_key}","f":{_JSON_BOOL[self.fenced]},'
+            f'"l":{_JSON_BOOL[self.limbo]},"t":{self.term:d},"x":{self.explicit_lac:d},'
+            f'"c":{self.lac:d},"r":{self.lafr:d},"u":{self.truncated_term:d}}}'
         ).encode()
+
+    def _as_dict(self) -> dict[str, Any]:
+        return {
+            "k": self.master_key,
+            "f": self.fenced,
+            "l": self.limbo,
+            "t": self.term,
+            "x": self.explicit_lac,
+            "c": self.lac,
+            "r": self.lafr,
+            "u": self.truncated_term,
+        }
 
     @classmethod
     def from_json(cls, data: bytes) -> LedgerInfo:
+        """``to_json``'s bytes read back. Those bytes exactly (the usual case) are matched
+        without the JSON parser, twice as fast; anything else (a state written before the
+        ``r`` and ``u`` fields) goes through it."""
+        m = _STATE_JSON.fullmatch(data)
+        if m is not None:
+            k, f, li, t, x, c, r, u = m.groups()
+            return cls(
+                k.decode(), f == b"true", li == b"true", int(t), int(x), int(c), int(r), int(u)
+            )
         d: dict[str, Any] = json.loads(data)
         return cls(d["k"], d["f"], d["l"], d["t"], d["x"], d["c"], d.get("r", -1), d.get("u", -1))
 
@@ -158,9 +189,10 @@ class LedgerIndex:
         raw = self._get(ledger_key(ledger_id))
         return LedgerInfo.from_json(raw) if raw is not None else None
 
-    def ledgers(self) -> Iterator[tuple[int, LedgerInfo]]:
-        for key, value in self._scan(b"L"):
-            yield LEDGER.unpack(key[1:])[0], LedgerInfo.from_json(value)
+    def ledger_ids(self) -> Iterator[int]:
+        """The ledgers the index holds a state of."""
+        for key in self._scan(b"L", include_value=False):
+            yield LEDGER.unpack(key[1:])[0]
 
     def tombstone(self, ledger_id: int) -> bytes | None:
         """The master key kept with the ledger's tombstone; None if it has none."""

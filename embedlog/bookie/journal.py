@@ -28,7 +28,7 @@ from concurrent.futures import Executor
 import crc32c
 
 from embedlog.bookie.config import BookieConfig
-from embedlog.bookie.disk import REAL_DISK, AppendOnlyFile, Disk
+from embedlog.bookie.disk import REAL_DISK, AppendOnlyFile, Disk, child
 from embedlog.bookie.diskthread import DiskThread, Work
 from embedlog.bookie.journal_replay import FRAME, SUFFIX, journal_files
 from embedlog.clock import SYSTEM_CLOCK, Clock
@@ -268,7 +268,7 @@ class Journal:
             self._next_group()
 
     def _open(self, start_lsn: int) -> AppendOnlyFile:
-        path = self.dir / f"{start_lsn:020d}{SUFFIX}"
+        path = child(self.dir, f"{start_lsn:020d}{SUFFIX}")
         f = self._disk.open_append(path)
         with self._files_lock:
             self._files = sorted({*self._files, (start_lsn, path)})

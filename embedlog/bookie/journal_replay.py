@@ -21,7 +21,7 @@ from pathlib import Path
 import crc32c
 from attrs import frozen
 
-from embedlog.bookie.disk import REAL_DISK, Disk
+from embedlog.bookie.disk import REAL_DISK, Disk, child
 from embedlog.bookie.records import well_formed
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def journal_files(directory: Path, disk: Disk = REAL_DISK) -> list[tuple[int, Pa
     for name in disk.listdir(directory):
         if name.endswith(SUFFIX):
             try:
-                files.append((int(name[: -len(SUFFIX)]), directory / name))
+                files.append((int(name[: -len(SUFFIX)]), child(directory, name)))
             except ValueError:
                 continue
     return sorted(files)

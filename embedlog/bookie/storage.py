@@ -151,7 +151,7 @@ class LedgerStorage:
         return self.info(ledger_id) is None and self.tombstones.key(ledger_id) is not None
 
     def ledger_ids(self) -> list[int]:
-        ids = {lid for lid, _ in self.index.ledgers()} | set(self._infos)
+        ids = set(self.index.ledger_ids()) | set(self._infos)
         return sorted(ids - self._deleted)
 
     # -- entries -----------------------------------------------------------------------------

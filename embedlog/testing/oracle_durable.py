@@ -36,7 +36,7 @@ import crc32c
 from attrs import define, field
 
 from embedlog.bookie import records
-from embedlog.bookie.disk import Disk
+from embedlog.bookie.disk import Disk, child
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
 from embedlog.bookie.journal_replay import FRAME, journal_files
 from embedlog.bookie.records import well_formed
@@ -151,7 +151,7 @@ def durable_state(
     bookie's data directory ``data_dir``, its journal read by ``scan``): the index's,
     then every fsync'd state record from the index's checkpoint on, in journal order.
     None: no state at all; ``DROPPED``: the bookie dropped the ledger (its tombstone)."""
-    index_dir = data_dir / "index"
+    index_dir = child(data_dir, "index")
     if not disk.has_index(index_dir):
         return None
     index = LedgerIndex(index_dir, disk=disk)
