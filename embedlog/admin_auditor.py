@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from embedlog.auditor.checker import DEFAULT_UNDERREPLICATED_THRESHOLD
+from embedlog.stopsignals import POLL_SECONDS, StopSignals
 
 
 def add_auditor_commands(sub: Any) -> None:
@@ -60,7 +61,7 @@ def add_auditor_commands(sub: Any) -> None:
         "run",
         help="the auditor as a daemon: check and repair every --interval seconds",
         description="Run a replicate pass (or, with --check-only, a check) now and then every "
-        "--interval seconds, printing one summary line per pass, until interrupted (Ctrl-C) "
+        "--interval seconds, printing one summary line per pass, until stopped (Ctrl-C, SIGTERM) "
         "or --passes have run. A failed pass is reported and the next one runs on schedule.",
     )
     _options(p)
@@ -203,7 +204,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{stamp} {'check' if args.check_only else 'replicate'}: {outcome.summary()}")
         sys.stdout.flush()
 
-    with _cluster(args, readonly=False) as (meta, transport, runtime):
+    # The signals are taken first: a stop asked for while the cluster's clients start
+    # still lets the first pass end cleanly (and Ctrl-C is never a traceback).
+    with (
+        StopSignals(repeat_message="stopping after the pass under way; please wait") as signals,
+        _cluster(args, readonly=False) as (meta, transport, runtime),
+    ):
         auditor = PeriodicAuditor(
             meta,
             transport,
@@ -215,12 +221,13 @@ def _run(args: argparse.Namespace) -> int:
         ).start()
         progress.say(f"auditor running: a pass every {args.interval:g}s (Ctrl-C stops it)")
         try:
-            if args.passes is None:
-                while True:
-                    time.sleep(3600)
-            auditor.wait_for_passes(args.passes)
-        except KeyboardInterrupt:
-            progress.say("stopping after the pass under way")
+            while not signals.stop.is_set():
+                if args.passes is None:
+                    signals.wait()
+                elif auditor.wait_for_passes(args.passes, timeout=POLL_SECONDS):
+                    break
+            if signals.stop.is_set():
+                progress.say("stopping after the pass under way")
         finally:
             auditor.stop()
     if auditor.last_error is not None:
