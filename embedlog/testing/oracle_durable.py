@@ -23,10 +23,17 @@
   or it deletes what the new term stored since. Each truncating answer looks for the
   cut records of that ledger and term in the bookie's journal; two distinct ones are a
   violation. A wiped disk starts afresh (``lost``).
+* ``NoOpDurableWhenAnswered``: a takeover's truncating no-op is answered EOK only once
+  the entry itself is durable, the journal on or off: its cut dropped an older term's
+  entry at the same id from the bookie's memory, but that entry may be on disk, and a
+  crash that lost the no-op would bring it back, never acknowledged and truncated.
+  Durable means an fsync'd journal record of exactly that entry, or its flushed copy
+  (the index's location, within the entry log's synced bytes, holding those bytes).
 """
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -37,9 +44,11 @@ from attrs import define, field
 
 from embedlog.bookie import records
 from embedlog.bookie.disk import Disk, child
+from embedlog.bookie.entrylog import RECORD
+from embedlog.bookie.entrylog import SUFFIX as LOG_SUFFIX
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
 from embedlog.bookie.journal_replay import FRAME, journal_files
-from embedlog.bookie.records import well_formed
+from embedlog.bookie.records import add_prefix, well_formed
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import (
@@ -56,6 +65,9 @@ from embedlog.wire.messages import (
 
 DURABLE_RULE = "StateDurableWhenAnswered"
 ONCE_RULE = "TruncatesOncePerTerm"
+NOOP_RULE = "NoOpDurableWhenAnswered"
+_ADD_KIND = ord("A")
+_ADD_HEAD = struct.Struct(">cqq")  # the kind, ledger and entry before an add's entry
 
 _STATE_KINDS = frozenset(b"STU")  # journal records that set a ledger's state
 _CUT_KINDS = frozenset(b"TU")  # ... and cut it (records.py)
@@ -78,6 +90,7 @@ class JournalScan:
         self._read: dict[Path, int] = {}  # file -> its bytes read (whole records)
         self._records: dict[int, list[tuple[int, bytes]]] = {}  # ledger -> (LSN, record)
         self._states: dict[int, LedgerInfo] = {}  # LSN -> the state its record sets
+        self._adds: set[tuple[int, int, int]] = set()  # (ledger, entry, CRC) of A records
 
     def state(self, lsn: int, record: bytes) -> LedgerInfo:
         """The state ``record`` (at ``lsn``) sets, parsed once."""
@@ -89,11 +102,21 @@ class JournalScan:
     def records(self, lid: int) -> list[tuple[int, bytes]]:
         """(LSN, record) of every fsync'd record that set ``lid``'s state, in LSN order,
         including those of files deleted since."""
+        self._read_all()
+        return sorted(self._records.get(lid, ()))
+
+    def holds_add(self, lid: int, eid: int, entry: bytes) -> bool:
+        """Whether an fsync'd record of the journal adds exactly ``entry`` as ``lid:eid``
+        (files deleted since included)."""
+        self._read_all()
+        crc = crc32c.crc32c(add_prefix(lid, eid) + entry)
+        return (lid, eid, crc) in self._adds
+
+    def _read_all(self) -> None:
         disk = self._disk
         if disk.exists(self._dir):
             for start, path in journal_files(self._dir, cast(Disk, disk)):
                 self._more(start, path)
-        return sorted(self._records.get(lid, ()))
 
     def _more(self, start: int, path: Path) -> None:
         durable = self._disk.durable_bytes(path)
@@ -109,8 +132,12 @@ class JournalScan:
             payload = data[pos + FRAME.size : end]
             if crc32c.crc32c(payload) != crc or not well_formed(payload[0], length):
                 break
-            if payload[0] in _STATE_KINDS:
+            kind = payload[0]
+            if kind in _STATE_KINDS:
                 self._records.setdefault(_ledger_of(payload), []).append((start + pos, payload))
+            elif kind == _ADD_KIND:
+                _kind, lid, eid = _ADD_HEAD.unpack_from(payload)
+                self._adds.add((lid, eid, crc))
             pos = end
         self._read[path] = pos
 
@@ -166,6 +193,27 @@ def durable_state(
         scan = JournalScan(disk, data_dir / "journal")
     last = [(lsn, record) for lsn, record in scan.records(lid) if lsn >= checkpoint][-1:]
     return scan.state(*last[0]) if last else info
+
+
+def _flushed(disk: MemoryDisk, data_dir: Path, lid: int, eid: int, entry: bytes) -> bool:
+    """Whether the index points ``lid:eid`` at a record of exactly ``entry`` within its
+    entry log's synced bytes (the index's writes are synced: what it holds is durable)."""
+    index_dir = child(data_dir, "index")
+    if not disk.has_index(index_dir):
+        return False
+    index = LedgerIndex(index_dir, disk=disk)
+    try:
+        where = index.location(lid, eid)
+    finally:
+        index.close()
+    if where is None:
+        return False
+    log_id, offset, length = where
+    path = child(child(data_dir, "ledgers"), f"{log_id:08d}{LOG_SUFFIX}")
+    if not disk.exists(path) or offset + RECORD.size + length > disk.durable_bytes(path):
+        return False
+    stored = disk.read(path)[offset + RECORD.size : offset + RECORD.size + length]
+    return stored == entry
 
 
 @define
@@ -270,6 +318,8 @@ class DurableStateRule:
             if resp.status == StatusCode.EOK:
                 self._judge(bookie, place, req, None)
                 self._cuts(bookie, req, made=True)
+                if op == OpCode.ADD:
+                    self._noop(bookie, req)
             elif resp.status == StatusCode.EIO:
                 self._cuts(bookie, req, made=False)
         elif op in (OpCode.ADD, OpCode.ADD_BATCH) and _any_ok(req, resp):
@@ -309,6 +359,25 @@ class DurableStateRule:
             DURABLE_RULE,
             f"{bookie} answered {what} of {lid}:{req.entry_id} before "
             f"{' and '.join(short)} of the ledger was durable",
+        )
+
+    def _noop(self, bookie: str, req: Request) -> None:
+        """``NoOpDurableWhenAnswered`` at an EOK answer to a truncating add."""
+        where = self._place_of(bookie)
+        if where is None:
+            return
+        disk, data_dir, _incarnation = where
+        lid, eid = req.ledger_id, req.entry_id
+        self._counts["check.noop_durable"] += 1
+        if self._scan(bookie, disk, data_dir).holds_add(lid, eid, req.body):
+            return
+        if _flushed(disk, data_dir, lid, eid, req.body):
+            self._counts["check.noop_durable.flushed"] += 1
+            return
+        self._violate(
+            NOOP_RULE,
+            f"{bookie} answered the truncating no-op {lid}:{eid} (term {req.term}) before it "
+            "was durable: no fsync'd journal record of it, no flushed copy",
         )
 
     def _cuts(self, bookie: str, req: Request, *, made: bool) -> None:

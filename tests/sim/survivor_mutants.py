@@ -6,7 +6,11 @@
 * ``truncation_repeats``: a truncation of the term the ledger was already cut in cuts
   again (a delayed duplicate of a takeover's no-op);
 * ``pin_misses_fragment_first``: a stream writer may replace a bookie whose ack counted
-  for the acknowledged entry at the new fragment's first id.
+  for the acknowledged entry at the new fragment's first id;
+* ``noop_answered_from_write_cache``: with the journal off, a takeover's truncating
+  no-op is acknowledged from the write cache like any add, not once its journal record
+  is durable (the one survivor of tools/mutants/fresh.toml before
+  ``NoOpDurableWhenAnswered``).
 """
 
 from __future__ import annotations
@@ -16,9 +20,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import attrs
+from seed_search import patched
+
 from embedlog.bookie.adds import Adds, Cut
 from embedlog.bookie.ledgers import LedgerTable
 from embedlog.unbounded.policy import StreamPolicy
+from embedlog.wire.messages import AddFlags
 
 
 @contextmanager
@@ -71,3 +79,17 @@ def pin_misses_fragment_first() -> Iterator[None]:
         yield
     finally:
         StreamPolicy.pinned = pinned  # type: ignore[method-assign]
+
+
+@contextmanager
+def noop_answered_from_write_cache() -> Iterator[None]:
+    store_add = Adds._store_add
+
+    def mutant(self: Adds, req: Any, plan: Any, on_durable: Any) -> Any:
+        if req.flags & AddFlags.TRUNCATE and not self.config.journal_write_data:
+            # Stored as a plain add: with the journal off, answered from the write cache.
+            req = attrs.evolve(req, flags=req.flags & ~AddFlags.TRUNCATE)
+        return store_add(self, req, plan, on_durable)
+
+    with patched(Adds, "_store_add", mutant):
+        yield

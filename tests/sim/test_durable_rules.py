@@ -8,16 +8,24 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import attrs
 import crc32c
 from seed_search import caught_then_clean
-from survivor_mutants import term_raise_answered_early, truncation_repeats
+from survivor_mutants import (
+    noop_answered_from_write_cache,
+    term_raise_answered_early,
+    truncation_repeats,
+)
 
+from embedlog.bookie.entrylog import LOCATION, RECORD
+from embedlog.bookie.entrylog import SUFFIX as LOG_SUFFIX
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
 from embedlog.bookie.journal_replay import FRAME, SUFFIX
-from embedlog.bookie.records import state_record, truncate_record
+from embedlog.bookie.records import add_prefix, state_record, truncate_record
 from embedlog.testing.oracle_durable import (
     DROPPED,
     DURABLE_RULE,
+    NOOP_RULE,
     ONCE_RULE,
     DurableStateRule,
     durable_state,
@@ -72,7 +80,22 @@ class Bookie:
         info = LedgerInfo(term=term, truncated_term=term)
         self.journal_state(truncate_record(LID, 3, info, frozenset()), sync=True)
 
-    def answer(self, req: Request, status: StatusCode = StatusCode.EOK) -> None:
+    def journal_add(self, req: Request, *, sync: bool = True) -> None:
+        """The add's record, as the journal writes it (a no-op's, journal on or off)."""
+        self.journal_state(add_prefix(req.ledger_id, req.entry_id) + req.body, sync=sync)
+
+    def answer(
+        self, req: Request, status: StatusCode = StatusCode.EOK, *, noop_journaled: bool = True
+    ) -> None:
+        """``req`` answered; a truncating no-op answered EOK has its record journaled and
+        synced first (as the bookie does), unless ``noop_journaled`` is False."""
+        if (
+            noop_journaled
+            and status == StatusCode.EOK
+            and req.op == OpCode.ADD
+            and req.flags & AddFlags.TRUNCATE
+        ):
+            self.journal_add(req)
         self.rule.answered("bookie-1", req, Response.to(req, status, entry_id=req.entry_id))
 
 
@@ -159,8 +182,48 @@ def test_fence_and_term_reads_truncations_and_trims_are_judged_at_every_answer()
         b.rule.arrived("bookie-1", add(9, 3))  # pending: excuses plain adds only
         b.rule.arrived("bookie-1", req)
         b.raise_term(3, sync=False)
-        b.answer(req)
-        assert b.seen == [DURABLE_RULE], req
+        b.answer(req, noop_journaled=False)  # its record would sync the term's with it
+        noop = req.op == OpCode.ADD
+        assert b.seen == [DURABLE_RULE] + ([NOOP_RULE] if noop else []), req
+
+
+def test_a_no_op_answered_before_its_record_is_durable_is_flagged():
+    b = Bookie(term=1)
+    b.cut(3)
+    noop = add(1, 3, flags=AddFlags.TRUNCATE)
+    b.journal_add(noop, sync=False)  # in the journal's buffer, not fsync'd
+    b.answer(noop, noop_journaled=False)
+    assert b.seen == [NOOP_RULE]
+    b.journal.sync()
+    b.answer(noop, noop_journaled=False)
+    assert b.seen == [NOOP_RULE]  # durable now: holds
+    other = add(2, 3, flags=AddFlags.TRUNCATE)
+    b.journal_add(attrs.evolve(other, body=b"another entry"))  # not the entry answered
+    b.answer(other, noop_journaled=False)
+    assert b.seen == [NOOP_RULE, NOOP_RULE]
+    assert b.counts["check.noop_durable"] == 3
+
+
+def test_a_no_op_flushed_to_the_entry_log_is_durable():
+    """Its journal file removed after a flush (or never read): the index's location, within
+    the entry log's synced bytes, holding exactly the no-op."""
+    b = Bookie(term=1)
+    b.cut(3)
+    noop = add(1, 3, flags=AddFlags.TRUNCATE)
+    b.disk.mkdir(DATA / "ledgers")
+    log = b.disk.open_append(DATA / "ledgers" / f"{0:08d}{LOG_SUFFIX}")
+    assert isinstance(log, SimFile)
+    log.append(b"x" * 10 + RECORD.pack(len(noop.body), 0, LID, noop.entry_id) + noop.body)
+    index = LedgerIndex(DATA / "index", disk=b.disk)
+    where = LOCATION.pack(0, 10, len(noop.body))
+    index.commit([(LID, [noop.entry_id], [where])], [], checkpoint=0)
+    index.close()
+    b.answer(noop, noop_journaled=False)
+    assert b.seen == [NOOP_RULE]  # the entry log's bytes were not synced yet
+    log.sync()
+    b.answer(noop, noop_journaled=False)
+    assert b.seen == [NOOP_RULE]
+    assert b.counts["check.noop_durable.flushed"] == 1
 
 
 def test_a_second_cut_in_one_term_is_flagged():
@@ -197,6 +260,7 @@ def test_a_wiped_bookie_starts_its_cuts_afresh():
 
 DURABLE_FIRST = 0  # first violating seeds (searched again from 0 when moved)
 ONCE_FIRST = 6
+NOOP_FIRST = 0
 SEARCH = 200
 
 
@@ -208,6 +272,17 @@ def test_an_add_answered_before_its_term_is_durable_is_caught():
         SEARCH,
         DURABLE_RULE,
         "check.state_durable",
+    )
+
+
+def test_a_no_op_answered_from_the_write_cache_is_caught():
+    caught_then_clean(
+        noop_answered_from_write_cache,
+        "unbounded-nojournal",
+        NOOP_FIRST,
+        SEARCH,
+        NOOP_RULE,
+        "check.noop_durable",
     )
 
 
