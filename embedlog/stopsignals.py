@@ -1,5 +1,5 @@
 """SIGINT and SIGTERM as a request to stop, for the commands that run until stopped
-(``embedlog sandbox``, ``embedlog bookie``)."""
+(``embedlog sandbox``, ``embedlog bookie``, ``embedlog auditor run``)."""
 
 from __future__ import annotations
 

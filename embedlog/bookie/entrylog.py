@@ -29,6 +29,11 @@ LOCATION = struct.Struct(">IQI")
 SUFFIX = ".log"
 
 
+def log_path(directory: Path, log_id: int) -> Path:
+    """Entry log ``log_id``'s file in ``directory`` (the bookie's ledger directory)."""
+    return child(directory, f"{log_id:08d}{SUFFIX}")
+
+
 def damaged_logs(ends: Mapping[int, int], sizes: Mapping[int, int]) -> dict[int, int]:
     """The entry logs that lost bytes the index may point to: log id -> how many of its
     bytes are left (0 when the file is missing). ``ends``: log id -> how far into it the
@@ -115,7 +120,7 @@ class EntryLogs:
         self._files[self.current_id] = disk.open_append(self._path(self.current_id))
 
     def _path(self, log_id: int) -> Path:
-        return child(self.dir, f"{log_id:08d}{SUFFIX}")
+        return log_path(self.dir, log_id)
 
     def append_many(
         self, ledger_id: int, entry_ids: list[int], entries: dict[int, bytes]

@@ -62,6 +62,12 @@ def add_prefix(ledger_id: int, entry_id: int) -> bytes:
     return _ADD.pack(b"A", ledger_id, entry_id)
 
 
+def split_add(payload: bytes) -> tuple[int, int, bytes]:
+    """An add's record (``A``) read back: its ledger, entry id and entry."""
+    _, lid, eid = _ADD.unpack_from(payload)
+    return lid, eid, payload[_ADD.size :]
+
+
 def batch_prefix(ledger_id: int) -> bytes:
     """What comes before the ADD_BATCH body in a batch's record."""
     return _BATCH.pack(b"B", ledger_id)
@@ -92,8 +98,7 @@ def replay(storage: LedgerStorage, payload: bytes) -> None:
         # then, and a tombstone admits no new one: this is defence in depth.
         return
     if kind == b"A":
-        _, lid, eid = _ADD.unpack_from(payload)
-        storage.put(lid, eid, payload[_ADD.size :])
+        storage.put(*split_add(payload))
     elif kind == b"B":
         _, lid = _BATCH.unpack_from(payload)
         storage.put_many(lid, dict(unpack_entries(payload[_BATCH.size :])))

@@ -33,9 +33,9 @@
 
 from __future__ import annotations
 
-import struct
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import cast
 
@@ -44,11 +44,10 @@ from attrs import define, field
 
 from embedlog.bookie import records
 from embedlog.bookie.disk import Disk, child
-from embedlog.bookie.entrylog import RECORD
-from embedlog.bookie.entrylog import SUFFIX as LOG_SUFFIX
+from embedlog.bookie.entrylog import RECORD, log_path
 from embedlog.bookie.index import LedgerIndex, LedgerInfo
 from embedlog.bookie.journal_replay import FRAME, journal_files
-from embedlog.bookie.records import add_prefix, well_formed
+from embedlog.bookie.records import split_add, well_formed
 from embedlog.testing.simdisk import MemoryDisk
 from embedlog.wire.codes import StatusCode
 from embedlog.wire.messages import (
@@ -67,7 +66,6 @@ DURABLE_RULE = "StateDurableWhenAnswered"
 ONCE_RULE = "TruncatesOncePerTerm"
 NOOP_RULE = "NoOpDurableWhenAnswered"
 _ADD_KIND = ord("A")
-_ADD_HEAD = struct.Struct(">cqq")  # the kind, ledger and entry before an add's entry
 
 _STATE_KINDS = frozenset(b"STU")  # journal records that set a ledger's state
 _CUT_KINDS = frozenset(b"TU")  # ... and cut it (records.py)
@@ -90,7 +88,7 @@ class JournalScan:
         self._read: dict[Path, int] = {}  # file -> its bytes read (whole records)
         self._records: dict[int, list[tuple[int, bytes]]] = {}  # ledger -> (LSN, record)
         self._states: dict[int, LedgerInfo] = {}  # LSN -> the state its record sets
-        self._adds: set[tuple[int, int, int]] = set()  # (ledger, entry, CRC) of A records
+        self._adds: set[tuple[int, int, bytes]] = set()  # (ledger, entry id, entry) added
 
     def state(self, lsn: int, record: bytes) -> LedgerInfo:
         """The state ``record`` (at ``lsn``) sets, parsed once."""
@@ -109,8 +107,7 @@ class JournalScan:
         """Whether an fsync'd record of the journal adds exactly ``entry`` as ``lid:eid``
         (files deleted since included)."""
         self._read_all()
-        crc = crc32c.crc32c(add_prefix(lid, eid) + entry)
-        return (lid, eid, crc) in self._adds
+        return (lid, eid, entry) in self._adds
 
     def _read_all(self) -> None:
         disk = self._disk
@@ -136,8 +133,7 @@ class JournalScan:
             if kind in _STATE_KINDS:
                 self._records.setdefault(_ledger_of(payload), []).append((start + pos, payload))
             elif kind == _ADD_KIND:
-                _kind, lid, eid = _ADD_HEAD.unpack_from(payload)
-                self._adds.add((lid, eid, crc))
+                self._adds.add(split_add(payload))
             pos = end
         self._read[path] = pos
 
@@ -171,6 +167,21 @@ def _state_in(payload: bytes) -> LedgerInfo:
 DROPPED = LedgerInfo(fenced=True, term=2**63 - 1)
 
 
+@contextmanager
+def _index_of(disk: MemoryDisk, data_dir: Path) -> Iterator[LedgerIndex | None]:
+    """The index of the bookie whose data directory is ``data_dir``, open while the block
+    runs; None if it has none (never booted, or its disk was wiped)."""
+    index_dir = child(data_dir, "index")
+    if not disk.has_index(index_dir):
+        yield None
+        return
+    index = LedgerIndex(index_dir, disk=disk)
+    try:
+        yield index
+    finally:
+        index.close()
+
+
 def durable_state(
     disk: MemoryDisk, data_dir: Path, lid: int, scan: JournalScan | None = None
 ) -> LedgerInfo | None:
@@ -178,17 +189,13 @@ def durable_state(
     bookie's data directory ``data_dir``, its journal read by ``scan``): the index's,
     then every fsync'd state record from the index's checkpoint on, in journal order.
     None: no state at all; ``DROPPED``: the bookie dropped the ledger (its tombstone)."""
-    index_dir = child(data_dir, "index")
-    if not disk.has_index(index_dir):
-        return None
-    index = LedgerIndex(index_dir, disk=disk)
-    try:
+    with _index_of(disk, data_dir) as index:
+        if index is None:
+            return None
         if index.tombstone(lid) is not None:
             return DROPPED
         info = index.ledger(lid)
         checkpoint = index.checkpoint()
-    finally:
-        index.close()
     if scan is None:
         scan = JournalScan(disk, data_dir / "journal")
     last = [(lsn, record) for lsn, record in scan.records(lid) if lsn >= checkpoint][-1:]
@@ -198,18 +205,12 @@ def durable_state(
 def _flushed(disk: MemoryDisk, data_dir: Path, lid: int, eid: int, entry: bytes) -> bool:
     """Whether the index points ``lid:eid`` at a record of exactly ``entry`` within its
     entry log's synced bytes (the index's writes are synced: what it holds is durable)."""
-    index_dir = child(data_dir, "index")
-    if not disk.has_index(index_dir):
-        return False
-    index = LedgerIndex(index_dir, disk=disk)
-    try:
-        where = index.location(lid, eid)
-    finally:
-        index.close()
+    with _index_of(disk, data_dir) as index:
+        where = None if index is None else index.location(lid, eid)
     if where is None:
         return False
     log_id, offset, length = where
-    path = child(child(data_dir, "ledgers"), f"{log_id:08d}{LOG_SUFFIX}")
+    path = log_path(child(data_dir, "ledgers"), log_id)
     if not disk.exists(path) or offset + RECORD.size + length > disk.durable_bytes(path):
         return False
     stored = disk.read(path)[offset + RECORD.size : offset + RECORD.size + length]
