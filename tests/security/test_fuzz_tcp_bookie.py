@@ -41,15 +41,6 @@ from embedlog.wire.messages import (
     pack_read_ask,
 )
 
-# Hypothesis takes any change of the global ``random`` state while it draws an example
-# for a strategy's use of it. These strategies draw everything from Hypothesis; the
-# change came from another thread of the test process (an earlier test's, in the same
-# xdist worker), so the note is noise here (it showed once in CI).
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Do not use the `random` module inside strategies"
-    ":hypothesis.errors.HypothesisDeprecationWarning"
-)
-
 LENGTH = struct.Struct(">I")
 EXAMPLES = int(os.environ.get("EMBEDLOG_FUZZ_EXAMPLES", "400"))
 RANDOM = os.environ.get("EMBEDLOG_FUZZ_RANDOM") == "1"
