@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from embedlog.errors import ClientClosedError
 from embedlog.eventloop import new_event_loop
+from embedlog.stopsignals import to_main_thread
 
 T = TypeVar("T")
 
@@ -30,7 +31,8 @@ class Runtime:
         self._closed_reason: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"{name}-loop", daemon=True)
         self._started = threading.Event()
-        self._thread.start()
+        with to_main_thread():  # and the threads the loop starts: disks, ZooKeeper's
+            self._thread.start()
         self._started.wait()
 
     def _run(self) -> None:

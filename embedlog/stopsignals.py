@@ -1,19 +1,47 @@
 """SIGINT and SIGTERM as a request to stop, for the commands that run until stopped
-(``embedlog sandbox``, ``embedlog bookie``, ``embedlog auditor run``)."""
+(``embedlog sandbox``, ``embedlog bookie``, ``embedlog auditor run``), and the threads
+embedlog starts leaving both to the main thread (``to_main_thread``)."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-# How often the waiting main thread wakes. The kernel may hand a process's signal to
-# any of its threads; Python's handler for it then runs only when the main thread next
-# runs Python code, and a main thread blocked in ``Event.wait()`` with no timeout never
-# does: the stop would be lost (a sandbox that ignored Ctrl-C was seen under load).
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+# How often the waiting main thread wakes. Threads embedlog starts never take a stop
+# signal (``to_main_thread``), but a thread the application started may: Python's
+# handler then runs only when the main thread next runs Python code, and a main thread
+# blocked in ``Event.wait()`` with no timeout never does.
 POLL_SECONDS = 0.5
+
+
+@contextlib.contextmanager
+def to_main_thread() -> Iterator[None]:
+    """Threads started inside block SIGINT and SIGTERM, and so does every thread they
+    start (a new thread inherits its creator's signal mask).
+
+    The kernel hands a signal sent to the process to any thread that does not block
+    it, and Python runs the handler only in the main thread, when it next runs Python
+    code. A main thread blocked in a wait for the event loop's answer (a blocking call,
+    ``embedlog stream tail`` following a stream) woke only when the answer came: a
+    Ctrl-C that the kernel handed to the loop's or a disk's thread waited for the next
+    entry. With every embedlog thread blocking both, the kernel picks the main thread,
+    whose wait the signal interrupts at once. The calling thread's own mask is back as
+    it was on leaving."""
+    if not hasattr(signal, "pthread_sigmask"):  # no POSIX threads: nothing to hand over
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class StopSignals:
@@ -27,7 +55,7 @@ class StopSignals:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in sorted(STOP_SIGNALS):
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

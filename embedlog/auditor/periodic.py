@@ -27,6 +27,7 @@ from embedlog.auditor.checker import MetadataChecker, Report
 from embedlog.auditor.replication import ReplicationResult, Replicator
 from embedlog.metadata.client import MetadataClient
 from embedlog.runtime import Runtime
+from embedlog.stopsignals import to_main_thread
 from embedlog.transport.base import Transport
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ class PeriodicAuditor:
         if self._thread is not None:
             raise RuntimeError("this auditor was already started")
         self._thread = threading.Thread(target=self._loop, name="embedlog-auditor", daemon=True)
-        self._thread.start()
+        with to_main_thread():
+            self._thread.start()
         return self
 
     def stop(self, timeout: float | None = None) -> None:

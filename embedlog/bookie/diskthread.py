@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from embedlog.stopsignals import to_main_thread
+
 T = TypeVar("T")
 
 # What the thread reports back: None once the work returned, else what it raised.
@@ -98,7 +100,8 @@ class DiskThread(concurrent.futures.Executor):
                     raise RuntimeError(f"disk thread {self.name} is shut down")
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                    self._thread.start()
+                    with to_main_thread():
+                        self._thread.start()
         elif self._shut:
             raise RuntimeError(f"disk thread {self.name} is shut down")
         self._queue.put(item)

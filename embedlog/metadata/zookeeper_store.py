@@ -51,6 +51,7 @@ from embedlog.metadata.store import (
 )
 from embedlog.metadata.zk_expire import expire_session
 from embedlog.metadata.zk_outage import OutageLog, bound_handshake, reconnect_retry
+from embedlog.stopsignals import to_main_thread
 
 log = logging.getLogger(__name__)
 
@@ -182,10 +183,16 @@ class ZooKeeperMetadataStore(MetadataStore):
             )
         )
         client.add_listener(self._state_changed)
-        try:
-            client.start(timeout=self.metadata_timeout)
-        except KazooTimeoutError:
-            # start() has already stopped the client, so it does not retry forever.
+        # KazooClient.start, with kazoo's threads (its connection's, its callbacks')
+        # leaving Ctrl-C to the main thread, and the wait for the connection outside that,
+        # so that a Ctrl-C ends the wait at once.
+        with to_main_thread():
+            connected = client.start_async()
+        connected.wait(self.metadata_timeout)
+        if not client.connected:
+            # Stopped, so that it does not retry forever.
+            client.stop()
+            client.close()
             reason = f" ({self._outage.reason})" if self._outage.reason else ""
             raise MetadataUnavailableError(
                 f"cannot reach ZooKeeper at {self.hosts} within {self.metadata_timeout:g}s"

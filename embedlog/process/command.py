@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from embedlog.process.settings import SettingError, resolve
-from embedlog.stopsignals import StopSignals
+from embedlog.stopsignals import StopSignals, to_main_thread
 
 PROG = "embedlog bookie run"
 
@@ -138,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         if args.stop_on_stdin_eof:
-            threading.Thread(target=_stop_at_eof, args=(signals.stop,), daemon=True).start()
+            watcher = threading.Thread(target=_stop_at_eof, args=(signals.stop,), daemon=True)
+            with to_main_thread():
+                watcher.start()
         signals.wait()
         from embedlog.errors import BKError
 

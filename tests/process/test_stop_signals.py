@@ -1,14 +1,15 @@
 """The commands that run until stopped (``embedlog sandbox``, ``embedlog bookie``,
-``embedlog auditor run``) stop on SIGINT and SIGTERM whichever of their threads the
-kernel hands the signal to."""
+``embedlog auditor run``) and a blocking call's wait (``embedlog stream tail`` following a
+stream) end on SIGINT and SIGTERM: every thread embedlog starts leaves both to the main
+thread, and a wait for a stop also ends when the signal reached a thread of the
+application's own."""
 
-import ctypes
 import os
-import platform
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,21 +62,74 @@ def test_a_second_signal_during_the_stop_says_so(capfd):
     assert capfd.readouterr().err == "already stopping; please wait\n"
 
 
-# tgkill's number: Python can signal one thread of its own process only (pthread_kill).
-_SYS_TGKILL = {"x86_64": 234, "aarch64": 131}
+def _blocks_stop_signals(mask: int) -> bool:
+    return all(mask >> (sig - 1) & 1 for sig in (signal.SIGINT, signal.SIGTERM))
 
 
-def _signal_a_thread_not_the_main_one(pid: int, sig: int) -> None:
-    """``sig`` to one of ``pid``'s threads other than its main one, as the kernel may
-    hand a signal sent to the whole process."""
-    number = _SYS_TGKILL.get(platform.machine())
-    if number is None:
-        pytest.skip(f"no tgkill number known for {platform.machine()}")
-    others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
-    assert others, f"process {pid} runs its main thread only"
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(number, pid, others[0], sig) != 0:
-        raise OSError(ctypes.get_errno(), f"tgkill({pid}, {others[0]}, {sig})")
+def _stop_signal_masks(pid: int) -> dict[int, bool]:
+    """For each of ``pid``'s threads: whether it blocks both SIGINT and SIGTERM."""
+    masks = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except FileNotFoundError:
+            continue  # ended meanwhile
+        blocked = next(line for line in status.splitlines() if line.startswith("SigBlk:"))
+        masks[int(tid)] = _blocks_stop_signals(int(blocked.split()[1], 16))
+    return masks
+
+
+def _assert_signals_go_to_the_main_thread(pid: int, what: str) -> None:
+    """The kernel hands a signal sent to the process to a thread that does not block it:
+    with every thread but the main one blocking both, the main one, whose wait it ends."""
+    masks = _stop_signal_masks(pid)
+    assert masks.pop(pid) is False, f"{what}: its main thread blocks SIGINT or SIGTERM"
+    assert masks, f"{what} runs its main thread only"
+    takers = [tid for tid, blocks in masks.items() if not blocks]
+    assert not takers, (
+        f"{what}: threads {takers} of {len(masks) + 1} may take a Ctrl-C the main thread "
+        "then never sees while it waits"
+    )
+
+
+def test_threads_started_inside_to_main_thread_and_theirs_block_stop_signals():
+    from embedlog.stopsignals import to_main_thread
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    seen = {}
+
+    def grandchild():
+        seen["grandchild"] = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+    def child():
+        seen["child"] = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        t = threading.Thread(target=grandchild)  # started outside the block: inherits it
+        t.start()
+        t.join()
+
+    with to_main_thread():
+        t = threading.Thread(target=child)
+        t.start()
+    t.join()
+    for who in ("child", "grandchild"):
+        assert {signal.SIGINT, signal.SIGTERM} <= seen[who], who
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before  # the caller's as it was
+
+
+def test_the_runtime_and_disk_threads_leave_stop_signals_to_the_main_thread():
+    from embedlog.bookie.diskthread import DiskThread
+    from embedlog.runtime import Runtime
+
+    runtime = Runtime("signals")
+    disk = DiskThread("signals-disk")
+    try:
+        in_loop = runtime.call(signal.pthread_sigmask, signal.SIG_BLOCK, [])
+        on_disk = disk.submit(signal.pthread_sigmask, signal.SIG_BLOCK, []).result()
+    finally:
+        disk.shutdown()
+        runtime.close()
+    assert {signal.SIGINT, signal.SIGTERM} <= in_loop
+    assert {signal.SIGINT, signal.SIGTERM} <= on_disk
 
 
 def _wait_stream(stream, text: str) -> str:
@@ -87,7 +141,7 @@ def _wait_stream(stream, text: str) -> str:
     pytest.fail(f"no {text!r} before the stream ended: {''.join(seen)}")
 
 
-def test_the_sandbox_and_the_auditor_stop_on_a_signal_to_any_of_their_threads(
+def test_the_sandbox_the_auditor_and_a_following_tail_stop_on_a_signal(
     procs: Procs, tmp_path: Path, zk_server: Any
 ) -> None:
     # zk_server only makes sure ZooKeeper is installed; the sandbox starts its own.
@@ -98,12 +152,30 @@ def test_the_sandbox_and_the_auditor_stop_on_a_signal_to_any_of_their_threads(
     assert auditor.stderr is not None
     _wait_stream(auditor.stderr, "auditor running")
 
-    _signal_a_thread_not_the_main_one(auditor.pid, signal.SIGINT)
-    out, err = finish(auditor, HANG)
+    import embedlog
+
+    with embedlog.connect(uri, name="writer") as client:
+        stream = client.create_unbounded(3, 3, 2, name="events")
+        stream.append(b"first")
+        # A tail following the stream: its main thread waits for the loop's next entry,
+        # which never comes; only the signal ends that wait.
+        tail = procs.embedlog("stream", "tail", "events", "--metadata-uri", uri)
+        wait_line(tail, "first")
+        stream.close()
+
+    for proc, what in ((tail, "the tail"), (auditor, "the auditor"), (sandbox, "the sandbox")):
+        _assert_signals_go_to_the_main_thread(proc.pid, what)
+
+    tail.send_signal(signal.SIGINT)
+    _out, err = finish(tail, HANG)
+    assert tail.returncode == 0, err
+
+    auditor.send_signal(signal.SIGINT)
+    _out, err = finish(auditor, HANG)
     assert auditor.returncode == 0, err
     assert "stopping after the pass under way" in err
 
-    _signal_a_thread_not_the_main_one(sandbox.pid, signal.SIGTERM)
+    sandbox.send_signal(signal.SIGTERM)
     out, err = finish(sandbox, HANG)
     assert sandbox.returncode == 0, err
     assert "sandbox stopped" in out
