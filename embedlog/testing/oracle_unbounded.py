@@ -81,6 +81,11 @@ class StreamOracle(Oracle):
         self._counts = counts
         self.appended: dict[bytes, tuple[str, int]] = {}  # payload -> (writer, seq)
         self.sequences: dict[str, list[bytes]] = {}  # writer -> payloads appended, in order
+        # Payloads appended with a msg_id (workload_dedup.py), however many attempts each.
+        self.msg_payloads: set[bytes] = set()
+        # Whether other appends share a writer's term (producers by msg_id): its own acks
+        # then come in order with gaps, not one after the other.
+        self.shared_writers = False
         self.stream_acked: dict[int, dict[int, tuple[bytes, int, str]]] = {}  # eid -> p, term, w
         self._last_ack: dict[str, int] = {}  # writer -> last id acknowledged
         self._kept_below: dict[int, list[tuple[int, int, str]]] = {}  # (term, end, by)
@@ -89,8 +94,11 @@ class StreamOracle(Oracle):
         # A bookie's own acks: (bookie, ledger) -> {id: (payload, the term that made it)}
         self._held: dict[tuple[str, int], dict[int, tuple[bytes, int | None]]] = {}
         # Negatives for entries a bookie acknowledged with a payload no writer had
-        # acknowledged yet: a violation if one does later. (lid, eid, payload) -> detail
-        self._suspect: dict[tuple[int, int, bytes], str] = {}
+        # acknowledged yet: a violation if one does later. (lid, eid, payload) -> the
+        # detail, the term of the request answered, the term of the add the bookie acked
+        self._suspect: dict[tuple[int, int, bytes], tuple[str, int, int]] = {}
+        # The term of the add each held copy came with: (bookie, lid, eid) -> term
+        self._added_in: dict[tuple[str, int, int], int] = {}
         # The stream layer's rules (oracle_streams.py), in the scenarios that have it; and
         # which streams were deleted (no end-of-history count of their copies).
         self.rules: StreamRules | None = None
@@ -161,7 +169,7 @@ class StreamOracle(Oracle):
             self.rules.answered(bookie_id, req, resp)
         held = self._held.setdefault((bookie_id, lid), {})
         if req.op in (OpCode.ADD, OpCode.ADD_BATCH):
-            self._stored(held, req, resp)
+            self._stored(bookie_id, held, req, resp)
         elif req.op == OpCode.TRIM and resp.status == StatusCode.EOK:
             if req.flags & TrimFlags.ABOVE:
                 self._truncate(held, eid, req.term)
@@ -174,7 +182,8 @@ class StreamOracle(Oracle):
                 asked = {eid: held[eid]}
             for e, (payload, _term) in sorted(asked.items()):
                 if self._responsible(lid, e, bookie_id):
-                    self._negative(src, bookie_id, req, resp, e, payload)
+                    added_in = self._added_in.get((bookie_id, lid, e), req.term)
+                    self._negative(src, bookie_id, req, resp, e, payload, added_in)
         elif not (req.op == OpCode.READ and req.flags & ReadFlags.RECOVERY):
             # (A takeover's recovery read may get an older term's leftover: it decides.)
             # Only a bookie the metadata now gives the entry to must serve its payload: a
@@ -195,7 +204,11 @@ class StreamOracle(Oracle):
                     )
 
     def _stored(
-        self, held: dict[int, tuple[bytes, int | None]], req: Request, resp: Response
+        self,
+        bookie: str,
+        held: dict[int, tuple[bytes, int | None]],
+        req: Request,
+        resp: Response,
     ) -> None:
         entries = self._entries(req)
         if req.op == OpCode.ADD:
@@ -213,9 +226,17 @@ class StreamOracle(Oracle):
                 self._truncate(held, eid, req.term)
             if not req.flags & AddFlags.NOOP:
                 held[eid] = (payload, self._term_of(entry))
+                self._added_in[(bookie, req.ledger_id, eid)] = req.term
 
     def _negative(
-        self, src: str, bookie: str, req: Request, resp: Response, eid: int, payload: bytes
+        self,
+        src: str,
+        bookie: str,
+        req: Request,
+        resp: Response,
+        eid: int,
+        payload: bytes,
+        added_in: int,
     ) -> None:
         lid = req.ledger_id
         detail = (
@@ -224,9 +245,23 @@ class StreamOracle(Oracle):
         )
         acked = self.stream_acked.get(lid, {}).get(eid)
         if acked is not None and acked[0] == payload:
-            self.violate("NoNegativeForAckedEntry", detail)
+            self._negative_for_acked(detail, req.term, added_in, acked[1])
         else:
-            self._suspect.setdefault((lid, eid, payload), detail)
+            self._suspect.setdefault((lid, eid, payload), (detail, req.term, added_in))
+
+    def _negative_for_acked(self, detail: str, asked_in: int, added_in: int, acked_in: int) -> None:
+        """A negative for an entry whose payload a writer acknowledged in ``acked_in``:
+        a violation, unless the bookie's copy came with an earlier term's add and the
+        negative answered the acknowledging term's own request (its takeover's recovery
+        reads). That term then decided the entry from the other bookies and wrote it back;
+        the bookie may have dropped its older copy by a truncation whose answer nobody
+        got (a crash right after journaling a takeover's no-op that cut it): the
+        oracle learns cuts from answers. Only a producer's retry by msg_id is
+        acknowledged an id an earlier term wrote (workload_dedup.py)."""
+        if asked_in == acked_in and added_in < acked_in:
+            self._counts["check.negative_before_own_recovery"] += 1
+            return
+        self.violate("NoNegativeForAckedEntry", detail)
 
     # -- what the clients see ------------------------------------------------------------------
 
@@ -255,6 +290,11 @@ class StreamOracle(Oracle):
         self.appended[payload] = (writer, len(seq))
         seq.append(payload)
 
+    def by_msg_id(self, payload: bytes) -> None:
+        """``payload`` (``append``ed already) is appended with a msg_id, retried by it."""
+        self.msg_payloads.add(payload)
+        self.shared_writers = True
+
     def stream_acknowledged(
         self, lid: int, eid: int, payload: bytes, term: int, writer: str
     ) -> None:
@@ -267,7 +307,7 @@ class StreamOracle(Oracle):
                 f"{before[2]} (term {before[1]}) was acknowledged as {before[0]!r}",
             )
         last = self._last_ack.get(writer)
-        if last is not None and eid != last + 1:
+        if last is not None and (eid <= last if self.shared_writers else eid != last + 1):
             self.violate(
                 "NoOutOfOrderEntries",
                 f"{writer} was acknowledged {lid}:{eid} after {lid}:{last}",
@@ -276,9 +316,14 @@ class StreamOracle(Oracle):
         for t, end, by in self._kept_below.get(lid, []):
             if t > term and eid >= end:
                 self._lost_by_takeover(lid, eid, term, t, end, by)
-        detail = self._suspect.pop((lid, eid, payload), None)
-        if detail is not None:
-            self.violate("NoNegativeForAckedEntry", detail)
+        suspect = self._suspect.pop((lid, eid, payload), None)
+        if suspect is not None:
+            detail, asked_in, added_in = suspect
+            self._negative_for_acked(detail, asked_in, added_in, term)
+
+    def before_term(self, lid: int, term: int, eid: int) -> bool:
+        """Whether ``eid`` lies below where ``term`` began writing (its takeover's end)."""
+        return any(t == term and eid < end for t, end, _by in self._kept_below.get(lid, []))
 
     def took_over(self, lid: int, term: int, end: int, by: str) -> None:
         """A takeover to ``term`` completed; the new term writes from ``end`` on (the
@@ -346,13 +391,32 @@ class StreamOracle(Oracle):
                     f"to {w} (term {term})",
                 )
         self._writers_prefix(lid, entries, first, by)
+        self._once_per_msg_id(lid, entries, by)
+
+    def _once_per_msg_id(self, lid: int, entries: list[tuple[int, bytes]], by: str) -> None:
+        """AppendedOncePerMsgId: a message appended by its msg_id is in the stream at most
+        once, however many attempts it took (docs/unbounded.md, "Idempotent appends")."""
+        if not self.msg_payloads:
+            return
+        at: dict[bytes, list[int]] = {}
+        for eid, payload in entries:
+            if payload in self.msg_payloads:
+                at.setdefault(payload, []).append(eid)
+        self._counts["check.msg_id_once"] += len(at)
+        for payload, eids in at.items():
+            if len(eids) > 1:
+                self.violate(
+                    "AppendedOncePerMsgId",
+                    f"{by} read {payload!r}, appended by its msg_id, at {lid}:{eids}",
+                )
 
     def _writers_prefix(
         self, lid: int, entries: list[tuple[int, bytes]], first: int, by: str
     ) -> None:
         runs: dict[str, list[int]] = {}
         for _eid, payload in entries:
-            if payload in self.appended:
+            # Messages appended by msg_id are each their own writer: _once_per_msg_id.
+            if payload in self.appended and payload not in self.msg_payloads:
                 w, seq = self.appended[payload]
                 runs.setdefault(w, []).append(seq)
         for w, seqs in runs.items():

@@ -57,6 +57,10 @@ class Scenario:
     # answers to its client, and by a reset of another of its connections (one drawn per
     # seed; empty: never): simchanges.py.
     change_aims: tuple[float, ...] = ()
+    # Producers appending by msg_id, each append retried through takeovers (up to 6
+    # attempts, while the streams' writers write: workload_dedup.py); min..max. With
+    # any, every append of the workload is a record.
+    producers: tuple[int, int] = (0, 0)
 
 
 RACES = "; faults aimed at protocol moments (simraces.py)"
@@ -163,6 +167,16 @@ SCENARIOS.update(
     for base in ("bounded", "unbounded")
 )
 
+# Idempotent appends: producers retrying by msg_id while takeovers displace the writers
+# they append through (no race twin: the takeovers are the race).
+SCENARIOS["unbounded-dedup"] = attrs.evolve(
+    SCENARIOS["unbounded"],
+    name="unbounded-dedup",
+    summary="unbounded streams with producers appending by msg_id, each append retried "
+    "through the writer of the moment or a takeover of their own (workload_dedup.py): "
+    "every message stored at most once, an acknowledged one where acknowledged",
+    producers=(1, 3),
+)
 DEFAULT_SCENARIO = "bounded"
 
 

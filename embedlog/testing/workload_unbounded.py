@@ -52,6 +52,7 @@ from embedlog.testing.workload import (
     judge_outcome,
     maybe_pause,
 )
+from embedlog.testing.workload_dedup import Producers
 from embedlog.testing.workload_streams import StreamOps
 from embedlog.testing.workload_unbounded_end import (
     READ_BATCH,
@@ -61,7 +62,9 @@ from embedlog.testing.workload_unbounded_end import (
 )
 from embedlog.unbounded import follow, layout
 from embedlog.unbounded.ledger import UnboundedLedger
-from embedlog.wire.entry import Digester
+from embedlog.unbounded.writer import TermWriter
+from embedlog.wire import record
+from embedlog.wire.entry import FLAG_RECORD, Digester
 
 # A follower still at work at the workload's limit whose last read or poll returned
 # this recently retries reads the faults keep failing (each fails after its request
@@ -106,6 +109,22 @@ class UnboundedWorkload:
             self.oracle.rules = self.ops.rules
             self.oracle.dropped = self.ops.gone
         self.oracle.fence = FenceRule(ctx.truth.read_ledger, self.oracle.violate, ctx.counts)
+        # Producers by msg_id (workload_dedup.py), when asked; then every append is a
+        # record, as through the stream API: a writer finds its dedup window by their times.
+        self.producers = (
+            Producers(
+                ctx,
+                cluster,
+                self.oracle,
+                self.ledgers,
+                self._handles,
+                self.take_over,
+                self.writers_done,
+            )
+            if max(sc.producers)
+            else None
+        )
+        self.records = self.producers is not None
 
     # -- the Workload protocol -----------------------------------------------------------------
 
@@ -120,6 +139,8 @@ class UnboundedWorkload:
         work += [asyncio.ensure_future(self.follower(j)) for j in range(rng.randint(*sc.followers))]
         if self.ops is not None:
             work += self.ops.tasks()
+        if self.producers is not None:
+            work += self.producers.tasks()
         return work
 
     def stop(self) -> None:
@@ -287,7 +308,7 @@ class UnboundedWorkload:
                 )
             payload = b"%d:%s:%d:%08x" % (lid, who.encode(), seq, rng.getrandbits(32))
             self._appended(who, payload)
-            fut = writer.add(payload)
+            fut = self._add(writer, payload)
             fut.add_done_callback(functools.partial(self._add_done, who, lid, term, payload))
             futures.append(fut)
             ctx.counts["add"] += 1
@@ -313,10 +334,17 @@ class UnboundedWorkload:
         who = f"{name}@t{term}"
         payload = b"%d:%s:0:%s" % (lid, who.encode(), payload)
         self._appended(who, payload)
-        fut = handle.writer.add(payload)
+        fut = self._add(handle.writer, payload)
         fut.add_done_callback(functools.partial(self._add_done, who, lid, term, payload))
         self.ctx.counts["add"] += 1
         return fut
+
+    def _add(self, writer: TermWriter, payload: bytes) -> asyncio.Future[int]:
+        if self.records:
+            return writer.add(
+                record.encode(self.ctx.clock.time()) + payload, entry_flags=FLAG_RECORD
+            )
+        return writer.add(payload)
 
     def _appended(self, who: str, payload: bytes) -> None:
         self.oracle.append(who, payload)
