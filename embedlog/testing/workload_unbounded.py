@@ -24,7 +24,6 @@ from embedlog.client import Client
 from embedlog.errors import (
     BKError,
     InvalidTermError,
-    NoSuchLedgerError,
     NoSuchLedgerInMetadataError,
 )
 from embedlog.metadata.ledger_metadata import LedgerMetadata
@@ -32,7 +31,7 @@ from embedlog.metadata.striping import write_set_bookies
 from embedlog.testing.oracle_fence import FenceRule
 from embedlog.testing.oracle_fence_term import FenceAndTermRule
 from embedlog.testing.oracle_quorum import AckQuorumRule, LafrRule
-from embedlog.testing.oracle_unbounded import Follower, StreamOracle
+from embedlog.testing.oracle_unbounded import StreamOracle
 from embedlog.testing.simcombos import (
     dirty_leftover,
     dirty_leftover_at,
@@ -53,23 +52,17 @@ from embedlog.testing.workload import (
     maybe_pause,
 )
 from embedlog.testing.workload_dedup import Producers
+from embedlog.testing.workload_followers import Followers
 from embedlog.testing.workload_streams import StreamOps
 from embedlog.testing.workload_unbounded_end import (
-    READ_BATCH,
     probe_acked,
-    read_or_none,
     read_whole,
 )
-from embedlog.unbounded import follow, layout
+from embedlog.unbounded import layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.unbounded.writer import TermWriter
 from embedlog.wire import record
 from embedlog.wire.entry import FLAG_RECORD, Digester
-
-# A follower still at work at the workload's limit whose last read or poll returned
-# this recently retries reads the faults keep failing (each fails after its request
-# timeout, 1 s, and a 0.2 s pause): it waits for the cluster, as a tail does.
-RETRYING_WITHIN = 10.0
 
 
 class UnboundedWorkload:
@@ -82,9 +75,6 @@ class UnboundedWorkload:
         )
         self.ledgers: list[int] = []
         self._handles: list[UnboundedLedger] = []
-        self._followers: list[Follower] = []
-        # When each follower's task last had a read or a poll return (retrying).
-        self._returned: dict[asyncio.Future[Any], float] = {}
         self._writing = 0  # streams still being written (followers stop when none are)
         self._quiet = asyncio.Event()
         self._held: dict[int, asyncio.Event] = {}  # streams a compound aim holds (hold)
@@ -109,6 +99,7 @@ class UnboundedWorkload:
             self.oracle.rules = self.ops.rules
             self.oracle.dropped = self.ops.gone
         self.oracle.fence = FenceRule(ctx.truth.read_ledger, self.oracle.violate, ctx.counts)
+        self.followers = Followers(ctx, cluster, self.oracle, self.ledgers, self.writers_done)
         # Producers by msg_id (workload_dedup.py), when asked; then every append is a
         # record, as through the stream API: a writer finds its dedup window by their times.
         self.producers = (
@@ -136,7 +127,10 @@ class UnboundedWorkload:
         ]
         work += [asyncio.ensure_future(self.taker(j)) for j in range(rng.randint(*sc.takeovers))]
         work += [asyncio.ensure_future(self.trimmer(j)) for j in range(rng.randint(*sc.trims))]
-        work += [asyncio.ensure_future(self.follower(j)) for j in range(rng.randint(*sc.followers))]
+        work += [
+            asyncio.ensure_future(self.followers.follow(j))
+            for j in range(rng.randint(*sc.followers))
+        ]
         if self.ops is not None:
             work += self.ops.tasks()
         if self.producers is not None:
@@ -156,8 +150,7 @@ class UnboundedWorkload:
             return None
 
     def retrying(self, task: asyncio.Future[Any], now: float) -> bool:
-        returned = self._returned.get(task)
-        return returned is not None and now - returned < RETRYING_WITHIN
+        return self.followers.retrying(task, now)
 
     def writers_done(self) -> bool:
         """Whether every stream's writers (first terms and takeovers) are done."""
@@ -412,87 +405,6 @@ class UnboundedWorkload:
 
     # -- followers -----------------------------------------------------------------------------
 
-    async def follower(self, j: int) -> None:
-        """Tail one stream from 0 as ``UnboundedLedger.tail`` does, until the writers are
-        done and it has caught up with what it last saw confirmed."""
-        ctx, rng = self.ctx, self.ctx.rng
-        name = f"f{j}"
-        client = self.cluster.client(name)
-        await asyncio.sleep(rng.uniform(0.01, 0.2))
-        if not self.ledgers:
-            return
-        lid = rng.choice(self.ledgers)
-        try:
-            handle = await client.open_unbounded_aio(lid, password=PASSWORD, takeover=False)
-        except BKError as exc:
-            ctx.trace("follow-failed", name, lid, type(exc).__name__)
-            return
-        me = Follower(name, lid)
-        self._followers.append(me)
-        task = asyncio.current_task()
-        assert task is not None
-        md, lac = handle.metadata, handle.last_add_confirmed
-        digester = Digester(md.digest_type, PASSWORD)
-        next_id, quiet_polls = 0, 0
-        while quiet_polls < 3:
-            low = layout.first_entry(md)
-            if next_id < low:
-                me.skipped.append((next_id, low))
-                ctx.trace("follower-skips", name, lid, next_id, low)
-                next_id = low
-            if next_id <= lac:
-                last = min(lac, next_id + READ_BATCH - 1)
-                got = await read_or_none(ctx, client, md, digester, next_id, last, name)
-                self._returned[task] = ctx.clock.monotonic()
-                if got is None:
-                    fresh = await self._metadata(client, lid, md)
-                    if fresh is None:
-                        break
-                    md = fresh
-                    await asyncio.sleep(0.2)
-                    continue
-                entries = [(e.entry_id, e.data) for e in got]
-                me.read.extend(entries)
-                ctx.counts["follower.read"] += len(entries)
-                self.oracle.stream_read(lid, entries, name, md.ack_quorum)
-                next_id = last + 1
-                continue
-            if self._quiet.is_set():
-                quiet_polls += 1
-            try:
-                # As a tail waits: the new entries come along when the metadata's re-read
-                # finds the version they were read by (follow.wait_and_read).
-                seen, md, rows = await follow.wait_and_read(
-                    client.ctx, md, digester, next_id - 1, follow.POLL_SLICE, READ_BATCH
-                )
-            except NoSuchLedgerError:
-                ctx.trace("follower-ends", name, lid, "deleted")
-                break
-            except BKError as exc:  # the metadata read failed: poll again
-                ctx.trace("follow-poll-failed", name, lid, type(exc).__name__)
-                continue
-            finally:  # returned, whatever it returned
-                self._returned[task] = ctx.clock.monotonic()
-            lac = max(lac, seen)
-            if rows and layout.first_entry(md) <= next_id:
-                entries = [(e.entry_id, e.data) for e in follow.visible(md, rows)]
-                me.read.extend(entries)
-                ctx.counts["follower.read"] += len(entries)
-                ctx.counts["follower.brought"] += len(rows)
-                self.oracle.stream_read(lid, entries, name, md.ack_quorum)
-                next_id = rows[-1][0] + 1
-
-    async def _metadata(
-        self, client: Client, lid: int, md: LedgerMetadata
-    ) -> LedgerMetadata | None:
-        """The metadata as stored now (``md`` when the read failed; None: deleted)."""
-        try:
-            return await client.ctx.meta(client.ctx.metadata.read_ledger, lid)
-        except NoSuchLedgerError:
-            return None
-        except BKError:
-            return md
-
     # -- the end -------------------------------------------------------------------------------
 
     async def check_end(self) -> None:
@@ -535,6 +447,6 @@ class UnboundedWorkload:
             first = layout.first_entry(handle.metadata)
             ctx.counts["term_change"] += handle.term - 1
             self.oracle.final_stream(lid, entries, first, "checker", handle.metadata.ack_quorum)
-            for f in self._followers:
+            for f in self.followers.seen:
                 if f.lid == lid:
                     self.oracle.followers_agree(f, entries)
