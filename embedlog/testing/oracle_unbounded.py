@@ -59,6 +59,10 @@ if TYPE_CHECKING:
 _NEGATIVE = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
 
 
+# A bookie's held copies of one ledger: id -> (payload, term made in, term added in).
+_Held = dict[int, tuple[bytes, int | None, int]]
+
+
 @define
 class Follower:
     """What one follower read, in order, and the ids it was told were trimmed."""
@@ -82,23 +86,21 @@ class StreamOracle(Oracle):
         self.appended: dict[bytes, tuple[str, int]] = {}  # payload -> (writer, seq)
         self.sequences: dict[str, list[bytes]] = {}  # writer -> payloads appended, in order
         # Payloads appended with a msg_id (workload_dedup.py), however many attempts each.
+        # Their producers share the writers' terms: a writer's own acks then come in
+        # order with gaps, not one after the other.
         self.msg_payloads: set[bytes] = set()
-        # Whether other appends share a writer's term (producers by msg_id): its own acks
-        # then come in order with gaps, not one after the other.
-        self.shared_writers = False
         self.stream_acked: dict[int, dict[int, tuple[bytes, int, str]]] = {}  # eid -> p, term, w
         self._last_ack: dict[str, int] = {}  # writer -> last id acknowledged
         self._kept_below: dict[int, list[tuple[int, int, str]]] = {}  # (term, end, by)
         self.trim_point: dict[int, int] = {}
         self._seen: dict[int, dict[int, bytes]] = {}  # what readers got, per id
-        # A bookie's own acks: (bookie, ledger) -> {id: (payload, the term that made it)}
-        self._held: dict[tuple[str, int], dict[int, tuple[bytes, int | None]]] = {}
+        # A bookie's own acks: (bookie, ledger) -> {id: (payload, the term that made it,
+        # the term of the add that stored it: a write-back's is the takeover's)}
+        self._held: dict[tuple[str, int], _Held] = {}
         # Negatives for entries a bookie acknowledged with a payload no writer had
         # acknowledged yet: a violation if one does later. (lid, eid, payload) -> the
         # detail, the term of the request answered, the term of the add the bookie acked
         self._suspect: dict[tuple[int, int, bytes], tuple[str, int, int]] = {}
-        # The term of the add each held copy came with: (bookie, lid, eid) -> term
-        self._added_in: dict[tuple[str, int, int], int] = {}
         # The stream layer's rules (oracle_streams.py), in the scenarios that have it; and
         # which streams were deleted (no end-of-history count of their copies).
         self.rules: StreamRules | None = None
@@ -119,9 +121,9 @@ class StreamOracle(Oracle):
         return split_term(HEADER.unpack_from(entry)[3], entry[self._skip :])[0]
 
     @staticmethod
-    def _truncate(held: dict[int, tuple[bytes, int | None]], above: int, term: int) -> None:
+    def _truncate(held: _Held, above: int, term: int) -> None:
         """A truncation of ``term`` above ``above``: the older terms' entries go."""
-        for e in [e for e, (_p, t) in held.items() if e > above and (t is None or t < term)]:
+        for e in [e for e, (_p, t, _a) in held.items() if e > above and (t is None or t < term)]:
             del held[e]
 
     def _entries(self, req: Request) -> list[tuple[int, bytes]]:
@@ -169,7 +171,7 @@ class StreamOracle(Oracle):
             self.rules.answered(bookie_id, req, resp)
         held = self._held.setdefault((bookie_id, lid), {})
         if req.op in (OpCode.ADD, OpCode.ADD_BATCH):
-            self._stored(bookie_id, held, req, resp)
+            self._stored(held, req, resp)
         elif req.op == OpCode.TRIM and resp.status == StatusCode.EOK:
             if req.flags & TrimFlags.ABOVE:
                 self._truncate(held, eid, req.term)
@@ -180,9 +182,8 @@ class StreamOracle(Oracle):
             asked = held if resp.status == StatusCode.ENOLEDGER else {}
             if resp.status == StatusCode.ENOENTRY and eid in held:
                 asked = {eid: held[eid]}
-            for e, (payload, _term) in sorted(asked.items()):
+            for e, (payload, _term, added_in) in sorted(asked.items()):
                 if self._responsible(lid, e, bookie_id):
-                    added_in = self._added_in.get((bookie_id, lid, e), req.term)
                     self._negative(src, bookie_id, req, resp, e, payload, added_in)
         elif not (req.op == OpCode.READ and req.flags & ReadFlags.RECOVERY):
             # (A takeover's recovery read may get an older term's leftover: it decides.)
@@ -203,13 +204,7 @@ class StreamOracle(Oracle):
                         f"acknowledged as {acked[0]!r}",
                     )
 
-    def _stored(
-        self,
-        bookie: str,
-        held: dict[int, tuple[bytes, int | None]],
-        req: Request,
-        resp: Response,
-    ) -> None:
+    def _stored(self, held: _Held, req: Request, resp: Response) -> None:
         entries = self._entries(req)
         if req.op == OpCode.ADD:
             ok = [resp.status == StatusCode.EOK]
@@ -225,8 +220,7 @@ class StreamOracle(Oracle):
             if req.flags & AddFlags.TRUNCATE:
                 self._truncate(held, eid, req.term)
             if not req.flags & AddFlags.NOOP:
-                held[eid] = (payload, self._term_of(entry))
-                self._added_in[(bookie, req.ledger_id, eid)] = req.term
+                held[eid] = (payload, self._term_of(entry), req.term)
 
     def _negative(
         self,
@@ -290,10 +284,10 @@ class StreamOracle(Oracle):
         self.appended[payload] = (writer, len(seq))
         seq.append(payload)
 
-    def by_msg_id(self, payload: bytes) -> None:
-        """``payload`` (``append``ed already) is appended with a msg_id, retried by it."""
+    def append_by_msg_id(self, writer: str, payload: bytes) -> None:
+        """``append``, of a message appended with a msg_id and retried by it."""
+        self.append(writer, payload)
         self.msg_payloads.add(payload)
-        self.shared_writers = True
 
     def stream_acknowledged(
         self, lid: int, eid: int, payload: bytes, term: int, writer: str
@@ -307,7 +301,7 @@ class StreamOracle(Oracle):
                 f"{before[2]} (term {before[1]}) was acknowledged as {before[0]!r}",
             )
         last = self._last_ack.get(writer)
-        if last is not None and (eid <= last if self.shared_writers else eid != last + 1):
+        if last is not None and (eid <= last if self.msg_payloads else eid != last + 1):
             self.violate(
                 "NoOutOfOrderEntries",
                 f"{writer} was acknowledged {lid}:{eid} after {lid}:{last}",

@@ -101,8 +101,7 @@ class Producers:
         msg_id = f"{name}-{i}".encode()
         payload = b"%d:%s:%d:%08x" % (lid, name.encode(), i, rng.getrandbits(32))
         who = f"{name}#{i}"  # a writer of one message for the oracle: its order is its own
-        self.oracle.append(who, payload)
-        self.oracle.by_msg_id(payload)
+        self.oracle.append_by_msg_id(who, payload)
         for attempt in range(ATTEMPTS):
             if attempt and self._done():
                 # Its outcome stays unknown: the oracle asks only that it is stored once.

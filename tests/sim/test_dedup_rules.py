@@ -60,8 +60,7 @@ def _names(o: StreamOracle) -> list[str]:
 def test_a_message_stored_twice_violates_once_per_msg_id_and_only_that():
     o, counts = _oracle()
     o.append("c0@t1", b"w0")
-    o.append("p0#0", b"m0")
-    o.by_msg_id(b"m0")
+    o.append_by_msg_id("p0#0", b"m0")
     o.append("c0@t1", b"w1")
     o.final_stream(7, [(0, b"w0"), (1, b"m0"), (2, b"w1"), (3, b"m0")], 0, "checker", 2)
     assert _names(o) == [ONCE]
@@ -72,8 +71,7 @@ def test_a_message_stored_twice_violates_once_per_msg_id_and_only_that():
 def test_a_message_stored_once_or_not_at_all_holds():
     o, counts = _oracle()
     for i, p in enumerate((b"m0", b"m1", b"m2")):
-        o.append(f"p0#{i}", p)
-        o.by_msg_id(p)
+        o.append_by_msg_id(f"p0#{i}", p)
     o.final_stream(7, [(0, b"m0"), (1, b"m2")], 0, "checker", 2)  # m1's outcome stayed unknown
     assert _names(o) == []
     assert counts["check.msg_id_once"] == 2
@@ -88,7 +86,7 @@ def test_a_plain_writers_payload_twice_is_the_prefix_rule_not_this_one():
 
 def test_with_producers_sharing_a_writer_its_acks_may_skip_ids_but_never_go_back():
     o, _ = _oracle()
-    o.by_msg_id(b"m0")  # producers share the writers: gaps are theirs
+    o.append_by_msg_id("p0#0", b"m0")  # producers share the writers: gaps are theirs
     o.stream_acknowledged(7, 0, b"w0", 1, "c0@t1")
     o.stream_acknowledged(7, 2, b"w1", 1, "c0@t1")  # id 1 went to a producer
     assert _names(o) == []
@@ -170,7 +168,7 @@ def test_a_negative_after_acking_the_acknowledging_terms_write_back_is_a_violati
 
 def test_once_acknowledged_a_negative_judges_at_once_by_the_same_rule():
     o, _ = _stream_oracle()
-    o.by_msg_id(b"m")
+    o.append_by_msg_id("p0#0", b"m")
     o.stream_acknowledged(LID, 1, b"m", 3, "p0#0")
     _add(o, "b5", 1, b"m", made=1, sent=1)
     _negative(o, "b5", 1, term=3)
