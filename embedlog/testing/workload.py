@@ -12,6 +12,7 @@ cluster control (simcontext.py), and the nemesis's aims (``Aims``), never the
 from __future__ import annotations
 
 import asyncio
+import random
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -27,6 +28,7 @@ from embedlog.wire.messages import OpCode
 if TYPE_CHECKING:
     from embedlog.client import Client
     from embedlog.testing.oracle import Oracle
+    from embedlog.unbounded.ledger import UnboundedLedger
 
 T = TypeVar("T")
 
@@ -91,6 +93,29 @@ async def create_with_retries(
             ctx.trace("create-failed", name, type(exc).__name__)
             await asyncio.sleep(0.5)
     return None
+
+
+async def open_to_follow(
+    ctx: SimContext,
+    rng: random.Random,
+    client: Client,
+    name: str,
+    ledgers: list[int],
+    wait: tuple[float, float],
+    failed: str,
+) -> tuple[int, UnboundedLedger] | None:
+    """After a pause drawn from ``wait``, one of ``ledgers`` opened to follow it
+    (``takeover=False``: a follower's or a consumer's handle), with its id; None when there
+    is no stream yet or the open failed (traced as ``failed``)."""
+    await asyncio.sleep(rng.uniform(*wait))
+    if not ledgers:
+        return None
+    lid = rng.choice(ledgers)
+    try:
+        return lid, await client.open_unbounded_aio(lid, password=PASSWORD, takeover=False)
+    except BKError as exc:
+        ctx.trace(failed, name, lid, type(exc).__name__)
+        return None
 
 
 async def maybe_pause(ctx: SimContext, aims: Aims, who: str, lid: int) -> None:

@@ -19,7 +19,7 @@ from embedlog.errors import BKError, NoSuchLedgerError
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.testing.oracle_unbounded import Follower, StreamOracle
 from embedlog.testing.simcontext import ClusterControl, SimContext
-from embedlog.testing.workload import PASSWORD
+from embedlog.testing.workload import PASSWORD, open_to_follow
 from embedlog.testing.workload_unbounded_end import READ_BATCH, read_or_none
 from embedlog.unbounded import follow, layout
 from embedlog.wire.entry import Digester
@@ -62,15 +62,12 @@ class Followers:
         ctx, rng = self.ctx, self.ctx.rng
         name = f"f{j}"
         client = self.cluster.client(name)
-        await asyncio.sleep(rng.uniform(0.01, 0.2))
-        if not self.ledgers:
+        opened = await open_to_follow(
+            ctx, rng, client, name, self.ledgers, (0.01, 0.2), "follow-failed"
+        )
+        if opened is None:
             return
-        lid = rng.choice(self.ledgers)
-        try:
-            handle = await client.open_unbounded_aio(lid, password=PASSWORD, takeover=False)
-        except BKError as exc:
-            ctx.trace("follow-failed", name, lid, type(exc).__name__)
-            return
+        lid, handle = opened
         me = Follower(name, lid)
         self.seen.append(me)
         task = asyncio.current_task()

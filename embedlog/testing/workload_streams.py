@@ -31,7 +31,7 @@ from embedlog.testing.oracle_streams import StreamRules
 from embedlog.testing.oracle_unbounded import StreamOracle
 from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.simloop import seeded
-from embedlog.testing.workload import PASSWORD
+from embedlog.testing.workload import open_to_follow
 from embedlog.unbounded import layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.unbounded.retention import Retention
@@ -165,15 +165,12 @@ class StreamOps:
         ctx, rng = self.ctx, self.rng
         name = f"k{j}"
         client = self.cluster.client(name)
-        await asyncio.sleep(rng.uniform(0.05, 0.6))
-        if not self.ledgers:
+        opened = await open_to_follow(
+            ctx, rng, client, name, self.ledgers, (0.05, 0.6), "consumer-open-failed"
+        )
+        if opened is None:
             return
-        lid = rng.choice(self.ledgers)
-        try:
-            handle = await client.open_unbounded_aio(lid, password=PASSWORD, takeover=False)
-        except BKError as exc:
-            ctx.trace("consumer-open-failed", name, lid, type(exc).__name__)
-            return
+        lid, handle = opened
         fresh = 0
         # While the writers write, then a few rounds more, for at most QUIET_TAIL seconds
         # (retention trims as time passes; its ages are 2 s at most); at most MAX_COMMITS
