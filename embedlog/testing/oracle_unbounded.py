@@ -106,13 +106,20 @@ class StreamOracle(Oracle):
         self.rules: StreamRules | None = None
         self.dropped: Callable[[int], bool] = lambda _lid: False
         self.lafr: LafrRule | None = None  # LafrIsFullyReplicated (oracle_quorum.py)
+        self._parsed: dict[bytes, tuple[int, bytes]] = {}  # entry -> _parse's answer
 
     # -- entries on the wire -------------------------------------------------------------------
 
     def _parse(self, entry: bytes) -> tuple[int, bytes]:
-        """(flags, the application's payload) of an entry as sent or stored."""
-        flags = HEADER.unpack_from(entry)[3]
-        return flags, split_record(flags, entry[self._skip :])[2]
+        """(flags, the application's payload) of an entry as sent or stored, parsed once
+        per distinct entry: one entry is sent to every bookie of its write set, answered,
+        read back and judged by several rules, and a record's envelope is decoded in full
+        (3% of an ``unbounded-dedup`` history's CPU when parsed each time)."""
+        parsed = self._parsed.get(entry)
+        if parsed is None:
+            flags = HEADER.unpack_from(entry)[3]
+            parsed = self._parsed[entry] = (flags, split_record(flags, entry[self._skip :])[2])
+        return parsed
 
     def payload_of(self, entry: bytes) -> bytes:
         return self._parse(entry)[1]
