@@ -17,10 +17,12 @@ import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from attrs import frozen
+
 from embedlog.errors import BKError
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.metadata.striping import write_set_bookies
-from embedlog.testing.simcontext import SimContext
+from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.simraces import AIM_RECOVERY_WAIT, PAUSE
 from embedlog.wire.entry import DigestType
 from embedlog.wire.messages import OpCode
@@ -28,12 +30,25 @@ from embedlog.wire.messages import OpCode
 if TYPE_CHECKING:
     from embedlog.client import Client
     from embedlog.testing.oracle import Oracle
+    from embedlog.testing.oracle_unbounded import StreamOracle
     from embedlog.unbounded.ledger import UnboundedLedger
 
 T = TypeVar("T")
 
 PASSWORD = b"sim"
 DIGEST = DigestType.CRC32C
+
+
+@frozen
+class StreamWork:
+    """What each part of the streams' workload (its followers, consumers and deletes,
+    producers) acts on and reports to, handed to it by the workload that composes it."""
+
+    ctx: SimContext
+    cluster: ClusterControl
+    oracle: StreamOracle
+    ledgers: list[int]  # the workload's streams, added to as they are created
+    writers_done: Callable[[], bool]  # whether every stream's writers are done
 
 
 class Workload(Protocol):

@@ -26,8 +26,7 @@ from typing import Any
 
 from embedlog.client import Client
 from embedlog.errors import BKError
-from embedlog.testing.oracle_unbounded import StreamOracle
-from embedlog.testing.simcontext import ClusterControl, SimContext
+from embedlog.testing.workload import StreamWork
 from embedlog.unbounded.ledger import UnboundedLedger
 
 # Attempts of one message before the producer gives it up (its outcome stays unknown:
@@ -43,24 +42,15 @@ class Producers:
     """The scenario's producers, composed into the streams' workload."""
 
     def __init__(
-        self,
-        ctx: SimContext,
-        cluster: ClusterControl,
-        oracle: StreamOracle,
-        ledgers: list[int],
-        handles: list[UnboundedLedger],
-        take_over: TakeOver,
-        writers_done: Callable[[], bool],
+        self, work: StreamWork, handles: list[UnboundedLedger], take_over: TakeOver
     ) -> None:
-        self.ctx = ctx
-        self.cluster = cluster
-        self.oracle = oracle
-        self._ledgers = ledgers  # the workload's streams, as they are created
+        self.ctx, self.cluster, self.oracle = work.ctx, work.cluster, work.oracle
+        self._ledgers = work.ledgers
         self._handles = handles  # every writer handle of the workload, oldest first
         self._take_over = take_over
         # Producers stop with the streams' writers: a history that went on would only
         # see the nemesis wear the cluster down (disks failing, bookies read-only).
-        self._done = writers_done
+        self._done = work.writers_done
 
     def _writer_of(self, lid: int) -> UnboundedLedger | None:
         """The newest handle of ``lid`` whose writer has not failed: the stream's writer of

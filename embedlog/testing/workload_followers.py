@@ -11,15 +11,13 @@ checks each follower's sequence against the final stream (``followers_agree``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from embedlog.client import Client
 from embedlog.errors import BKError, NoSuchLedgerError
 from embedlog.metadata.ledger_metadata import LedgerMetadata
-from embedlog.testing.oracle_unbounded import Follower, StreamOracle
-from embedlog.testing.simcontext import ClusterControl, SimContext
-from embedlog.testing.workload import PASSWORD, open_to_follow
+from embedlog.testing.oracle_unbounded import Follower
+from embedlog.testing.workload import PASSWORD, StreamWork, open_to_follow
 from embedlog.testing.workload_unbounded_end import READ_BATCH, read_or_none
 from embedlog.unbounded import follow, layout
 from embedlog.wire.entry import Digester
@@ -33,19 +31,10 @@ RETRYING_WITHIN = 10.0
 class Followers:
     """The streams' followers, composed into the streams' workload."""
 
-    def __init__(
-        self,
-        ctx: SimContext,
-        cluster: ClusterControl,
-        oracle: StreamOracle,
-        ledgers: list[int],
-        writers_done: Callable[[], bool],
-    ) -> None:
-        self.ctx = ctx
-        self.cluster = cluster
-        self.oracle = oracle
-        self.ledgers = ledgers  # the workload's streams, as they are created
-        self._writers_done = writers_done
+    def __init__(self, work: StreamWork) -> None:
+        self.ctx, self.cluster, self.oracle = work.ctx, work.cluster, work.oracle
+        self.ledgers = work.ledgers
+        self._writers_done = work.writers_done
         self.seen: list[Follower] = []  # what each follower read
         # When each follower's task last had a read or a poll return (retrying).
         self._returned: dict[asyncio.Future[Any], float] = {}

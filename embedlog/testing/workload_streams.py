@@ -20,7 +20,6 @@ stream's metadata as the store applies it (``FaultyMetadataStore.on_write``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from embedlog.client import Client
@@ -28,10 +27,8 @@ from embedlog.errors import BKError, NoSuchLedgerInMetadataError
 from embedlog.metadata import streams
 from embedlog.metadata.client import LEDGERS
 from embedlog.testing.oracle_streams import StreamRules
-from embedlog.testing.oracle_unbounded import StreamOracle
-from embedlog.testing.simcontext import ClusterControl, SimContext
 from embedlog.testing.simloop import seeded
-from embedlog.testing.workload import open_to_follow
+from embedlog.testing.workload import StreamWork, open_to_follow
 from embedlog.unbounded import layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.unbounded.retention import Retention
@@ -45,21 +42,11 @@ QUIET_TAIL = 5.0
 
 
 class StreamOps:
-    def __init__(
-        self,
-        ctx: SimContext,
-        cluster: ClusterControl,
-        oracle: StreamOracle,
-        ledgers: list[int],
-        writers_done: Callable[[], bool],
-    ) -> None:
-        """``ledgers``: the streams' workload's streams (it adds to the list as it creates
-        them); ``writers_done``: whether every stream's writers are done."""
-        self.ctx = ctx
-        self.cluster = cluster
-        self.oracle = oracle
-        self.ledgers = ledgers
-        self.writers_done = writers_done
+    def __init__(self, work: StreamWork) -> None:
+        ctx, cluster, oracle = work.ctx, work.cluster, work.oracle
+        self.ctx, self.cluster, self.oracle = ctx, cluster, oracle
+        self.ledgers = work.ledgers
+        self.writers_done = work.writers_done
         # A stream of its own: the other scenarios' histories do not draw these.
         self.rng = seeded(ctx.seed, "streams")
         self.rules = StreamRules(
