@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Set
 from contextlib import contextmanager
 
+from seed_search import patched
+
 from embedlog.ledger import recovery
 from embedlog.ledger.quorum import Decision, quorum_coverage
 
@@ -20,8 +22,5 @@ def fence_counts_bookies_not_write_sets() -> Iterator[None]:
             return Decision.YES
         return decide(e, wq, aq, positive, unknown)
 
-    recovery.fencing_decision = mutant  # type: ignore[assignment]
-    try:
+    with patched(recovery, "fencing_decision", mutant):
         yield
-    finally:
-        recovery.fencing_decision = decide

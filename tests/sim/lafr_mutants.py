@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from seed_search import patched
+
 from embedlog.unbounded import rules, takeover
 
 
@@ -19,11 +21,8 @@ def lafr_one_short() -> Iterator[None]:
     def mutant(entry_id: int, acks: int, wq: int, first: int, hold: int = -1) -> bool:
         return passes(entry_id, acks + 1, wq, first, hold)
 
-    rules.lafr_passes = mutant  # type: ignore[assignment]
-    try:
+    with patched(rules, "lafr_passes", mutant):
         yield
-    finally:
-        rules.lafr_passes = passes
 
 
 @contextmanager
@@ -37,8 +36,5 @@ def writeback_at_ack_quorum() -> Iterator[None]:
         kw["guaranteed_write_quorum"] = False
         return real(*args, **kw)
 
-    takeover.TermWriter = mutant  # type: ignore[assignment,misc]
-    try:
+    with patched(takeover, "TermWriter", mutant):
         yield
-    finally:
-        takeover.TermWriter = real  # type: ignore[misc]

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from seed_search import patched
+
 from embedlog.ledger.pending import PendingAdd
 from embedlog.ledger.pipeline import AddPipeline
 from embedlog.wire.codes import StatusCode
@@ -27,8 +29,5 @@ def refusal_of_acked_ignored() -> Iterator[None]:
             return  # nothing more to do for an acknowledged entry, streams too
         on_refusal(self, p, bookie, status, term, now)
 
-    AddPipeline._on_refusal = mutant  # type: ignore[method-assign]
-    try:
+    with patched(AddPipeline, "_on_refusal", mutant):
         yield
-    finally:
-        AddPipeline._on_refusal = on_refusal  # type: ignore[method-assign]

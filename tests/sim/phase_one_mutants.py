@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from seed_search import patched
+
 from embedlog.bookie import boot
 from embedlog.metadata.ledger_metadata import LedgerMetadata, LedgerState
 
@@ -22,11 +24,8 @@ def closed_ledgers_out_of_limbo() -> Iterator[None]:
     def mutant(md: LedgerMetadata, bookie_id: str, *, held: bool) -> bool:
         return False if md.is_closed else owes(md, bookie_id, held=held)
 
-    boot.owes_entries = mutant  # type: ignore[assignment]
-    try:
+    with patched(boot, "owes_entries", mutant):
         yield
-    finally:
-        boot.owes_entries = owes
 
 
 @contextmanager
@@ -38,8 +37,5 @@ def recovered_ledgers_out_of_limbo() -> Iterator[None]:
             return held  # forgets that a write-back may have reached it
         return owes(md, bookie_id, held=held)
 
-    boot.owes_entries = mutant  # type: ignore[assignment]
-    try:
+    with patched(boot, "owes_entries", mutant):
         yield
-    finally:
-        boot.owes_entries = owes

@@ -73,11 +73,8 @@ def damaged_entry_read_as_absent() -> Iterator[None]:
         except BookieIOError:
             return None
 
-    LedgerStorage.get = mutant  # type: ignore[method-assign]
-    try:
+    with patched(LedgerStorage, "get", mutant):
         yield
-    finally:
-        LedgerStorage.get = get  # type: ignore[method-assign]
 
 
 MUTANTS: dict[str, Callable[[], Any]] = {

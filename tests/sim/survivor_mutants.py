@@ -40,11 +40,8 @@ def term_raise_answered_early() -> Iterator[None]:
             asyncio.get_running_loop().call_soon(then, None)
         return fut
 
-    LedgerTable.append_state = mutant  # type: ignore[method-assign]
-    try:
+    with patched(LedgerTable, "append_state", mutant):
         yield
-    finally:
-        LedgerTable.append_state = append_state  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -60,11 +57,8 @@ def truncation_repeats() -> Iterator[None]:
             stored.truncated_term = term - 1  # as if the check were `<`, not `<=`
         return await truncate(self, lid, master_key, at, term, digest_len)
 
-    Adds.truncate = mutant  # type: ignore[method-assign]
-    try:
+    with patched(Adds, "truncate", mutant):
         yield
-    finally:
-        Adds.truncate = truncate  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -74,11 +68,8 @@ def pin_misses_fragment_first() -> Iterator[None]:
     def mutant(self: StreamPolicy, idx: int, first: int) -> bool:
         return pinned(self, idx, first + 1)
 
-    StreamPolicy.pinned = mutant  # type: ignore[method-assign]
-    try:
+    with patched(StreamPolicy, "pinned", mutant):
         yield
-    finally:
-        StreamPolicy.pinned = pinned  # type: ignore[method-assign]
 
 
 @contextmanager

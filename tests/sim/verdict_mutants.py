@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from seed_search import patched
+
 from embedlog.bookie import boot
 from embedlog.bookie.bookie import Bookie
 from embedlog.bookie.config import BookieConfig
@@ -41,11 +43,8 @@ def damage_verdict_drops_tombstones() -> Iterator[None]:
             damage = [*damage, f"{where}: a record past the checkpoint does not parse"]
         return end, damage
 
-    boot._replay = mutant  # type: ignore[assignment]
-    try:
+    with patched(boot, "_replay", mutant):
         yield
-    finally:
-        boot._replay = replay  # type: ignore[assignment]
 
 
 @contextmanager
@@ -62,10 +61,8 @@ def oracle_trusting_the_verdict() -> Iterator[None]:
     def trusting_booted(self: LossRecord, bid: str) -> bool:
         return booted(self, bid) | suspicious.pop(bid, False)
 
-    SimBookies._settle = trusting_settle  # type: ignore[method-assign]
-    LossRecord.booted = trusting_booted  # type: ignore[method-assign]
-    try:
+    with (
+        patched(SimBookies, "_settle", trusting_settle),
+        patched(LossRecord, "booted", trusting_booted),
+    ):
         yield
-    finally:
-        SimBookies._settle = settle  # type: ignore[method-assign]
-        LossRecord.booted = booted  # type: ignore[method-assign]
