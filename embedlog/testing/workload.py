@@ -40,7 +40,7 @@ DIGEST = DigestType.CRC32C
 
 
 @frozen
-class StreamWork:
+class StreamsShared:
     """What each part of the streams' workload (its followers, consumers and deletes,
     producers) acts on and reports to, handed to it by the workload that composes it."""
 

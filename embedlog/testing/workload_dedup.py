@@ -26,7 +26,7 @@ from typing import Any
 
 from embedlog.client import Client
 from embedlog.errors import BKError
-from embedlog.testing.workload import StreamWork
+from embedlog.testing.workload import StreamsShared
 from embedlog.unbounded.ledger import UnboundedLedger
 
 # Attempts of one message before the producer gives it up (its outcome stays unknown:
@@ -42,15 +42,15 @@ class Producers:
     """The scenario's producers, composed into the streams' workload."""
 
     def __init__(
-        self, work: StreamWork, handles: list[UnboundedLedger], take_over: TakeOver
+        self, shared: StreamsShared, handles: list[UnboundedLedger], take_over: TakeOver
     ) -> None:
-        self.ctx, self.cluster, self.oracle = work.ctx, work.cluster, work.oracle
-        self._ledgers = work.ledgers
+        self.ctx, self.cluster, self.oracle = shared.ctx, shared.cluster, shared.oracle
+        self._ledgers = shared.ledgers
         self._handles = handles  # every writer handle of the workload, oldest first
         self._take_over = take_over
         # Producers stop with the streams' writers: a history that went on would only
         # see the nemesis wear the cluster down (disks failing, bookies read-only).
-        self._done = work.writers_done
+        self._done = shared.writers_done
 
     def _writer_of(self, lid: int) -> UnboundedLedger | None:
         """The newest handle of ``lid`` whose writer has not failed: the stream's writer of

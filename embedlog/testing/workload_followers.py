@@ -17,7 +17,7 @@ from embedlog.client import Client
 from embedlog.errors import BKError, NoSuchLedgerError
 from embedlog.metadata.ledger_metadata import LedgerMetadata
 from embedlog.testing.oracle_unbounded import Follower
-from embedlog.testing.workload import PASSWORD, StreamWork, open_to_follow
+from embedlog.testing.workload import PASSWORD, StreamsShared, open_to_follow
 from embedlog.testing.workload_unbounded_end import READ_BATCH, read_or_none
 from embedlog.unbounded import follow, layout
 from embedlog.wire.entry import Digester
@@ -31,10 +31,10 @@ RETRYING_WITHIN = 10.0
 class Followers:
     """The streams' followers, composed into the streams' workload."""
 
-    def __init__(self, work: StreamWork) -> None:
-        self.ctx, self.cluster, self.oracle = work.ctx, work.cluster, work.oracle
-        self.ledgers = work.ledgers
-        self._writers_done = work.writers_done
+    def __init__(self, shared: StreamsShared) -> None:
+        self.ctx, self.cluster, self.oracle = shared.ctx, shared.cluster, shared.oracle
+        self.ledgers = shared.ledgers
+        self._writers_done = shared.writers_done
         self.seen: list[Follower] = []  # what each follower read
         # When each follower's task last had a read or a poll return (retrying).
         self._returned: dict[asyncio.Future[Any], float] = {}

@@ -28,7 +28,7 @@ from embedlog.metadata import streams
 from embedlog.metadata.client import LEDGERS
 from embedlog.testing.oracle_streams import StreamRules
 from embedlog.testing.simloop import seeded
-from embedlog.testing.workload import StreamWork, open_to_follow
+from embedlog.testing.workload import StreamsShared, open_to_follow
 from embedlog.unbounded import layout
 from embedlog.unbounded.ledger import UnboundedLedger
 from embedlog.unbounded.retention import Retention
@@ -42,11 +42,11 @@ QUIET_TAIL = 5.0
 
 
 class StreamOps:
-    def __init__(self, work: StreamWork) -> None:
-        ctx, cluster, oracle = work.ctx, work.cluster, work.oracle
+    def __init__(self, shared: StreamsShared) -> None:
+        ctx, cluster, oracle = shared.ctx, shared.cluster, shared.oracle
         self.ctx, self.cluster, self.oracle = ctx, cluster, oracle
-        self.ledgers = work.ledgers
-        self.writers_done = work.writers_done
+        self.ledgers = shared.ledgers
+        self.writers_done = shared.writers_done
         # A stream of its own: the other scenarios' histories do not draw these.
         self.rng = seeded(ctx.seed, "streams")
         self.rules = StreamRules(

@@ -46,7 +46,7 @@ from embedlog.testing.workload import (
     DIGEST,
     PASSWORD,
     Aims,
-    StreamWork,
+    StreamsShared,
     aimed_ledger,
     create_with_retries,
     judge_outcome,
@@ -85,8 +85,8 @@ class UnboundedWorkload:
         self._noop = not ctx.client_options.get("unsafe_takeover_without_noop", False)
         # The stream layer (retention, cursors, deletes: workload_streams.py), when asked.
         sc = ctx.scenario
-        work = StreamWork(ctx, cluster, self.oracle, self.ledgers, self.writers_done)
-        self.ops = StreamOps(work) if sc.retention or max(sc.committers + sc.deletes) else None
+        shared = StreamsShared(ctx, cluster, self.oracle, self.ledgers, self.writers_done)
+        self.ops = StreamOps(shared) if sc.retention or max(sc.committers + sc.deletes) else None
         quorum = AckQuorumRule(self.oracle.payload_of, self.oracle.violate, ctx.counts)
         self.oracle.quorum = quorum
         self.oracle.fence_term = FenceAndTermRule(self.oracle.violate, ctx.counts)
@@ -97,11 +97,11 @@ class UnboundedWorkload:
             self.oracle.rules = self.ops.rules
             self.oracle.dropped = self.ops.gone
         self.oracle.fence = FenceRule(ctx.truth.read_ledger, self.oracle.violate, ctx.counts)
-        self.followers = Followers(work)
+        self.followers = Followers(shared)
         # Producers by msg_id (workload_dedup.py), when asked; then every append is a
         # record, as through the stream API: a writer finds its dedup window by their times.
         self.producers = (
-            Producers(work, self._handles, self.take_over) if max(sc.producers) else None
+            Producers(shared, self._handles, self.take_over) if max(sc.producers) else None
         )
         self.records = self.producers is not None
 
