@@ -10,6 +10,8 @@ of them never act on one bookie at once. No I/O: the simulation does the faults.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from attrs import define, field
 
 from embedlog.metadata.ledger_metadata import LedgerMetadata
@@ -26,7 +28,8 @@ class FaultBudget:
     # BP-46 rightly leaves the ledger unrecoverable (an acknowledged entry may be gone
     # everywhere): no liveness then.
     _lossy: set[str] = field(factory=set)
-    _reserved: set[str] = field(factory=set)  # held for a compound aim's wipe
+    # Held for compound aims' wipes: bookie -> how many aims hold it.
+    _reserved: Counter[str] = field(factory=Counter)
     _aborted: set[str] = field(factory=set)  # failed boots that left the unclean bit set
     _unrecoverable: set[int] = field(factory=set)  # ledgers exempt from liveness
     _going_down: set[str] = field(factory=set)  # serving, sure to go down (going_down)
@@ -70,16 +73,22 @@ class FaultBudget:
         """Whether ``bid`` may lose its disks within the lossy budget."""
         if bid in self._lossy or bid in self._reserved:
             return True
-        return len(self._lossy | self._reserved) < self.lossy_bookies
+        return len(self._lossy | self._reserved.keys()) < self.lossy_bookies
 
     def may_lose(self, bid: str) -> bool:
         """Whether ``bid`` may crash: without the journal a crash loses what it acknowledged."""
         return self.journal or self.may_wipe(bid)
 
-    def reserve_lossy(self, bid: str | None) -> None:
-        """Hold the lossy budget for ``bid`` (None: release it): a compound aim is about to
-        wipe it, and a crash elsewhere meanwhile would spend the budget."""
-        self._reserved = {bid} if bid is not None else set()
+    def reserve_lossy(self, bid: str) -> None:
+        """Hold the lossy budget for ``bid`` until ``release_lossy``: a compound aim is
+        about to wipe it, and a crash elsewhere meanwhile would spend the budget."""
+        self._reserved[bid] += 1
+
+    def release_lossy(self, bid: str) -> None:
+        """One ``reserve_lossy`` hold for ``bid`` ends (other aims' holds stay)."""
+        self._reserved[bid] -= 1
+        if self._reserved[bid] <= 0:
+            del self._reserved[bid]
 
     # -- what faults cost ---------------------------------------------------------------------
 

@@ -176,7 +176,7 @@ def _holding(
         yield
     finally:
         if victim is not None:
-            budget.reserve_lossy(None)
+            budget.release_lossy(victim)
         for b in held:
             budget.busy(b, False)
 

@@ -33,14 +33,37 @@ def test_a_wipe_stays_within_the_lossy_budget(
     b = budget(lossy=1)
     for x in lost:
         b.lost_data(x)
-    b.reserve_lossy(reserved)
+    if reserved is not None:
+        b.reserve_lossy(reserved)
     assert b.may_wipe(bid) is allowed
 
 
 def test_a_released_reservation_frees_the_budget() -> None:
     b = budget(lossy=1)
     b.reserve_lossy("b1")
-    b.reserve_lossy(None)
+    b.release_lossy("b1")
+    assert b.may_wipe("b2")
+
+
+def test_one_aims_release_leaves_anothers_reservation() -> None:
+    # Two compound aims at once (budget of two): the first to end must not free the
+    # budget the other still holds for its victim.
+    b = budget(lossy=2)
+    b.reserve_lossy("b1")
+    b.reserve_lossy("b2")
+    b.release_lossy("b2")
+    b.lost_data("b3")
+    assert b.may_wipe("b1")
+    assert not b.may_wipe("b4")
+
+
+def test_two_aims_holding_one_victim_hold_it_until_both_end() -> None:
+    b = budget(lossy=1)
+    b.reserve_lossy("b1")
+    b.reserve_lossy("b1")
+    b.release_lossy("b1")
+    assert not b.may_wipe("b2")
+    b.release_lossy("b1")
     assert b.may_wipe("b2")
 
 
