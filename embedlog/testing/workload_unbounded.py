@@ -391,8 +391,6 @@ class UnboundedWorkload:
             ctx.counts["trim.dropped_fragments"] += 1
         self.oracle.trimmed(lid, first)
 
-    # -- followers -----------------------------------------------------------------------------
-
     # -- the end -------------------------------------------------------------------------------
 
     async def check_end(self) -> None:
